@@ -1,0 +1,98 @@
+package contract
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Verdict is the agent's answer about a serving CSR.
+type Verdict string
+
+const (
+	VerdictApprove Verdict = "approve"
+	VerdictReject  Verdict = "reject"
+)
+
+// Attestation is the agent's verdict on one serving CSR, bound to the CSR's
+// name and to the digest of its exact request bytes, so an attestation can
+// never be replayed onto another request.
+type Attestation struct {
+	CSR           string  `json:"csr"`
+	RequestSHA256 string  `json:"sha256"`
+	Verdict       Verdict `json:"verdict"`
+	Reason        string  `json:"reason,omitempty"`
+}
+
+type attestationWire struct {
+	V int `json:"v"`
+	Attestation
+}
+
+func (w attestationWire) version() int { return w.V }
+
+// RequestDigest is the hex sha256 of a CSR's spec.request bytes.
+func RequestDigest(request []byte) string {
+	sum := sha256.Sum256(request)
+	return hex.EncodeToString(sum[:])
+}
+
+// Approves reports whether the attestation approves exactly this CSR: the same
+// name, the same request bytes, and the verdict approve.
+func (a Attestation) Approves(csrName string, request []byte) bool {
+	return a.Verdict == VerdictApprove && a.About(csrName, request)
+}
+
+// About reports whether the attestation was written for this CSR and request.
+func (a Attestation) About(csrName string, request []byte) bool {
+	return a.CSR == csrName && a.RequestSHA256 == RequestDigest(request)
+}
+
+func (a Attestation) check() error {
+	if errs := validation.IsDNS1123Subdomain(a.CSR); len(errs) > 0 {
+		return fmt.Errorf("csr name %q is not a valid object name", a.CSR)
+	}
+	if len(a.RequestSHA256) != sha256.Size*2 {
+		return fmt.Errorf("sha256 %q is not a hex sha256 digest", a.RequestSHA256)
+	}
+	if _, err := hex.DecodeString(a.RequestSHA256); err != nil {
+		return fmt.Errorf("sha256 %q is not a hex sha256 digest", a.RequestSHA256)
+	}
+	if a.Verdict != VerdictApprove && a.Verdict != VerdictReject {
+		return fmt.Errorf("verdict %q: must be %q or %q", a.Verdict, VerdictApprove, VerdictReject)
+	}
+	if len(a.Reason) > maxFieldBytes {
+		return fmt.Errorf("reason is %d bytes, limit %d", len(a.Reason), maxFieldBytes)
+	}
+	return nil
+}
+
+// EncodeAttestation renders nodeinit.io/csr-attestation.
+func EncodeAttestation(a Attestation) (string, error) {
+	if err := a.check(); err != nil {
+		return "", err
+	}
+	return encode(attestationWire{V: PayloadVersion, Attestation: a})
+}
+
+// DecodeAttestation parses nodeinit.io/csr-attestation.
+func DecodeAttestation(value string) (Attestation, error) {
+	w, err := decode[attestationWire](AnnotationCSRAttestation, value)
+	if err != nil {
+		return Attestation{}, err
+	}
+	if err := w.check(); err != nil {
+		return Attestation{}, fmt.Errorf("%s: %w", AnnotationCSRAttestation, err)
+	}
+	return w.Attestation, nil
+}
+
+// CheckReviewName validates the value of nodeinit.io/csr-review, a CSR name.
+func CheckReviewName(name string) error {
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return fmt.Errorf("%s: %q is not a valid CSR name", AnnotationCSRReview, name)
+	}
+	return nil
+}

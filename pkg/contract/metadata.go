@@ -1,0 +1,55 @@
+package contract
+
+import "fmt"
+
+// Metadata is the effective platform metadata the agent reports, after rule
+// overrides. Field names follow Talos's PlatformMetadataSpec. It carries no
+// timestamps: an unchanged node must produce an unchanged annotation.
+type Metadata struct {
+	Platform     string `json:"platform,omitempty"`
+	Hostname     string `json:"hostname,omitempty"`
+	Region       string `json:"region,omitempty"`
+	Zone         string `json:"zone,omitempty"`
+	InstanceType string `json:"instanceType,omitempty"`
+	InstanceID   string `json:"instanceId,omitempty"`
+	ProviderID   string `json:"providerId,omitempty"`
+	Spot         bool   `json:"spot,omitempty"`
+	InternalDNS  string `json:"internalDNS,omitempty"`
+	ExternalDNS  string `json:"externalDNS,omitempty"`
+	// AgentVersion is the version of the agent that wrote the annotation.
+	AgentVersion string `json:"agentVersion,omitempty"`
+}
+
+type metadataWire struct {
+	V int `json:"v"`
+	Metadata
+}
+
+func (w metadataWire) version() int { return w.V }
+
+// maxFieldBytes bounds each metadata string; real values are short.
+const maxFieldBytes = 1024
+
+// EncodeMetadata renders the nodeinit.io/metadata annotation.
+func EncodeMetadata(m Metadata) (string, error) {
+	return encode(metadataWire{V: PayloadVersion, Metadata: m})
+}
+
+// DecodeMetadata parses the nodeinit.io/metadata annotation.
+func DecodeMetadata(value string) (Metadata, error) {
+	w, err := decode[metadataWire](AnnotationMetadata, value)
+	if err != nil {
+		return Metadata{}, err
+	}
+	m := w.Metadata
+	for name, v := range map[string]string{
+		"platform": m.Platform, "hostname": m.Hostname, "region": m.Region, "zone": m.Zone,
+		"instanceType": m.InstanceType, "instanceId": m.InstanceID, "providerId": m.ProviderID,
+		"internalDNS": m.InternalDNS, "externalDNS": m.ExternalDNS, "agentVersion": m.AgentVersion,
+	} {
+		if len(v) > maxFieldBytes {
+			return Metadata{}, fmt.Errorf("%s: field %s is %d bytes, limit %d", AnnotationMetadata, name, len(v), maxFieldBytes)
+		}
+	}
+	return m, nil
+}
