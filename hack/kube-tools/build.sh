@@ -30,6 +30,13 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 
 mkdir -p "$cache_root"
+# One build at a time: parallel test packages wait for the first one.
+exec 9>"$cache_root/.lock"
+flock 9
+if [ -x "$dest/kube-apiserver" ] && [ -x "$dest/kube-controller-manager" ] && [ -x "$dest/etcd" ]; then
+	echo "$dest"
+	exit 0
+fi
 tmp=$(mktemp -d "$cache_root/.build-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 

@@ -1,0 +1,68 @@
+package testcluster
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+)
+
+// auditPolicy logs every mutating request at Metadata level and nothing else.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+rules:
+- level: Metadata
+  verbs: ["create", "update", "patch", "delete", "deletecollection"]
+- level: None
+`
+
+// AuditEvent is the part of an audit.k8s.io/v1 Event the tests count.
+type AuditEvent struct {
+	Verb string `json:"verb"`
+	User struct {
+		Username string   `json:"username"`
+		Groups   []string `json:"groups"`
+	} `json:"user"`
+	ObjectRef struct {
+		Resource    string `json:"resource"`
+		Subresource string `json:"subresource"`
+		Name        string `json:"name"`
+	} `json:"objectRef"`
+	ResponseStatus struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
+	Stage string `json:"stage"`
+}
+
+// AuditLogPath is where the API server writes its audit log (Options.AuditLog).
+func (c *Cluster) AuditLogPath() string { return c.path("audit.log") }
+
+// Audit returns the mutating requests the API server has logged, in order.
+// Requires Options.AuditLog.
+func (c *Cluster) Audit() ([]AuditEvent, error) {
+	if !c.opts.AuditLog {
+		return nil, fmt.Errorf("the cluster was started without Options.AuditLog")
+	}
+	f, err := os.Open(c.AuditLogPath())
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	defer f.Close()
+	var events []AuditEvent
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var e AuditEvent
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			return nil, fmt.Errorf("audit log line: %w", err)
+		}
+		if e.Stage == "ResponseComplete" || e.Stage == "Panic" {
+			events = append(events, e)
+		}
+	}
+	return events, sc.Err()
+}

@@ -1,0 +1,30 @@
+package testcluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+)
+
+// Main runs a test package against one shared cluster:
+//
+//	var cluster *testcluster.Cluster
+//	func TestMain(m *testing.M) { os.Exit(testcluster.Main(m, &cluster, testcluster.Options{})) }
+//
+// When any test fails it prints the tail of every component's log. The
+// cluster is always stopped and its directory removed.
+func Main(m *testing.M, cluster **Cluster, opts Options) int {
+	c, err := Start(context.Background(), opts)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "testcluster: %v\n", err)
+		return 1
+	}
+	*cluster = c
+	code := m.Run()
+	if code != 0 {
+		fmt.Fprint(os.Stderr, c.LogTails(40))
+	}
+	c.Close()
+	return code
+}
