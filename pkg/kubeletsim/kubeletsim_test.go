@@ -1,0 +1,145 @@
+package kubeletsim_test
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/kubeletsim"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/testcluster"
+)
+
+var cluster *testcluster.Cluster
+
+func TestMain(m *testing.M) {
+	os.Exit(testcluster.Main(m, &cluster, testcluster.Options{ControllerManager: true}))
+}
+
+// TestRegisterAndGetServingCertificate registers a node as a kubelet with
+// --cloud-provider=external does, approves its serving CSR as admin, and
+// checks the certificate kube-controller-manager signed.
+func TestRegisterAndGetServingCertificate(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	id, err := cluster.NodeIdentity("sim-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := kubeletsim.Register(ctx, kubeletsim.Config{
+		NodeName: "sim-1", NodeIPs: []netip.Addr{netip.MustParseAddr("192.0.2.10")},
+		Identity: id.Config(), CertDir: t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop()
+
+	admin := kubernetes.NewForConfigOrDie(cluster.Admin())
+	node, err := admin.CoreV1().Nodes().Get(ctx, "sim-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := node.Annotations[contract.AnnotationProvidedNodeIP]; got != "192.0.2.10" {
+		t.Errorf("provided-node-ip annotation = %q", got)
+	}
+	wantTaint := corev1.Taint{Key: contract.TaintUninitialized, Value: "true", Effect: corev1.TaintEffectNoSchedule}
+	if !slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.MatchTaint(&wantTaint) }) {
+		t.Errorf("taints = %v, want the uninitialized taint", node.Spec.Taints)
+	}
+	wantAddrs := []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.10"}, {Type: corev1.NodeHostName, Address: "sim-1"}}
+	if !slices.Equal(node.Status.Addresses, wantAddrs) {
+		t.Errorf("addresses = %v, want %v", node.Status.Addresses, wantAddrs)
+	}
+
+	if err := k.StartServing(ctx); err != nil {
+		t.Fatal(err)
+	}
+	csr := waitForCSR(ctx, t, admin, "system:node:sim-1")
+	if csr.Spec.SignerName != certificatesv1.KubeletServingSignerName {
+		t.Fatalf("signer = %s", csr.Spec.SignerName)
+	}
+	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "TestApproved", Message: "approved by the test"})
+	if _, err := admin.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	cert, err := k.WaitForCertificate(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("certificate issued %s after approval", time.Since(began).Round(time.Millisecond))
+	if cert.Subject.CommonName != "system:node:sim-1" {
+		t.Errorf("CN = %q", cert.Subject.CommonName)
+	}
+	if !slices.Equal(cert.DNSNames, []string{"sim-1"}) {
+		t.Errorf("DNS SANs = %v, want [sim-1]", cert.DNSNames)
+	}
+	if len(cert.IPAddresses) != 1 || cert.IPAddresses[0].String() != "192.0.2.10" {
+		t.Errorf("IP SANs = %v, want [192.0.2.10]", cert.IPAddresses)
+	}
+}
+
+// TestHostileSANs checks the override used to play a kubelet that asks for
+// another node's IP actually reaches the CSR.
+func TestHostileSANs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id, err := cluster.NodeIdentity("sim-hostile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := kubeletsim.Register(ctx, kubeletsim.Config{
+		NodeName: "sim-hostile", NodeIPs: []netip.Addr{netip.MustParseAddr("192.0.2.20")},
+		Identity: id.Config(), CertDir: t.TempDir(),
+		ServingIPs: []netip.Addr{netip.MustParseAddr("192.0.2.10")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop()
+	if err := k.StartServing(ctx); err != nil {
+		t.Fatal(err)
+	}
+	admin := kubernetes.NewForConfigOrDie(cluster.Admin())
+	csr := waitForCSR(ctx, t, admin, "system:node:sim-hostile")
+	if len(csr.Spec.Request) == 0 {
+		t.Fatal("empty request")
+	}
+	parsed, err := parseCSR(csr.Spec.Request)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(parsed.IPAddresses) != 1 || parsed.IPAddresses[0].String() != "192.0.2.10" || len(parsed.DNSNames) != 0 {
+		t.Fatalf("hostile CSR SANs: dns %v ips %v", parsed.DNSNames, parsed.IPAddresses)
+	}
+}
+
+func waitForCSR(ctx context.Context, t *testing.T, cs kubernetes.Interface, user string) *certificatesv1.CertificateSigningRequest {
+	t.Helper()
+	for {
+		list, err := cs.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range list.Items {
+			if list.Items[i].Spec.Username == user {
+				return &list.Items[i]
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no CSR from %s: %v", user, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
