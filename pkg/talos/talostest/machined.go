@@ -1,0 +1,206 @@
+// Package talostest stands in for Talos's machined in tests: an in-memory
+// COSI state holding machinery's own resource types, served by
+// cosi-project/runtime's gRPC state server on a unix socket, which machinery's
+// client (client.WithUnixSocket) reads unchanged.
+package talostest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cosi-project/runtime/api/v1alpha1"
+	"github.com/cosi-project/runtime/pkg/resource"
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/cosi-project/runtime/pkg/state"
+	"github.com/cosi-project/runtime/pkg/state/impl/inmem"
+	"github.com/cosi-project/runtime/pkg/state/impl/namespaced"
+	"github.com/cosi-project/runtime/pkg/state/protobuf/server"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
+	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
+	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	"github.com/siderolabs/talos/pkg/machinery/role"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// ExternalLink is the pseudo-link Talos puts cloud public IPs on.
+const ExternalLink = "external"
+
+// Machined is a running stand-in. Its state survives Stop/Start, so a test
+// can simulate machined restarting while the agent keeps its watches.
+type Machined struct {
+	// Socket is the unix socket path, like /system/run/machined/machine.sock.
+	Socket string
+	// State is direct access to the in-memory resources.
+	State state.State
+
+	dir   string
+	calls atomic.Int64
+
+	mu  sync.Mutex
+	srv *grpc.Server
+}
+
+// Start creates the state and serves it. The socket lives in a short
+// directory under /tmp: unix socket paths are limited to ~108 bytes.
+func Start() (*Machined, error) {
+	dir, err := os.MkdirTemp("/tmp", "md-")
+	if err != nil {
+		return nil, err
+	}
+	m := &Machined{
+		Socket: filepath.Join(dir, "machine.sock"),
+		State:  state.WrapCore(namespaced.NewState(inmem.Build)),
+		dir:    dir,
+	}
+	if err := m.Serve(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return m, nil
+}
+
+// Serve starts serving the state on the socket (again, after Stop).
+func (m *Machined) Serve() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.srv != nil {
+		return errors.New("talostest: already serving")
+	}
+	_ = os.Remove(m.Socket)
+	l, err := net.Listen("unix", m.Socket)
+	if err != nil {
+		return err
+	}
+	srv := grpc.NewServer(
+		grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if err := m.authorize(ctx); err != nil {
+				return nil, err
+			}
+			return h(ctx, req)
+		}),
+		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			if err := m.authorize(ss.Context()); err != nil {
+				return err
+			}
+			return h(srv, ss)
+		}),
+	)
+	v1alpha1.RegisterStateServer(srv, server.NewState(m.State))
+	m.srv = srv
+	go func() { _ = srv.Serve(l) }()
+	return nil
+}
+
+// authorize demands the talos-role metadata, as machined's socket does for
+// extension services: a caller without a role that may read is refused.
+func (m *Machined) authorize(ctx context.Context) error {
+	m.calls.Add(1)
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, r := range md.Get(constants.APIAuthzRoleMetadataKey) {
+		switch role.Role(r) {
+		case role.Reader, role.Operator, role.Admin:
+			return nil
+		}
+	}
+	return status.Errorf(codes.PermissionDenied, "talostest: missing %s metadata with a reader role", constants.APIAuthzRoleMetadataKey)
+}
+
+// Calls is how many gRPC calls (unary and streams) the stand-in has served.
+func (m *Machined) Calls() int64 { return m.calls.Load() }
+
+// Stop stops serving and removes the socket, cutting open watches: machined
+// going away. The state is kept.
+func (m *Machined) Stop() {
+	m.mu.Lock()
+	srv := m.srv
+	m.srv = nil
+	m.mu.Unlock()
+	if srv != nil {
+		srv.Stop()
+	}
+	_ = os.Remove(m.Socket)
+}
+
+// Close stops serving and removes the socket directory.
+func (m *Machined) Close() {
+	m.Stop()
+	_ = os.RemoveAll(m.dir)
+}
+
+// SetPlatformMetadata creates or replaces PlatformMetadata (runtime namespace).
+func (m *Machined) SetPlatformMetadata(ctx context.Context, spec runtime.PlatformMetadataSpec) error {
+	return safe.StateModify(ctx, m.State, runtime.NewPlatformMetadataSpec(runtime.NamespaceName, runtime.PlatformMetadataID),
+		func(r *runtime.PlatformMetadata) error { *r.TypedSpec() = spec; return nil })
+}
+
+// SetSystemInformation creates or replaces SystemInformation (hardware namespace).
+func (m *Machined) SetSystemInformation(ctx context.Context, spec hardware.SystemInformationSpec) error {
+	return safe.StateModify(ctx, m.State, hardware.NewSystemInformation(hardware.SystemInformationID),
+		func(r *hardware.SystemInformation) error { *r.TypedSpec() = spec; return nil })
+}
+
+// SetNodename creates or replaces the kubelet's Nodename.
+func (m *Machined) SetNodename(ctx context.Context, name string) error {
+	return safe.StateModify(ctx, m.State, k8s.NewNodename(k8s.NamespaceName, k8s.NodenameID),
+		func(r *k8s.Nodename) error { r.TypedSpec().Nodename = name; r.TypedSpec().HostnameVersion = "1"; return nil })
+}
+
+// SetNodeIPs creates or replaces the kubelet's NodeIP.
+func (m *Machined) SetNodeIPs(ctx context.Context, ips ...netip.Addr) error {
+	return safe.StateModify(ctx, m.State, k8s.NewNodeIP(k8s.NamespaceName, k8s.KubeletID),
+		func(r *k8s.NodeIP) error { r.TypedSpec().Addresses = slices.Clone(ips); return nil })
+}
+
+// SetExternalAddresses makes the AddressStatus resources on the "external"
+// link exactly the given prefixes, creating and destroying as needed.
+func (m *Machined) SetExternalAddresses(ctx context.Context, prefixes ...netip.Prefix) error {
+	want := map[resource.ID]netip.Prefix{}
+	for _, p := range prefixes {
+		want[network.AddressID(ExternalLink, p)] = p
+	}
+	existing, err := safe.StateListAll[*network.AddressStatus](ctx, m.State)
+	if err != nil {
+		return err
+	}
+	for r := range existing.All() {
+		if _, keep := want[r.Metadata().ID()]; !keep && r.TypedSpec().LinkName == ExternalLink {
+			if err := m.State.Destroy(ctx, r.Metadata()); err != nil {
+				return err
+			}
+		}
+	}
+	for id, p := range want {
+		err := safe.StateModify(ctx, m.State, network.NewAddressStatus(network.NamespaceName, id), func(r *network.AddressStatus) error {
+			spec := r.TypedSpec()
+			spec.Address, spec.Local, spec.LinkName = p, p.Addr(), ExternalLink
+			spec.Family, spec.Scope = nethelpers.FamilyInet4, nethelpers.ScopeGlobal
+			if p.Addr().Is6() {
+				spec.Family = nethelpers.FamilyInet6
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("external address %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// Delete removes a resource; tests use it to drive watch deletions.
+func (m *Machined) Delete(ctx context.Context, ptr resource.Pointer) error {
+	return m.State.Destroy(ctx, ptr)
+}
