@@ -144,7 +144,10 @@ func TestNodeIdentityLimits(t *testing.T) {
 			_, err := self.CoreV1().Nodes().List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=limits-self"})
 			return err
 		}, ""},
-		row{"GET another Node", func() error { _, err := self.CoreV1().Nodes().Get(ctx, "limits-other", metav1.GetOptions{}); return err },
+		row{"GET another Node", func() error {
+			_, err := self.CoreV1().Nodes().Get(ctx, "limits-other", metav1.GetOptions{})
+			return err
+		},
 			`cannot get resource "nodes"`},
 		row{"patch another Node", func() error {
 			_, err := self.CoreV1().Nodes().Patch(ctx, "limits-other", types.MergePatchType, []byte(`{"metadata":{"annotations":{"a":"b"}}}`), metav1.PatchOptions{})

@@ -156,7 +156,11 @@ func (m *Machined) SetSystemInformation(ctx context.Context, spec hardware.Syste
 // SetNodename creates or replaces the kubelet's Nodename.
 func (m *Machined) SetNodename(ctx context.Context, name string) error {
 	return safe.StateModify(ctx, m.State, k8s.NewNodename(k8s.NamespaceName, k8s.NodenameID),
-		func(r *k8s.Nodename) error { r.TypedSpec().Nodename = name; r.TypedSpec().HostnameVersion = "1"; return nil })
+		func(r *k8s.Nodename) error {
+			r.TypedSpec().Nodename = name
+			r.TypedSpec().HostnameVersion = "1"
+			return nil
+		})
 }
 
 // SetNodeIPs creates or replaces the kubelet's NodeIP.
