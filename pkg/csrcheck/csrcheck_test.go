@@ -1,0 +1,259 @@
+package csrcheck
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Keys are slow to generate (RSA especially); make each kind once.
+var keys = sync.OnceValue(func() map[string]crypto.Signer {
+	p256, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	p521, _ := ecdsa.GenerateKey(elliptic.P521(), rand.Reader)
+	rsa1024, _ := rsa.GenerateKey(rand.Reader, 1024)
+	rsa2048, _ := rsa.GenerateKey(rand.Reader, 2048)
+	_, ed, _ := ed25519.GenerateKey(rand.Reader)
+	return map[string]crypto.Signer{"p256": p256, "p521": p521, "rsa1024": rsa1024, "rsa2048": rsa2048, "ed25519": ed}
+})
+
+type tmpl struct {
+	key    string
+	cn     string
+	org    []string
+	dns    []string
+	ips    []string
+	emails []string
+	uris   []string
+	// rawDNS are DNS SANs written as raw bytes, bypassing Go's IA5 check,
+	// the way a hostile client would.
+	rawDNS []string
+}
+
+func makePEM(t testing.TB, c tmpl) []byte {
+	t.Helper()
+	if c.key == "" {
+		c.key = "p256"
+	}
+	req := &x509.CertificateRequest{
+		Subject:        pkix.Name{CommonName: c.cn, Organization: c.org},
+		DNSNames:       c.dns,
+		EmailAddresses: c.emails,
+	}
+	for _, ip := range c.ips {
+		req.IPAddresses = append(req.IPAddresses, net.ParseIP(ip))
+	}
+	for _, u := range c.uris {
+		parsed, _ := url.Parse(u)
+		req.URIs = append(req.URIs, parsed)
+	}
+	if c.rawDNS != nil {
+		var names []asn1.RawValue
+		for _, n := range c.rawDNS {
+			names = append(names, asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 2, Bytes: []byte(n)})
+		}
+		val, err := asn1.Marshal(names)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.ExtraExtensions = append(req.ExtraExtensions, pkix.Extension{Id: asn1.ObjectIdentifier{2, 5, 29, 17}, Value: val})
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, req, keys()[c.key])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
+}
+
+var (
+	nodeA = Node{Name: "node-a", Addresses: []corev1.NodeAddress{
+		{Type: corev1.NodeInternalIP, Address: "10.0.0.1"},
+		{Type: corev1.NodeExternalIP, Address: "2001:db8::a"},
+		{Type: corev1.NodeHostName, Address: "node-a"},
+		{Type: corev1.NodeExternalDNS, Address: "node-a.example.com"},
+		{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, // a hostile node may claim anything
+	}}
+	nodeB   = Node{Name: "node-b", Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.2"}, {Type: corev1.NodeHostName, Address: "node-b"}}}
+	sharedB = Node{Name: "node-b", Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "2001:db8::a"}}}
+)
+
+func goodRequest(t testing.TB, c tmpl) Request {
+	if c.cn == "" {
+		c.cn = "system:node:node-a"
+	}
+	if c.org == nil {
+		c.org = []string{"system:nodes"}
+	}
+	return Request{
+		Name: "csr-1", Username: "system:node:node-a", Groups: []string{"system:nodes", "system:authenticated"},
+		SignerName: certificatesv1.KubeletServingSignerName,
+		Usages:     []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth},
+		PEM:        makePEM(t, c),
+	}
+}
+
+func TestCheck(t *testing.T) {
+	good := tmpl{dns: []string{"node-a"}, ips: []string{"10.0.0.1", "2001:db8::a"}}
+	owners := Owners([]Node{nodeA, nodeB})
+	policy := Policy{MaxDuration: 365 * 24 * time.Hour}
+	many := make([]string, 10000)
+	for i := range many {
+		many[i] = fmt.Sprintf("n%d.example.com", i)
+	}
+
+	cases := []struct {
+		name     string
+		req      func() Request
+		node     *Node
+		owners   AddressOwners
+		policy   Policy
+		want     Decision
+		check    string // the check that must fail
+		inReason string
+	}{
+		{name: "good ECDSA request", req: func() Request { return goodRequest(t, good) }, want: Approve},
+		{name: "good RSA-2048 request", req: func() Request {
+			r := goodRequest(t, tmpl{key: "rsa2048", dns: []string{"node-a"}, ips: []string{"10.0.0.1"}})
+			r.Usages = append(r.Usages, certificatesv1.UsageKeyEncipherment)
+			return r
+		}, want: Approve},
+		{name: "upper-case own name is the same name", req: func() Request { return goodRequest(t, tmpl{dns: []string{"NODE-A", "Node-A.Example.com"}}) }, want: Approve},
+
+		{name: "IP-only CSR", req: func() Request { return goodRequest(t, tmpl{ips: []string{"10.0.0.1"}}) }, want: Deny, check: "needs-dns-name", inReason: "no DNS name"},
+		{name: "IP-only CSR with a foreign IP", req: func() Request { return goodRequest(t, tmpl{ips: []string{"10.0.0.2"}}) }, want: Deny, check: "ip-addresses", inReason: "10.0.0.2 is not an address of Node node-a"},
+		{name: "DNS SAN naming another node", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a", "node-b"}}) }, want: Deny, check: "dns-names", inReason: `"node-b" is not a name of this node`},
+		{name: "KUBERNETES.default.svc", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a", "KUBERNETES.default.svc"}}) }, want: Deny, check: "dns-names", inReason: "KUBERNETES.default.svc"},
+		{name: "kubernetes.default.svc.cluster.local", req: func() Request {
+			return goodRequest(t, tmpl{dns: []string{"kubernetes.default.svc.cluster.local"}})
+		}, want: Deny, check: "dns-names", inReason: "not a name of this node"},
+		{name: "Kelvin sign folding to k", req: func() Request { return goodRequest(t, tmpl{rawDNS: []string{"node-a", "\u212a8s"}}) }, want: Deny, check: "parse", inReason: "malformed"},
+		{name: "unicode look-alike of own name", req: func() Request { return goodRequest(t, tmpl{rawDNS: []string{"nоde-a"}}) }, want: Deny, check: "parse", inReason: "malformed"},
+		{name: "IDNA name", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a", "xn--nde-a-9ve"}}) }, want: Deny, check: "dns-names", inReason: "IDNA"},
+		{name: "trailing dot", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a."}}) }, want: Deny, check: "dns-names", inReason: "trailing dot"},
+		{name: "wildcard", req: func() Request { return goodRequest(t, tmpl{dns: []string{"*.example.com"}}) }, want: Deny, check: "dns-names", inReason: "wildcard"},
+		{name: "wildcard of own domain", req: func() Request { return goodRequest(t, tmpl{dns: []string{"*.node-a.example.com"}}) }, want: Deny, check: "dns-names", inReason: "wildcard"},
+		{name: "CN is not the username", req: func() Request { return goodRequest(t, tmpl{cn: "system:node:node-b", dns: []string{"node-a"}}) }, want: Deny, check: "common-name", inReason: `CN "system:node:node-b"`},
+		{name: "O is system:masters", req: func() Request { return goodRequest(t, tmpl{org: []string{"system:masters"}, dns: []string{"node-a"}}) }, want: Deny, check: "organization", inReason: "system:masters"},
+		{name: "O has an extra group", req: func() Request {
+			return goodRequest(t, tmpl{org: []string{"system:nodes", "system:masters"}, dns: []string{"node-a"}})
+		}, want: Deny, check: "organization"},
+		{name: "e-mail SAN", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a"}, emails: []string{"a@example.com"}}) }, want: Deny, check: "no-email-or-uri"},
+		{name: "URI SAN", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a"}, uris: []string{"spiffe://x/y"}}) }, want: Deny, check: "no-email-or-uri"},
+		{name: "RSA-1024", req: func() Request { return goodRequest(t, tmpl{key: "rsa1024", dns: []string{"node-a"}}) }, want: Deny, check: "key", inReason: "1024 bits"},
+		{name: "Ed25519 key", req: func() Request { return goodRequest(t, tmpl{key: "ed25519", dns: []string{"node-a"}}) }, want: Deny, check: "key", inReason: "not ECDSA or RSA"},
+		{name: "P-521 key", req: func() Request { return goodRequest(t, tmpl{key: "p521", dns: []string{"node-a"}}) }, want: Deny, check: "key", inReason: "P-521"},
+		{name: "client-auth usage", req: func() Request {
+			r := goodRequest(t, good)
+			r.Usages = append(r.Usages, certificatesv1.UsageClientAuth)
+			return r
+		}, want: Deny, check: "usages", inReason: "client auth"},
+		{name: "server-auth usage missing", req: func() Request {
+			r := goodRequest(t, good)
+			r.Usages = []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature}
+			return r
+		}, want: Deny, check: "usages", inReason: "server auth"},
+		{name: "IP owned by another node", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a"}, ips: []string{"2001:db8::a"}}) },
+			owners: Owners([]Node{nodeA, sharedB}), want: Deny, check: "ip-addresses", inReason: "also claimed by Node node-b"},
+		{name: "IP not on the node", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a"}, ips: []string{"192.0.2.99"}}) }, want: Deny, check: "ip-addresses", inReason: "192.0.2.99"},
+		{name: "loopback the node claims", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a"}, ips: []string{"127.0.0.1"}}) }, want: Deny, check: "ip-addresses", inReason: "not a routable"},
+		{name: "IP outside allowed ranges", req: func() Request { return goodRequest(t, good) },
+			policy: Policy{AllowedIPRanges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}, want: Deny, check: "ip-addresses", inReason: "outside the allowed ranges"},
+		{name: "duration over the policy", req: func() Request {
+			r := goodRequest(t, good)
+			huge := int32(1 << 30)
+			r.ExpirationSeconds = &huge
+			return r
+		}, want: Deny, check: "duration", inReason: "exceeds the policy maximum"},
+		{name: "garbage PEM", req: func() Request { r := goodRequest(t, good); r.PEM = []byte("not a csr"); return r }, want: Deny, check: "parse", inReason: "not PEM"},
+		{name: "wrong PEM block type", req: func() Request {
+			r := goodRequest(t, good)
+			r.PEM = []byte(strings.Replace(string(r.PEM), "CERTIFICATE REQUEST", "CERTIFICATE", 2))
+			return r
+		}, want: Deny, check: "parse", inReason: `"CERTIFICATE"`},
+		{name: "trailing data after the block", req: func() Request { r := goodRequest(t, good); r.PEM = append(r.PEM, "junk"...); return r }, want: Deny, check: "parse", inReason: "data after"},
+		{name: "corrupt DER", req: func() Request {
+			r := goodRequest(t, good)
+			r.PEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: []byte{0x30, 0x03, 0x02, 0x01}})
+			return r
+		}, want: Deny, check: "parse"},
+		{name: "10,000 SANs", req: func() Request { return goodRequest(t, tmpl{dns: many}) }, want: Deny, check: "parse", inReason: "limit 65536"},
+		{name: "100 SANs", req: func() Request { return goodRequest(t, tmpl{dns: many[:100]}) }, want: Deny, check: "san-count", inReason: "100 subject alternative names"},
+		{name: "wrong signer", req: func() Request { r := goodRequest(t, good); r.SignerName = certificatesv1.KubeAPIServerClientSignerName; return r }, want: Deny, check: "signer"},
+		{name: "not a node identity", req: func() Request { r := goodRequest(t, good); r.Username = "alice"; return r }, want: Deny, check: "username"},
+		{name: "not in system:nodes", req: func() Request { r := goodRequest(t, good); r.Groups = []string{"system:authenticated"}; return r }, want: Deny, check: "groups"},
+		{name: "node not known yet", req: func() Request { return goodRequest(t, good) }, node: &Node{}, want: Retry, check: "node"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			node := &nodeA
+			if c.node != nil {
+				if c.node.Name == "" {
+					node = nil
+				} else {
+					node = c.node
+				}
+			}
+			o := owners
+			if c.owners != nil {
+				o = c.owners
+			}
+			p := policy
+			if c.policy.MaxDuration != 0 || c.policy.AllowedIPRanges != nil {
+				p = c.policy
+			}
+			v := Check(c.req(), node, o, p)
+			if v.Decision != c.want {
+				t.Fatalf("decision %s, want %s (%s)", v.Decision, c.want, v.Reason())
+			}
+			if c.check == "" {
+				return
+			}
+			for _, f := range v.Failures {
+				if f.Check == c.check {
+					if !strings.Contains(f.Reason, c.inReason) {
+						t.Fatalf("check %s failed with %q, want it to mention %q", f.Check, f.Reason, c.inReason)
+					}
+					return
+				}
+			}
+			t.Fatalf("check %s did not fail; failures: %s", c.check, v.Reason())
+		})
+	}
+}
+
+func FuzzCheck(f *testing.F) {
+	good := goodRequest(f, tmpl{dns: []string{"node-a"}, ips: []string{"10.0.0.1"}})
+	f.Add(good.PEM, "system:node:node-a", []byte("server auth"))
+	f.Add([]byte("-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n"), "system:node:x", []byte{})
+	f.Add([]byte{}, "", []byte("client auth"))
+	owners := Owners([]Node{nodeA, nodeB})
+	f.Fuzz(func(t *testing.T, data []byte, user string, usage []byte) {
+		req := Request{
+			Username: user, Groups: []string{NodesGroup}, SignerName: certificatesv1.KubeletServingSignerName,
+			Usages: []certificatesv1.KeyUsage{certificatesv1.KeyUsage(usage), certificatesv1.UsageServerAuth, certificatesv1.UsageDigitalSignature},
+			PEM:    data,
+		}
+		v := Check(req, &nodeA, owners, Policy{})
+		if v.Decision == Approve && (NodeName(user) != "node-a" || v.Parsed == nil) {
+			t.Fatalf("approved a request from %q", user)
+		}
+		_ = Check(req, nil, owners, Policy{})
+	})
+}
