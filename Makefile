@@ -7,7 +7,7 @@ BIN     ?= bin
 TEST_TIMEOUT ?= 30m
 FUZZTIME ?= 10s
 
-.PHONY: help build test lint kube-tools demo clean
+.PHONY: help build test fuzz lint kube-tools demo clean
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -21,6 +21,10 @@ kube-tools: ## build (or reuse from cache) etcd, kube-apiserver, kube-controller
 
 test: kube-tools ## all Go tests with -race, against the real control plane (needs root for netns tests)
 	KUBE_TOOLS_DIR=$$(hack/kube-tools/build.sh 2>/dev/null) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+fuzz: ## run every fuzz target for FUZZTIME each (default 10s), from its seed corpus
+	$(GO) test -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME) ./pkg/csrcheck
+	$(GO) test -run '^$$' -fuzz '^FuzzLoadEvaluate$$' -fuzztime $(FUZZTIME) ./pkg/rules
 
 lint: ## gofmt check and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^hack/kube-tools/')); \

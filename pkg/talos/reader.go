@@ -1,0 +1,233 @@
+package talos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/cosi-project/runtime/pkg/resource"
+	"github.com/cosi-project/runtime/pkg/state"
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
+	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	"github.com/siderolabs/talos/pkg/machinery/role"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+)
+
+// DefaultSocket is machined's socket on a Talos node.
+const DefaultSocket = "/system/run/machined/machine.sock"
+
+// ExternalLink is the pseudo-link Talos puts cloud public IPs on.
+const ExternalLink = "external"
+
+// Reader watches machined.
+type Reader struct {
+	// Socket is machined's socket (DefaultSocket when empty).
+	Socket string
+	// MinBackoff and MaxBackoff bound reconnection delays (100ms and 10s when zero).
+	MinBackoff, MaxBackoff time.Duration
+	// Log receives connection state changes (slog.Default when nil).
+	Log *slog.Logger
+}
+
+// WithReaderRole adds the talos-role metadata machined requires on every call.
+func WithReaderRole(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, constants.APIAuthzRoleMetadataKey, string(role.Reader))
+}
+
+// kinds are the resources watched; AddressStatus is filtered to the external link.
+var kinds = []resource.Kind{
+	resource.NewMetadata(runtime.NamespaceName, runtime.PlatformMetadataType, "", resource.VersionUndefined),
+	resource.NewMetadata(hardware.NamespaceName, hardware.SystemInformationType, "", resource.VersionUndefined),
+	resource.NewMetadata(k8s.NamespaceName, k8s.NodenameType, "", resource.VersionUndefined),
+	resource.NewMetadata(k8s.NamespaceName, k8s.NodeIPType, "", resource.VersionUndefined),
+	resource.NewMetadata(network.NamespaceName, network.AddressStatusType, "", resource.VersionUndefined),
+}
+
+// Watch calls update with a complete snapshot once every watched kind has
+// been read, then after every change. It reconnects with backoff whenever
+// the socket is missing or machined goes away, and re-reads everything on
+// reconnection so nothing changed meanwhile is missed. It returns when ctx
+// ends.
+func (r *Reader) Watch(ctx context.Context, update func(Facts)) error {
+	log := r.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	minB, maxB := r.MinBackoff, r.MaxBackoff
+	if minB == 0 {
+		minB = 100 * time.Millisecond
+	}
+	if maxB == 0 {
+		maxB = 10 * time.Second
+	}
+	backoff := minB
+	connected := false
+	for {
+		began := time.Now()
+		err := r.session(ctx, func(f Facts) {
+			if !connected {
+				log.Info("reading facts from machined", "socket", r.socket())
+				connected = true
+			}
+			backoff = minB
+			update(f)
+		})
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if connected {
+			log.Warn("lost machined, reconnecting", "socket", r.socket(), "error", err)
+			connected = false
+		} else {
+			log.Debug("machined not reachable", "socket", r.socket(), "error", err, "retry_in", backoff)
+		}
+		if time.Since(began) > maxB {
+			backoff = minB
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, maxB)
+	}
+}
+
+func (r *Reader) socket() string {
+	if r.Socket == "" {
+		return DefaultSocket
+	}
+	return r.Socket
+}
+
+// session watches until an error; it always returns a non-nil error.
+func (r *Reader) session(ctx context.Context, update func(Facts)) error {
+	if _, err := os.Stat(r.socket()); err != nil {
+		return fmt.Errorf("machined socket: %w", err)
+	}
+	c, err := client.New(ctx, client.WithUnixSocket(r.socket()),
+		client.WithGRPCDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials())))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(WithReaderRole(ctx))
+	defer cancel()
+
+	events := make(chan state.Event, 64)
+	for _, k := range kinds {
+		if err := c.COSI.WatchKind(ctx, k, events, state.WithBootstrapContents(true)); err != nil {
+			return fmt.Errorf("watching %s: %w", k.Type(), err)
+		}
+	}
+	s := newSnapshot()
+	bootstrapped := 0
+	for {
+		var e state.Event
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e = <-events:
+		}
+		if err := s.apply(e, &bootstrapped); err != nil {
+			return err
+		}
+		// Apply whatever else is already queued, then publish once.
+	drain:
+		for {
+			select {
+			case e = <-events:
+				if err := s.apply(e, &bootstrapped); err != nil {
+					return err
+				}
+			default:
+				break drain
+			}
+		}
+		if bootstrapped == len(kinds) {
+			update(s.facts())
+		}
+	}
+}
+
+// snapshot accumulates watch events into Facts.
+type snapshot struct {
+	f        Facts
+	external map[resource.ID]netip.Addr
+}
+
+func newSnapshot() *snapshot { return &snapshot{external: map[resource.ID]netip.Addr{}} }
+
+func (s *snapshot) apply(e state.Event, bootstrapped *int) error {
+	switch e.Type {
+	case state.Errored:
+		if e.Error == nil {
+			return errors.New("watch failed")
+		}
+		return e.Error
+	case state.Bootstrapped:
+		*bootstrapped++
+		return nil
+	case state.Noop:
+		return nil
+	}
+	gone := e.Type == state.Destroyed
+	switch res := e.Resource.(type) {
+	case *runtime.PlatformMetadata:
+		s.f.Metadata = nil
+		if !gone {
+			spec := *res.TypedSpec()
+			s.f.Metadata = &spec
+		}
+	case *hardware.SystemInformation:
+		s.f.System = nil
+		if !gone {
+			spec := *res.TypedSpec()
+			s.f.System = &spec
+		}
+	case *k8s.Nodename:
+		s.f.Nodename = ""
+		if !gone {
+			s.f.Nodename = res.TypedSpec().Nodename
+		}
+	case *k8s.NodeIP:
+		if res.Metadata().ID() != k8s.KubeletID {
+			return nil
+		}
+		s.f.NodeIPs = nil
+		if !gone {
+			s.f.NodeIPs = slices.Clone(res.TypedSpec().Addresses)
+		}
+	case *network.AddressStatus:
+		id := res.Metadata().ID()
+		delete(s.external, id)
+		if !gone && res.TypedSpec().LinkName == ExternalLink {
+			s.external[id] = res.TypedSpec().Address.Addr()
+		}
+	}
+	return nil
+}
+
+func (s *snapshot) facts() Facts {
+	f := s.f
+	f.NodeIPs = slices.Clone(f.NodeIPs)
+	f.ExternalIPs = nil
+	for _, ip := range s.external {
+		if !slices.Contains(f.ExternalIPs, ip) {
+			f.ExternalIPs = append(f.ExternalIPs, ip)
+		}
+	}
+	slices.SortFunc(f.ExternalIPs, netip.Addr.Compare)
+	return f
+}

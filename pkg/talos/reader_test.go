@@ -1,0 +1,187 @@
+package talos_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
+	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos/talostest"
+)
+
+// follow runs a Reader and hands its snapshots to the test.
+func follow(t *testing.T, socket string) <-chan talos.Facts {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	out := make(chan talos.Facts, 64)
+	r := &talos.Reader{Socket: socket, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	done := make(chan struct{})
+	go func() { _ = r.Watch(ctx, func(f talos.Facts) { out <- f }); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return out
+}
+
+// waitFacts waits for a snapshot satisfying cond and returns it with the wait.
+func waitFacts(t *testing.T, ch <-chan talos.Facts, what string, cond func(talos.Facts) bool) (talos.Facts, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case f := <-ch:
+			if cond(f) {
+				return f, time.Since(start)
+			}
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+func seed(t *testing.T, m *talostest.Machined) {
+	t.Helper()
+	ctx := context.Background()
+	for _, err := range []error{
+		m.SetPlatformMetadata(ctx, runtime.PlatformMetadataSpec{Platform: "metal", Hostname: "n1", Zone: "z1", Tags: map[string]string{"a": "b"}}),
+		m.SetSystemInformation(ctx, hardware.SystemInformationSpec{Manufacturer: "ACME", SerialNumber: "S1"}),
+		m.SetNodename(ctx, "n1"),
+		m.SetNodeIPs(ctx, netip.MustParseAddr("10.0.0.1")),
+		m.SetExternalAddresses(ctx, netip.MustParsePrefix("203.0.113.9/32")),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestWatchReadsUpdatesAndDeletes(t *testing.T) {
+	ctx := context.Background()
+	m, err := talostest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	seed(t, m)
+	// An address on a real link must not be taken for an external one.
+	lan := network.NewAddressStatus(network.NamespaceName, network.AddressID("eth0", netip.MustParsePrefix("10.0.0.1/24")))
+	lan.TypedSpec().LinkName, lan.TypedSpec().Address, lan.TypedSpec().Family = "eth0", netip.MustParsePrefix("10.0.0.1/24"), nethelpers.FamilyInet4
+	if err := m.State.Create(ctx, lan); err != nil {
+		t.Fatal(err)
+	}
+
+	ch := follow(t, m.Socket)
+	f, _ := waitFacts(t, ch, "the first snapshot", func(f talos.Facts) bool { return f.Metadata != nil })
+	if f.Metadata.Platform != "metal" || f.Metadata.Tags["a"] != "b" || f.System == nil || f.System.Manufacturer != "ACME" ||
+		f.Nodename != "n1" || !slices.Equal(f.NodeIPs, []netip.Addr{netip.MustParseAddr("10.0.0.1")}) ||
+		!slices.Equal(f.ExternalIPs, []netip.Addr{netip.MustParseAddr("203.0.113.9")}) || f.Degraded != "" {
+		t.Fatalf("first snapshot %+v", f)
+	}
+
+	if err := m.SetPlatformMetadata(ctx, runtime.PlatformMetadataSpec{Platform: "metal", Hostname: "n1", Zone: "z2"}); err != nil {
+		t.Fatal(err)
+	}
+	_, took := waitFacts(t, ch, "the zone update", func(f talos.Facts) bool { return f.Metadata != nil && f.Metadata.Zone == "z2" })
+	t.Logf("metadata update seen after %s", took)
+
+	if err := m.SetExternalAddresses(ctx, netip.MustParsePrefix("203.0.113.9/32"), netip.MustParsePrefix("2001:db8::9/128")); err != nil {
+		t.Fatal(err)
+	}
+	waitFacts(t, ch, "a second external IP", func(f talos.Facts) bool { return len(f.ExternalIPs) == 2 })
+
+	if err := m.Delete(ctx, runtime.NewPlatformMetadataSpec(runtime.NamespaceName, runtime.PlatformMetadataID).Metadata()); err != nil {
+		t.Fatal(err)
+	}
+	waitFacts(t, ch, "metadata deleted", func(f talos.Facts) bool { return f.Metadata == nil && f.Nodename == "n1" })
+}
+
+func TestReconnectsAfterMachinedRestart(t *testing.T) {
+	ctx := context.Background()
+	m, err := talostest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	seed(t, m)
+	ch := follow(t, m.Socket)
+	waitFacts(t, ch, "the first snapshot", func(f talos.Facts) bool { return f.Metadata != nil && f.Metadata.Zone == "z1" })
+
+	m.Stop()
+	// Changed while machined is away: must be seen after reconnecting.
+	if err := m.SetPlatformMetadata(ctx, runtime.PlatformMetadataSpec{Platform: "metal", Hostname: "n1", Zone: "while-down"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Delete(ctx, hardware.NewSystemInformation(hardware.SystemInformationID).Metadata()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := m.Serve(); err != nil {
+		t.Fatal(err)
+	}
+	f, took := waitFacts(t, ch, "facts after the restart", func(f talos.Facts) bool { return f.Metadata != nil && f.Metadata.Zone == "while-down" })
+	if f.System != nil {
+		t.Fatalf("system information deleted while down is still reported: %+v", f.System)
+	}
+	t.Logf("reconnected %s after machined came back", took)
+}
+
+func TestWaitsForSocket(t *testing.T) {
+	m, err := talostest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	seed(t, m)
+	m.Stop() // the socket is gone: the agent started before machined
+	ch := follow(t, m.Socket)
+	select {
+	case f := <-ch:
+		t.Fatalf("facts without machined: %+v", f)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := m.Serve(); err != nil {
+		t.Fatal(err)
+	}
+	waitFacts(t, ch, "facts once the socket appears", func(f talos.Facts) bool { return f.Nodename == "n1" })
+}
+
+func TestCallsCarryReaderRole(t *testing.T) {
+	m, err := talostest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	seed(t, m)
+	ch := follow(t, m.Socket)
+	// The stand-in refuses calls without talos-role: getting facts at all proves the role is sent.
+	waitFacts(t, ch, "facts", func(f talos.Facts) bool { return f.Metadata != nil })
+}
+
+func TestCmdlineFallback(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cmdline")
+	if err := os.WriteFile(path, []byte("console=ttyS0 talos.platform=metal talos.hostname=web-3 init_on_alloc=1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := talos.FromCmdline(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Metadata.Platform != "metal" || f.Metadata.Hostname != "web-3" || f.Nodename != "web-3" || f.Degraded == "" {
+		t.Fatalf("cmdline facts %+v", f)
+	}
+	if _, err := talos.FromCmdline(filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Fatal("a missing cmdline file gave facts")
+	}
+}
+
