@@ -154,7 +154,9 @@ func TestCheck(t *testing.T) {
 		{name: "O has an extra group", req: func() Request {
 			return goodRequest(t, tmpl{org: []string{"system:nodes", "system:masters"}, dns: []string{"node-a"}})
 		}, want: Deny, check: "organization"},
-		{name: "e-mail SAN", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a"}, emails: []string{"a@example.com"}}) }, want: Deny, check: "no-email-or-uri"},
+		{name: "e-mail SAN", req: func() Request {
+			return goodRequest(t, tmpl{dns: []string{"node-a"}, emails: []string{"a@example.com"}})
+		}, want: Deny, check: "no-email-or-uri"},
 		{name: "URI SAN", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a"}, uris: []string{"spiffe://x/y"}}) }, want: Deny, check: "no-email-or-uri"},
 		{name: "RSA-1024", req: func() Request { return goodRequest(t, tmpl{key: "rsa1024", dns: []string{"node-a"}}) }, want: Deny, check: "key", inReason: "1024 bits"},
 		{name: "Ed25519 key", req: func() Request { return goodRequest(t, tmpl{key: "ed25519", dns: []string{"node-a"}}) }, want: Deny, check: "key", inReason: "not ECDSA or RSA"},
@@ -195,7 +197,11 @@ func TestCheck(t *testing.T) {
 		}, want: Deny, check: "parse"},
 		{name: "10,000 SANs", req: func() Request { return goodRequest(t, tmpl{dns: many}) }, want: Deny, check: "parse", inReason: "limit 65536"},
 		{name: "100 SANs", req: func() Request { return goodRequest(t, tmpl{dns: many[:100]}) }, want: Deny, check: "san-count", inReason: "100 subject alternative names"},
-		{name: "wrong signer", req: func() Request { r := goodRequest(t, good); r.SignerName = certificatesv1.KubeAPIServerClientSignerName; return r }, want: Deny, check: "signer"},
+		{name: "wrong signer", req: func() Request {
+			r := goodRequest(t, good)
+			r.SignerName = certificatesv1.KubeAPIServerClientSignerName
+			return r
+		}, want: Deny, check: "signer"},
 		{name: "not a node identity", req: func() Request { r := goodRequest(t, good); r.Username = "alice"; return r }, want: Deny, check: "username"},
 		{name: "not in system:nodes", req: func() Request { r := goodRequest(t, good); r.Groups = []string{"system:authenticated"}; return r }, want: Deny, check: "groups"},
 		{name: "node not known yet", req: func() Request { return goodRequest(t, good) }, node: &Node{}, want: Retry, check: "node"},

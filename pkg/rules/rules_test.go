@@ -34,7 +34,7 @@ func TestOperators(t *testing.T) {
 	}{
 		{`{key: platform, operator: In, values: [metal, nocloud]}`, true},
 		{`{key: platform, operator: In, values: [aws]}`, false},
-		{`{key: PLATFORM, operator: In, values: [metal]}`, true}, // keys are case-insensitive
+		{`{key: PLATFORM, operator: In, values: [metal]}`, true},  // keys are case-insensitive
 		{`{key: platform, operator: In, values: [METAL]}`, false}, // values are not
 		{`{key: platform, operator: NotIn, values: [aws]}`, true},
 		{`{key: platform, operator: NotIn, values: [metal]}`, false},

@@ -184,4 +184,3 @@ func TestCmdlineFallback(t *testing.T) {
 		t.Fatal("a missing cmdline file gave facts")
 	}
 }
-
