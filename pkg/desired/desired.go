@@ -1,0 +1,168 @@
+// Package desired computes what the agent wants its own Node to look like,
+// from the node's facts and the rules, and the smallest patches that get the
+// observed Node there. It is pure: no I/O, no clocks.
+package desired
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos"
+)
+
+// ProviderIDPolicy says where spec.providerID may come from. It can be set
+// only once and never changed, so the default is the conservative one.
+type ProviderIDPolicy string
+
+const (
+	// ProviderIDFromMetadata sets providerID only from platform metadata (or a rule override).
+	ProviderIDFromMetadata ProviderIDPolicy = "metadata"
+	// ProviderIDTalosFallback also sets Talos CCM's talos://<platform>/<nodeIP>
+	// on platforms without provider IDs (metal, nocloud, …).
+	ProviderIDTalosFallback ProviderIDPolicy = "talos-fallback"
+	// ProviderIDNever leaves providerID alone.
+	ProviderIDNever ProviderIDPolicy = "never"
+)
+
+// ParseProviderIDPolicy validates a flag value.
+func ParseProviderIDPolicy(s string) (ProviderIDPolicy, error) {
+	switch p := ProviderIDPolicy(s); p {
+	case ProviderIDFromMetadata, ProviderIDTalosFallback, ProviderIDNever:
+		return p, nil
+	}
+	return "", fmt.Errorf("provider-ID policy %q: want %s, %s or %s", s, ProviderIDFromMetadata, ProviderIDTalosFallback, ProviderIDNever)
+}
+
+// Inputs are everything the desired Node depends on.
+type Inputs struct {
+	NodeName     string
+	Talos        talos.Facts
+	Addresses    []netaddr.Address
+	Classifier   netaddr.Classifier
+	Rules        *rules.Rules
+	Policy       ProviderIDPolicy
+	AgentVersion string
+	// ProvidedNodeIPs are the kubelet's --node-ip, from the Node's
+	// alpha.kubernetes.io/provided-node-ip annotation; used when Talos's
+	// NodeIP resource is not known.
+	ProvidedNodeIPs []netip.Addr
+}
+
+// State is the desired Node, as far as the agent owns it.
+type State struct {
+	// Labels the node sets itself; their keys become owned-labels.
+	Labels map[string]string
+	// Annotations: rule annotations and the contract's.
+	Annotations map[string]string
+	// ProviderID is "" when none may be set yet.
+	ProviderID string
+	Addresses  []corev1.NodeAddress
+	// Rules is the rules' result, for explain and logs.
+	Rules rules.Result
+}
+
+// Compute returns the desired state, or ok=false while there are no facts to
+// act on (no platform metadata yet): nothing is written before that.
+func Compute(in Inputs) (State, bool, error) {
+	md := in.Talos.Metadata
+	if md == nil {
+		return State{}, false, nil
+	}
+	facts := rules.Facts{Metadata: *md}
+	if in.Talos.System != nil {
+		facts.System = *in.Talos.System
+	}
+	res := in.Rules.Evaluate(facts)
+	eff := res.Metadata
+
+	labels := map[string]string{}
+	for k, v := range map[string]string{
+		contract.LabelTopologyRegion: eff.Region, contract.LabelTopologyZone: eff.Zone, contract.LabelInstanceType: eff.InstanceType,
+	} {
+		if v != "" && contract.CheckLabel(k, v) == nil {
+			labels[k] = v
+		}
+	}
+	maps.Copy(labels, res.Labels)
+
+	nodeIPs := in.Talos.NodeIPs
+	if len(nodeIPs) == 0 {
+		nodeIPs = in.ProvidedNodeIPs
+	}
+	providerID := ""
+	switch {
+	case in.Policy == ProviderIDNever || in.Talos.Degraded != "":
+		// From the kernel command line nothing is certain enough to set forever.
+	case eff.ProviderID != "":
+		providerID = eff.ProviderID
+	case in.Policy == ProviderIDTalosFallback && eff.Platform != "" && len(nodeIPs) > 0:
+		providerID = fmt.Sprintf("talos://%s/%s", eff.Platform, nodeIPs[0])
+	}
+
+	annotations := maps.Clone(res.Annotations)
+	meta := contract.Metadata{
+		Platform: eff.Platform, Hostname: eff.Hostname, Region: eff.Region, Zone: eff.Zone,
+		InstanceType: eff.InstanceType, InstanceID: eff.InstanceID, ProviderID: eff.ProviderID,
+		Spot: eff.Spot, InternalDNS: eff.InternalDNS, ExternalDNS: eff.ExternalDNS, AgentVersion: in.AgentVersion,
+	}
+	var err error
+	set := func(key string, value string, e error) {
+		if e != nil && err == nil {
+			err = fmt.Errorf("%s: %w", key, e)
+		}
+		annotations[key] = value
+	}
+	v, e := contract.EncodeMetadata(meta)
+	set(contract.AnnotationMetadata, v, e)
+	v, e = contract.EncodePrefixes(in.Classifier.GlobalPrefixes(in.Addresses))
+	set(contract.AnnotationPrefixes, v, e)
+	v, e = contract.EncodeRequestedLabels(res.RequestedLabels)
+	set(contract.AnnotationRequestedLabels, v, e)
+	v, e = contract.EncodeRequestedTaints(res.Taints)
+	set(contract.AnnotationRequestedTaints, v, e)
+	v, e = contract.EncodeKeys(slices.Collect(maps.Keys(labels)))
+	set(contract.AnnotationOwnedLabels, v, e)
+	if err != nil {
+		return State{}, false, err
+	}
+
+	return State{
+		Labels: labels, Annotations: annotations, ProviderID: providerID,
+		Addresses: addresses(in, nodeIPs, eff.InternalDNS, eff.ExternalDNS), Rules: res,
+	}, true, nil
+}
+
+// addresses: InternalIP = the kubelet's node IPs; ExternalIP = external
+// kernel addresses then Talos's external ones (not repeating an InternalIP);
+// Hostname = the node name; then InternalDNS and ExternalDNS.
+func addresses(in Inputs, nodeIPs []netip.Addr, internalDNS, externalDNS string) []corev1.NodeAddress {
+	var out []corev1.NodeAddress
+	seen := map[netip.Addr]bool{}
+	for _, ip := range nodeIPs {
+		if ip = ip.Unmap(); !seen[ip] {
+			seen[ip] = true
+			out = append(out, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip.String()})
+		}
+	}
+	for _, ip := range slices.Concat(in.Classifier.ExternalIPs(in.Addresses), in.Talos.ExternalIPs) {
+		if ip = ip.Unmap(); !seen[ip] && netaddr.IsExternal(ip) {
+			seen[ip] = true
+			out = append(out, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: ip.String()})
+		}
+	}
+	out = append(out, corev1.NodeAddress{Type: corev1.NodeHostName, Address: in.NodeName})
+	if internalDNS != "" {
+		out = append(out, corev1.NodeAddress{Type: corev1.NodeInternalDNS, Address: internalDNS})
+	}
+	if externalDNS != "" {
+		out = append(out, corev1.NodeAddress{Type: corev1.NodeExternalDNS, Address: externalDNS})
+	}
+	return out
+}

@@ -1,0 +1,208 @@
+package desired
+
+import (
+	"encoding/json"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos"
+)
+
+func inputs(t *testing.T, ruleDoc string) Inputs {
+	t.Helper()
+	r, err := rules.Load([]byte(ruleDoc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Inputs{
+		NodeName: "web-1",
+		Talos: talos.Facts{
+			Metadata: &runtime.PlatformMetadataSpec{Platform: "metal", Hostname: "web-1", Region: "eu", Zone: "eu-1a"},
+			NodeIPs:  []netip.Addr{netip.MustParseAddr("10.0.0.5")}, ExternalIPs: []netip.Addr{netip.MustParseAddr("198.51.100.1")},
+		},
+		Addresses: []netaddr.Address{
+			{Prefix: netip.MustParsePrefix("10.0.0.5/24"), Link: "eth0", LinkUp: true, Permanent: true},
+			{Prefix: netip.MustParsePrefix("2001:db8:1:2::5/64"), Link: "eth0", LinkUp: true, Permanent: true},
+		},
+		Classifier: netaddr.NewClassifier(), Rules: r, Policy: ProviderIDFromMetadata, AgentVersion: "v0.0.0-test",
+	}
+}
+
+const webRules = `
+transformations:
+- name: web
+  nodeSelector:
+  - matchExpressions:
+    - {key: hostname, operator: Regexp, values: ["^web-"]}
+  labels:
+    node-role.kubernetes.io/web: ""
+    example.com/tier: frontend
+`
+
+func TestComputeJoin(t *testing.T) {
+	st, ok, err := Compute(inputs(t, webRules))
+	if err != nil || !ok {
+		t.Fatalf("compute: %v %v", ok, err)
+	}
+	if st.Labels["topology.kubernetes.io/zone"] != "eu-1a" || st.Labels["topology.kubernetes.io/region"] != "eu" || st.Labels["example.com/tier"] != "frontend" || len(st.Labels) != 3 {
+		t.Fatalf("labels %v", st.Labels)
+	}
+	if _, forbidden := st.Labels["node-role.kubernetes.io/web"]; forbidden {
+		t.Fatal("a label the node may not set is in Labels")
+	}
+	req, _ := contract.DecodeRequestedLabels(st.Annotations[contract.AnnotationRequestedLabels])
+	if _, ok := req["node-role.kubernetes.io/web"]; !ok {
+		t.Fatalf("requested labels %v", req)
+	}
+	prefixes, _ := contract.DecodePrefixes(st.Annotations[contract.AnnotationPrefixes])
+	if len(prefixes) != 1 || prefixes[0] != netip.MustParsePrefix("2001:db8:1:2::/64") {
+		t.Fatalf("prefixes %v", prefixes)
+	}
+	want := []corev1.NodeAddress{
+		{Type: corev1.NodeInternalIP, Address: "10.0.0.5"}, {Type: corev1.NodeExternalIP, Address: "2001:db8:1:2::5"},
+		{Type: corev1.NodeExternalIP, Address: "198.51.100.1"}, {Type: corev1.NodeHostName, Address: "web-1"},
+	}
+	if len(st.Addresses) != len(want) {
+		t.Fatalf("addresses %v", st.Addresses)
+	}
+	for i := range want {
+		if st.Addresses[i] != want[i] {
+			t.Fatalf("addresses %v, want %v", st.Addresses, want)
+		}
+	}
+	if st.ProviderID != "" {
+		t.Fatalf("metal without a provider ID got %q under the metadata policy", st.ProviderID)
+	}
+}
+
+func TestNothingBeforeMetadata(t *testing.T) {
+	in := inputs(t, "")
+	in.Talos.Metadata = nil
+	if _, ok, err := Compute(in); ok || err != nil {
+		t.Fatalf("computed a Node without metadata: %v %v", ok, err)
+	}
+}
+
+func TestProviderIDPolicy(t *testing.T) {
+	cases := []struct {
+		name     string
+		policy   ProviderIDPolicy
+		fromMD   string
+		degraded bool
+		want     string
+	}{
+		{"metadata has one", ProviderIDFromMetadata, "aws:///eu-1a/i-1", false, "aws:///eu-1a/i-1"},
+		{"metal, metadata policy", ProviderIDFromMetadata, "", false, ""},
+		{"metal, fallback policy", ProviderIDTalosFallback, "", false, "talos://metal/10.0.0.5"},
+		{"never", ProviderIDNever, "aws:///x", false, ""},
+		{"degraded facts never set it", ProviderIDTalosFallback, "", true, ""},
+	}
+	for _, c := range cases {
+		in := inputs(t, "")
+		in.Policy = c.policy
+		in.Talos.Metadata.ProviderID = c.fromMD
+		if c.degraded {
+			in.Talos.Degraded = talos.DegradedCmdline
+		}
+		st, _, _ := Compute(in)
+		if st.ProviderID != c.want {
+			t.Errorf("%s: providerID %q, want %q", c.name, st.ProviderID, c.want)
+		}
+	}
+	if _, err := ParseProviderIDPolicy("sometimes"); err == nil {
+		t.Error("a bad policy was accepted")
+	}
+}
+
+// observedAfter applies a desired state to a Node as the API server would.
+func observedAfter(st State, base *corev1.Node) *corev1.Node {
+	n := base.DeepCopy()
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	if n.Annotations == nil {
+		n.Annotations = map[string]string{}
+	}
+	for k, v := range st.Labels {
+		n.Labels[k] = v
+	}
+	for k, v := range st.Annotations {
+		n.Annotations[k] = v
+	}
+	if n.Spec.ProviderID == "" {
+		n.Spec.ProviderID = st.ProviderID
+	}
+	n.Status.Addresses = st.Addresses
+	return n
+}
+
+func TestDiffSteadyStateIsEmpty(t *testing.T) {
+	st, _, _ := Compute(inputs(t, webRules))
+	node := observedAfter(st, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "web-1"}})
+	again, _, _ := Compute(inputs(t, webRules))
+	p, err := Diff(node, again)
+	if err != nil || p.Meta != nil || p.Status != nil {
+		t.Fatalf("steady state patches: meta %s status %s %v", p.Meta, p.Status, err)
+	}
+}
+
+func TestDiffRemovesOnlyOwnedLabels(t *testing.T) {
+	st, _, _ := Compute(inputs(t, webRules))
+	node := observedAfter(st, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "web-1",
+		Labels: map[string]string{"someone.else/label": "keep", "kubernetes.io/hostname": "web-1"}}})
+	next, _, _ := Compute(inputs(t, "")) // the rules no longer set example.com/tier
+	p, err := Diff(node, next)
+	if err != nil || p.Meta == nil {
+		t.Fatalf("no patch: %v", err)
+	}
+	var got struct {
+		Metadata struct {
+			Labels map[string]*string `json:"labels"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(p.Meta, &got); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := got.Metadata.Labels["example.com/tier"]; !ok || v != nil {
+		t.Fatalf("owned label not removed: %s", p.Meta)
+	}
+	for _, k := range []string{"someone.else/label", "kubernetes.io/hostname", "topology.kubernetes.io/zone"} {
+		if _, touched := got.Metadata.Labels[k]; touched {
+			t.Fatalf("patch touches %s: %s", k, p.Meta)
+		}
+	}
+	if p.Status != nil || strings.Contains(string(p.Meta), "taints") || strings.Contains(string(p.Meta), "podCIDR") {
+		t.Fatalf("unexpected patch content: %s / %s", p.Meta, p.Status)
+	}
+}
+
+func TestDiffProviderIDNeverChanges(t *testing.T) {
+	in := inputs(t, "")
+	in.Talos.Metadata.ProviderID = "aws:///new"
+	st, _, _ := Compute(in)
+	node := observedAfter(st, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "web-1"}, Spec: corev1.NodeSpec{ProviderID: "aws:///old"}})
+	p, _ := Diff(node, st)
+	if p.ProviderIDConflict != "aws:///old" || (p.Meta != nil && strings.Contains(string(p.Meta), "providerID")) {
+		t.Fatalf("conflict %q, meta %s", p.ProviderIDConflict, p.Meta)
+	}
+}
+
+func TestDiffAddressChangeIsStatusOnly(t *testing.T) {
+	in := inputs(t, "")
+	st, _, _ := Compute(in)
+	node := observedAfter(st, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "web-1"}})
+	in.Talos.ExternalIPs = nil
+	next, _, _ := Compute(in)
+	p, _ := Diff(node, next)
+	if p.Meta != nil || p.Status == nil || strings.Contains(string(p.Status), "198.51.100.1") {
+		t.Fatalf("meta %s status %s", p.Meta, p.Status)
+	}
+}
