@@ -84,13 +84,8 @@ func EncodeKeys(keys []string) (string, error) {
 	if set == nil {
 		set = []string{}
 	}
-	if len(set) > maxEntries {
-		return "", fmt.Errorf("%d keys, limit %d", len(set), maxEntries)
-	}
-	for _, k := range set {
-		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
-			return "", fmt.Errorf("label key %q: %s", k, strings.Join(errs, "; "))
-		}
+	if err := checkKeys(set); err != nil {
+		return "", err
 	}
 	return encode(keysWire{V: PayloadVersion, Keys: set})
 }
@@ -102,16 +97,23 @@ func DecodeKeys(key, value string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(w.Keys) > maxEntries {
-		return nil, fmt.Errorf("%s: %d keys, limit %d", key, len(w.Keys), maxEntries)
-	}
-	for _, k := range w.Keys {
-		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
-			return nil, fmt.Errorf("%s: label key %q: %s", key, k, strings.Join(errs, "; "))
-		}
+	if err := checkKeys(w.Keys); err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
 	}
 	slices.Sort(w.Keys)
 	return slices.Compact(w.Keys), nil
+}
+
+func checkKeys(keys []string) error {
+	if len(keys) > maxEntries {
+		return fmt.Errorf("%d keys, limit %d", len(keys), maxEntries)
+	}
+	for _, k := range keys {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return fmt.Errorf("label key %q: %s", k, strings.Join(errs, "; "))
+		}
+	}
+	return nil
 }
 
 // Taint is a taint requested by the rules. The node cannot set taints, so the

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/kubeletsim"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/testcluster"
 )
@@ -115,7 +116,7 @@ func TestHostileSANs(t *testing.T) {
 	if len(csr.Spec.Request) == 0 {
 		t.Fatal("empty request")
 	}
-	parsed, err := parseCSR(csr.Spec.Request)
+	parsed, err := csrcheck.Parse(csr.Spec.Request)
 	if err != nil {
 		t.Fatal(err)
 	}
