@@ -179,32 +179,27 @@ func compileRule(i int, r Rule) (compiledRule, []error) {
 		c.terms = append(c.terms, exprs)
 	}
 
-	for _, k := range sortedKeys(r.Labels) {
-		at := "labels[" + k + "]"
-		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
-			fail(at, "invalid label key: %s", strings.Join(errs, "; "))
-			continue
+	// compileOutputs validates the keys of a labels or annotations map and
+	// compiles its value templates.
+	compileOutputs := func(field, kind string, m map[string]string) []output {
+		var outs []output
+		for _, k := range sortedKeys(m) {
+			at := field + "[" + k + "]"
+			if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+				fail(at, "invalid %s key: %s", kind, strings.Join(errs, "; "))
+				continue
+			}
+			t, err := compileTemplate(at, m[k])
+			if err != nil {
+				fail(at, "%v", err)
+				continue
+			}
+			outs = append(outs, output{k, t})
 		}
-		t, err := compileTemplate(at, r.Labels[k])
-		if err != nil {
-			fail(at, "%v", err)
-			continue
-		}
-		c.labels = append(c.labels, output{k, t})
+		return outs
 	}
-	for _, k := range sortedKeys(r.Annotations) {
-		at := "annotations[" + k + "]"
-		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
-			fail(at, "invalid annotation key: %s", strings.Join(errs, "; "))
-			continue
-		}
-		t, err := compileTemplate(at, r.Annotations[k])
-		if err != nil {
-			fail(at, "%v", err)
-			continue
-		}
-		c.annotations = append(c.annotations, output{k, t})
-	}
+	c.labels = compileOutputs("labels", "label", r.Labels)
+	c.annotations = compileOutputs("annotations", "annotation", r.Annotations)
 	for _, k := range sortedKeys(r.Taints) {
 		at := "taints[" + k + "]"
 		if errs := validation.IsQualifiedName(k); len(errs) > 0 {

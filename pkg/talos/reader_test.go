@@ -50,6 +50,18 @@ func waitFacts(t *testing.T, ch <-chan talos.Facts, what string, cond func(talos
 	}
 }
 
+// startSeeded starts a machined stand-in holding one node's facts.
+func startSeeded(t *testing.T) *talostest.Machined {
+	t.Helper()
+	m, err := talostest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	seed(t, m)
+	return m
+}
+
 func seed(t *testing.T, m *talostest.Machined) {
 	t.Helper()
 	ctx := context.Background()
@@ -68,12 +80,7 @@ func seed(t *testing.T, m *talostest.Machined) {
 
 func TestWatchReadsUpdatesAndDeletes(t *testing.T) {
 	ctx := context.Background()
-	m, err := talostest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	seed(t, m)
+	m := startSeeded(t)
 	// An address on a real link must not be taken for an external one.
 	lan := network.NewAddressStatus(network.NamespaceName, network.AddressID("eth0", netip.MustParsePrefix("10.0.0.1/24")))
 	lan.TypedSpec().LinkName, lan.TypedSpec().Address, lan.TypedSpec().Family = "eth0", netip.MustParsePrefix("10.0.0.1/24"), nethelpers.FamilyInet4
@@ -108,12 +115,7 @@ func TestWatchReadsUpdatesAndDeletes(t *testing.T) {
 
 func TestReconnectsAfterMachinedRestart(t *testing.T) {
 	ctx := context.Background()
-	m, err := talostest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	seed(t, m)
+	m := startSeeded(t)
 	ch := follow(t, m.Socket)
 	waitFacts(t, ch, "the first snapshot", func(f talos.Facts) bool { return f.Metadata != nil && f.Metadata.Zone == "z1" })
 
@@ -137,12 +139,7 @@ func TestReconnectsAfterMachinedRestart(t *testing.T) {
 }
 
 func TestWaitsForSocket(t *testing.T) {
-	m, err := talostest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	seed(t, m)
+	m := startSeeded(t)
 	m.Stop() // the socket is gone: the agent started before machined
 	ch := follow(t, m.Socket)
 	select {
@@ -157,12 +154,7 @@ func TestWaitsForSocket(t *testing.T) {
 }
 
 func TestCallsCarryReaderRole(t *testing.T) {
-	m, err := talostest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	seed(t, m)
+	m := startSeeded(t)
 	ch := follow(t, m.Socket)
 	// The stand-in refuses calls without talos-role: getting facts at all proves the role is sent.
 	waitFacts(t, ch, "facts", func(f talos.Facts) bool { return f.Metadata != nil })

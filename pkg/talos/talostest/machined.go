@@ -34,10 +34,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos"
 )
 
 // ExternalLink is the pseudo-link Talos puts cloud public IPs on.
-const ExternalLink = "external"
+const ExternalLink = talos.ExternalLink
 
 // Machined is a running stand-in. Its state survives Stop/Start, so a test
 // can simulate machined restarting while the agent keeps its watches.
