@@ -1,33 +1,290 @@
 // Command nodeinit-agent runs on every Talos node as a system extension
-// service and initializes its own Node with the node's kubelet credentials.
-//
-// This is the skeleton from the Foundation issue: only `version` works; the
-// run loop, `validate` and `explain` arrive with the agent issue.
+// service and initializes its own Node with the node's kubelet credentials:
+// labels, providerID, addresses, the facts the coordinator needs, and
+// attestations of its serving CSRs.
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"net/netip"
 	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
 
+	"github.com/talos-nodeinit/talos-nodeinit/agent/controller"
+	"github.com/talos-nodeinit/talos-nodeinit/agent/explain"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/envflag"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/telemetry"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/version"
 )
+
+const envPrefix = "NODEINIT_"
+
+// DefaultRulesFile is where the ExtensionServiceConfig in extension/ mounts
+// the rules. A missing file at this default means "no rules"; a missing file
+// named explicitly is an error.
+const DefaultRulesFile = "/usr/local/etc/nodeinit/rules.yaml"
 
 const usage = `nodeinit-agent initializes this node's Kubernetes Node object on Talos Linux.
 
 Usage:
-  nodeinit-agent version    print the version and exit
+  nodeinit-agent [run] [flags]          run the node agent (the default)
+  nodeinit-agent validate --rules FILE  check a rules file and exit
+  nodeinit-agent explain [flags]        print what run would write for given facts, offline
+  nodeinit-agent version                print the version
 
-The run loop, validate and explain commands are not implemented yet.
+Run 'nodeinit-agent <command> --help' for a command's flags. Every flag can
+also be set from the environment: --rules-file is NODEINIT_RULES_FILE.
 `
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "version" {
-		fmt.Println(version.String("nodeinit-agent"))
-		return
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	cmd := "run"
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+		fmt.Fprint(stderr, usage+"\nnodeinit-agent run:\n")
+		return runAgent(args, stderr)
 	}
-	fmt.Fprint(os.Stderr, usage)
-	if len(os.Args) > 1 && (os.Args[1] == "--help" || os.Args[1] == "-h" || os.Args[1] == "help") {
-		return
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
 	}
-	os.Exit(2)
+	switch cmd {
+	case "run":
+		return runAgent(args, stderr)
+	case "validate":
+		return validate(args, stdout, stderr)
+	case "explain":
+		return explainCmd(args, stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, version.String("nodeinit-agent"))
+		return 0
+	case "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "unknown command %q\n\n%s", cmd, usage)
+	return 2
+}
+
+func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "%s\n\nFlags:\n", synopsis)
+		envflag.Usage(fs, envPrefix)
+	}
+	return fs
+}
+
+// parse returns an exit code when the command should stop (help or a bad flag).
+func parse(fs *flag.FlagSet, args []string) (int, bool) {
+	switch err := envflag.Parse(fs, envPrefix, args); {
+	case errors.Is(err, flag.ErrHelp):
+		return 0, true
+	case err != nil:
+		fmt.Fprintln(fs.Output(), err)
+		return 2, true
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "unexpected arguments: %q\n", fs.Args())
+		return 2, true
+	}
+	return 0, false
+}
+
+func runAgent(args []string, stderr io.Writer) int {
+	fs := newFlagSet("run", "Usage: nodeinit-agent run [flags]\n\nWatch this node's facts and keep its Node object up to date.", stderr)
+	kubeconfig := fs.String("kubeconfig", "/etc/kubernetes/kubeconfig-kubelet", "the kubelet's kubeconfig (its client certificate may rotate)")
+	socket := fs.String("machined-socket", talos.DefaultSocket, "machined's API socket")
+	factsFrom := fs.String("facts", "machined", "where Talos facts come from: machined, or cmdline (degraded: platform and hostname from the kernel command line, for the static-pod fallback)")
+	cmdline := fs.String("cmdline-file", "/proc/cmdline", "kernel command line, with --facts=cmdline")
+	rulesFile := fs.String("rules-file", DefaultRulesFile, "the rules (Talos CCM transformations) file; a missing file at the default path means no rules")
+	nodeName := fs.String("node-name", "", "node name (default: the kubelet's, from Talos)")
+	exclude := fs.String("exclude-links", "", "comma-separated link name patterns whose addresses are ignored, besides "+strings.Join(netaddr.DefaultExcludedLinks, ","))
+	netns := fs.String("netns", "", "read addresses from the network namespace at this `PATH` (default: the agent's own)")
+	policy := fs.String("provider-id-policy", string(desired.ProviderIDFromMetadata), "where spec.providerID may come from: metadata, talos-fallback (talos://<platform>/<nodeIP> where the platform has none) or never; it can never change once set")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	logFormat := fs.String("log-format", "text", "text or json")
+	metricsAddr := fs.String("metrics-addr", "", "serve /metrics, /healthz and /readyz on this `ADDRESS` (off when empty)")
+	credPoll := fs.Duration("credentials-poll", 2*time.Second, "how often the kubelet's kubeconfig and certificate files are checked for rotation")
+	if code, stop := parse(fs, args); stop {
+		return code
+	}
+
+	log, err := telemetry.NewLogger(stderr, *logLevel, *logFormat)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	pol, err := desired.ParseProviderIDPolicy(*policy)
+	if err != nil {
+		log.Error("invalid flag", "err", err)
+		return 2
+	}
+	rs, err := loadRules(*rulesFile, *rulesFile == DefaultRulesFile)
+	if err != nil {
+		// Talos restarts the service; `talosctl logs ext-nodeinit-agent` shows this.
+		log.Error("invalid rules; not starting", "file", *rulesFile, "err", err)
+		return 1
+	}
+	var facts func(context.Context, func(talos.Facts)) error
+	switch *factsFrom {
+	case "machined":
+		facts = (&talos.Reader{Socket: *socket, Log: log}).Watch
+	case "cmdline":
+		if *nodeName == "" {
+			log.Error("--facts=cmdline needs --node-name (in a static pod, from the downward API)")
+			return 2
+		}
+		facts = func(ctx context.Context, update func(talos.Facts)) error {
+			f, err := talos.FromCmdline(*cmdline)
+			if err != nil {
+				return err
+			}
+			update(f)
+			<-ctx.Done()
+			return nil
+		}
+	default:
+		log.Error("invalid flag", "err", fmt.Sprintf("--facts %q: want machined or cmdline", *factsFrom))
+		return 2
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	reg := telemetry.NewRegistry()
+	var extra []string
+	for p := range strings.SplitSeq(*exclude, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			extra = append(extra, p)
+		}
+	}
+	agent, err := controller.New(controller.Config{
+		NodeName: *nodeName, Kubeconfig: *kubeconfig, CredentialsPoll: *credPoll, Facts: facts, NetNS: *netns,
+		Rules: rs, Classifier: netaddr.NewClassifier(extra...), Policy: pol, Version: version.Version,
+		Log: log, Metrics: controller.NewMetrics(reg),
+	})
+	if err != nil {
+		log.Error("invalid configuration", "err", err)
+		return 2
+	}
+	if *metricsAddr != "" {
+		srv := &telemetry.Server{Addr: *metricsAddr, Registry: reg, Ready: agent.Ready, Log: log}
+		addr, err := srv.Listen(ctx)
+		if err != nil {
+			log.Error("cannot serve metrics", "err", err)
+			return 1
+		}
+		log.Info("serving metrics and health", "addr", addr)
+	}
+	log.Info("starting", "version", version.Version, "rules", rs.Names(), "provider-id-policy", pol, "facts", *factsFrom, "netns", *netns)
+	if err := agent.Run(ctx); err != nil {
+		log.Error("stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func loadRules(path string, optional bool) (*rules.Rules, error) {
+	if path == "" {
+		return rules.Compile(rules.File{})
+	}
+	rs, err := rules.LoadFile(path)
+	if err != nil && optional && errors.Is(err, os.ErrNotExist) {
+		return rules.Compile(rules.File{})
+	}
+	return rs, err
+}
+
+func validate(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("validate", "Usage: nodeinit-agent validate --rules FILE\n\nCheck a rules file: exit 0 when it is valid, 1 with every error otherwise.", stderr)
+	file := fs.String("rules", "", "the rules `FILE` to check")
+	if code, stop := parse(fs, args); stop {
+		return code
+	}
+	if *file == "" {
+		fmt.Fprintln(stderr, "validate: --rules FILE is required")
+		return 2
+	}
+	rs, err := rules.LoadFile(*file)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: invalid:\n%v\n", *file, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: OK, %d rules %q\n", *file, len(rs.Names()), rs.Names())
+	return 0
+}
+
+func explainCmd(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("explain", "Usage: nodeinit-agent explain --platform-metadata FILE [flags]\n\nPrint exactly what `run` would write for a node with these facts, without a cluster.", stderr)
+	rulesFile := fs.String("rules", "", "the rules `FILE` (none when empty)")
+	mdFile := fs.String("platform-metadata", "", "`FILE` with `talosctl get platformmetadata -o yaml` output or a bare spec")
+	siFile := fs.String("system-information", "", "`FILE` with `talosctl get systeminformation -o yaml` output or a bare spec")
+	nodeName := fs.String("node-name", "", "node name (default: the metadata hostname)")
+	addresses := fs.String("addresses", "", "comma-separated interface addresses as `CIDRs`; the first is the node IP")
+	policy := fs.String("provider-id-policy", string(desired.ProviderIDFromMetadata), "metadata, talos-fallback or never")
+	output := fs.String("o", "table", "output format: json, yaml or table")
+	if code, stop := parse(fs, args); stop {
+		return code
+	}
+	fail := func(err error) int {
+		fmt.Fprintln(stderr, "explain:", err)
+		return 1
+	}
+	if *mdFile == "" {
+		fmt.Fprintln(stderr, "explain: --platform-metadata FILE is required")
+		return 2
+	}
+	in := explain.Input{NodeName: *nodeName}
+	var err error
+	if in.Policy, err = desired.ParseProviderIDPolicy(*policy); err != nil {
+		return fail(err)
+	}
+	if in.Rules, err = loadRules(*rulesFile, *rulesFile == ""); err != nil {
+		return fail(err)
+	}
+	data, err := os.ReadFile(*mdFile)
+	if err != nil {
+		return fail(err)
+	}
+	if in.Metadata, err = explain.ReadPlatformMetadata(data); err != nil {
+		return fail(fmt.Errorf("%s: %w", *mdFile, err))
+	}
+	if *siFile != "" {
+		if data, err = os.ReadFile(*siFile); err != nil {
+			return fail(err)
+		}
+		si, err := explain.ReadSystemInformation(data)
+		if err != nil {
+			return fail(fmt.Errorf("%s: %w", *siFile, err))
+		}
+		in.System = &si
+	}
+	for s := range strings.SplitSeq(*addresses, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return fail(fmt.Errorf("--addresses: %w", err))
+		}
+		in.Addresses = append(in.Addresses, p)
+	}
+	out := explain.Explain(in)
+	if err := out.Write(stdout, *output); err != nil {
+		return fail(err)
+	}
+	return 0
 }

@@ -19,8 +19,9 @@ rules:
 
 // AuditEvent is the part of an audit.k8s.io/v1 Event the tests count.
 type AuditEvent struct {
-	Verb string `json:"verb"`
-	User struct {
+	Verb      string `json:"verb"`
+	UserAgent string `json:"userAgent"`
+	User      struct {
 		Username string   `json:"username"`
 		Groups   []string `json:"groups"`
 	} `json:"user"`

@@ -63,8 +63,12 @@ func (id *NodeIdentity) Config() *rest.Config { return rest.CopyConfig(id.config
 // Rotate replaces the client certificate file with a freshly issued one, the
 // way the kubelet's client-certificate rotation does: a new file renamed over
 // the old, so readers never see half a file.
-func (id *NodeIdentity) Rotate() error {
-	certPEM, keyPEM, err := id.ca.issue(leaf{commonName: "system:node:" + id.Name, organization: []string{"system:nodes"}})
+func (id *NodeIdentity) Rotate() error { return id.RotateValidFor(0) }
+
+// RotateValidFor is Rotate with a certificate valid for d (a year when 0),
+// for tests that need the old certificate to expire.
+func (id *NodeIdentity) RotateValidFor(d time.Duration) error {
+	certPEM, keyPEM, err := id.ca.issue(leaf{commonName: "system:node:" + id.Name, organization: []string{"system:nodes"}, validFor: d})
 	if err != nil {
 		return err
 	}

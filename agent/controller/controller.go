@@ -1,0 +1,495 @@
+// Package controller is the agent's run loop: it reads the node's facts
+// (machined, netlink, the rules), computes the desired Node with
+// pkg/desired, and writes only the difference to its own Node with the
+// kubelet's credentials. It also attests the serving CSRs the coordinator
+// asks it to review.
+//
+// Inputs: Talos facts, kernel addresses, the Node (watched by name), the
+// kubelet credentials on disk. Output: labels, annotations, providerID and
+// status.addresses of this one Node. Nothing else is ever written.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/kubecreds"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos"
+)
+
+// Config is everything the run loop needs. Zero durations take the defaults.
+type Config struct {
+	// NodeName overrides the node name Talos reports (required in degraded mode).
+	NodeName string
+	// Kubeconfig is the kubelet's kubeconfig; its certificate files are
+	// reread every CredentialsPoll and the client rebuilt when they change.
+	Kubeconfig      string
+	CredentialsPoll time.Duration // default 2s
+	// Facts streams Talos facts: (*talos.Reader).Watch, or a degraded source.
+	Facts func(ctx context.Context, update func(talos.Facts)) error
+	// NetNS is the network namespace to read addresses from ("" = own).
+	NetNS string
+	// Debounce lets address bursts settle (default 50ms).
+	Debounce   time.Duration
+	Rules      *rules.Rules
+	Classifier netaddr.Classifier
+	Policy     desired.ProviderIDPolicy
+	Version    string
+	Log        *slog.Logger
+	Metrics    *Metrics
+	// MinBackoff and MaxBackoff bound retries after API errors (200ms, 30s).
+	MinBackoff, MaxBackoff time.Duration
+}
+
+// Agent is one node's run loop.
+type Agent struct {
+	cfg Config
+	log *slog.Logger
+	m   *Metrics
+
+	mu       sync.Mutex
+	notReady error
+
+	// Owned by the loop goroutine.
+	nodeName  string
+	facts     *talos.Facts
+	addrs     []netaddr.Address
+	haveAddrs bool
+	client    kubernetes.Interface
+	informer  *nodeInformer
+	patched   *corev1.Node // the newest Node a patch returned
+	attested  map[string]string
+	lastLog   map[string]string // dedupes repeated warnings
+}
+
+// New validates the config and fills in defaults.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Kubeconfig == "" || cfg.Facts == nil || cfg.Rules == nil {
+		return nil, errors.New("controller: Kubeconfig, Facts and Rules are required")
+	}
+	if cfg.Policy == "" {
+		cfg.Policy = desired.ProviderIDFromMetadata
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&cfg.CredentialsPoll, 2*time.Second)
+	def(&cfg.Debounce, 50*time.Millisecond)
+	def(&cfg.MinBackoff, 200*time.Millisecond)
+	def(&cfg.MaxBackoff, 30*time.Second)
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
+	if len(cfg.Classifier.Excluded) == 0 {
+		cfg.Classifier = netaddr.NewClassifier()
+	}
+	return &Agent{
+		cfg: cfg, log: cfg.Log, m: cfg.Metrics, nodeName: cfg.NodeName,
+		notReady: errors.New("starting"), attested: map[string]string{}, lastLog: map[string]string{},
+	}, nil
+}
+
+// Ready returns nil once the Node matches the desired state, else why not.
+func (a *Agent) Ready() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.notReady
+}
+
+func (a *Agent) setReady(err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.notReady = err
+	if err == nil {
+		a.m.Ready.Set(1)
+	} else {
+		a.m.Ready.Set(0)
+	}
+}
+
+// Run runs until ctx ends. It returns an error only for a configuration the
+// agent can never work with (a network namespace that cannot be opened);
+// everything transient is retried with backoff.
+func (a *Agent) Run(ctx context.Context) error {
+	src, err := netaddr.Open(a.cfg.NetNS)
+	if err != nil {
+		return fmt.Errorf("reading addresses: %w", err)
+	}
+	defer src.Close()
+	addrs := src.Watch(ctx, a.cfg.Debounce)
+
+	facts := make(chan talos.Facts, 1)
+	go func() {
+		if err := a.cfg.Facts(ctx, func(f talos.Facts) { replace(facts, f) }); err != nil && ctx.Err() == nil {
+			a.log.Error("facts source stopped", "err", err)
+		}
+	}()
+
+	creds, err := kubecreds.Load(a.cfg.Kubeconfig)
+	if err != nil {
+		a.log.Warn("waiting for the kubelet's kubeconfig", "err", err)
+	} else {
+		a.useCredentials(creds)
+	}
+	credUpdates := kubecreds.Watch(ctx, a.cfg.Kubeconfig, a.cfg.CredentialsPoll, creds.Fingerprint)
+
+	nodeEvents := make(chan struct{}, 1)
+	backoff := a.cfg.MinBackoff
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer func() {
+		if a.informer != nil {
+			a.informer.stop()
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			a.log.Info("stopping")
+			return nil
+		case f := <-facts:
+			a.factsChanged(f)
+		case list, ok := <-addrs:
+			if !ok {
+				return nil
+			}
+			a.addrs, a.haveAddrs = list, true
+		case l, ok := <-credUpdates:
+			if !ok {
+				return nil
+			}
+			a.log.Info("kubelet credentials changed; rebuilding the client")
+			a.m.CredReloads.Inc()
+			a.useCredentials(l)
+		case <-nodeEvents:
+		case <-retry.C:
+		}
+		a.startInformer(nodeEvents)
+		switch err := a.sync(ctx); {
+		case err == nil:
+			backoff = a.cfg.MinBackoff
+		default:
+			a.m.Syncs.WithLabelValues("error").Inc()
+			a.setReady(err)
+			a.log.Warn("sync failed; retrying", "err", err, "in", backoff)
+			retry.Reset(backoff)
+			backoff = min(2*backoff, a.cfg.MaxBackoff)
+		}
+	}
+}
+
+func (a *Agent) factsChanged(f talos.Facts) {
+	if f.Degraded != "" {
+		a.m.FactsDegraded.Set(1)
+		a.once("degraded", f.Degraded, func() { a.log.Warn("facts are degraded", "why", f.Degraded) })
+	} else {
+		a.m.FactsDegraded.Set(0)
+	}
+	a.facts = &f
+	if a.nodeName == "" && f.Nodename != "" {
+		a.nodeName = f.Nodename
+		a.log.Info("node name from Talos", "node", a.nodeName)
+	} else if f.Nodename != "" && f.Nodename != a.nodeName {
+		a.once("nodename", f.Nodename, func() {
+			a.log.Warn("Talos reports another node name; keeping the one in use", "talos", f.Nodename, "using", a.nodeName)
+		})
+	}
+}
+
+func (a *Agent) useCredentials(l kubecreds.Loaded) {
+	cfg := l.Config
+	cfg.UserAgent = "nodeinit-agent/" + a.cfg.Version
+	cfg.QPS, cfg.Burst = 5, 10
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		a.log.Error("building a client from the kubelet's kubeconfig", "err", err)
+		return
+	}
+	a.client = cs
+	if a.informer != nil {
+		// The old watch authenticated with the old certificate; start over.
+		a.informer.stop()
+		a.informer = nil
+	}
+}
+
+func (a *Agent) startInformer(events chan struct{}) {
+	if a.informer != nil || a.client == nil || a.nodeName == "" {
+		return
+	}
+	a.informer = watchNode(a.client, a.nodeName, func() { replace(events, struct{}{}) })
+}
+
+// observed is the newest Node known: from the watch, or from a patch
+// response the watch has not caught up with yet.
+func (a *Agent) observed() *corev1.Node {
+	if a.informer == nil || !a.informer.synced() {
+		return nil
+	}
+	n := a.informer.get()
+	if n == nil {
+		a.patched = nil // deleted: wait for the kubelet to register again
+		return nil
+	}
+	if a.patched != nil && a.patched.UID == n.UID && newer(a.patched, n) {
+		return a.patched
+	}
+	return n
+}
+
+func (a *Agent) sync(ctx context.Context) error {
+	switch {
+	case a.client == nil:
+		return a.waiting("the kubelet's kubeconfig")
+	case a.nodeName == "":
+		return a.waiting("the node name from Talos (or --node-name)")
+	case a.facts == nil:
+		return a.waiting("facts from machined")
+	case !a.haveAddrs:
+		return a.waiting("addresses from the kernel")
+	}
+	node := a.observed()
+	if node == nil {
+		return a.waiting("Node " + a.nodeName + " to be registered by the kubelet")
+	}
+	want, ok, err := desired.Compute(desired.Inputs{
+		NodeName: a.nodeName, Talos: *a.facts, Addresses: a.addrs, Classifier: a.cfg.Classifier,
+		Rules: a.cfg.Rules, Policy: a.cfg.Policy, AgentVersion: a.cfg.Version,
+		ProvidedNodeIPs: providedNodeIPs(node),
+	})
+	if err != nil {
+		// The facts themselves are unusable; retrying cannot help until they change.
+		a.once("compute", err.Error(), func() { a.log.Error("cannot compute the desired Node", "err", err) })
+		a.setReady(err)
+		a.m.Syncs.WithLabelValues("error").Inc()
+		return nil
+	}
+	if !ok {
+		return a.waiting("platform metadata from machined")
+	}
+	a.once("rule-errors", strings.Join(want.Rules.Errors, "\n"), func() {
+		for _, e := range want.Rules.Errors {
+			a.log.Warn("rule output left out", "err", e)
+		}
+	})
+	p, err := desired.Diff(node, want)
+	if err != nil {
+		return err
+	}
+	if p.ProviderIDConflict != "" {
+		a.once("providerid", p.ProviderIDConflict, func() {
+			a.log.Warn("the Node already has another providerID, which can never change; leaving it",
+				"node", p.ProviderIDConflict, "wanted", want.ProviderID)
+		})
+	}
+	if p.Meta != nil {
+		if err := a.patch(ctx, "metadata", p.Meta, ""); err != nil {
+			return err
+		}
+	}
+	if p.Status != nil {
+		if err := a.patch(ctx, "status", p.Status, "status"); err != nil {
+			return err
+		}
+	}
+	if err := a.attest(ctx, a.observed(), want); err != nil {
+		return err
+	}
+	a.m.Syncs.WithLabelValues("ok").Inc()
+	a.lastLog["waiting"] = ""
+	a.setReady(nil)
+	return nil
+}
+
+func (a *Agent) waiting(what string) error {
+	err := errors.New("waiting for " + what)
+	a.once("waiting", what, func() { a.log.Info("waiting", "for", what) })
+	a.m.Syncs.WithLabelValues("waiting").Inc()
+	a.setReady(err)
+	return nil
+}
+
+func (a *Agent) patch(ctx context.Context, kind string, body []byte, subresource string) error {
+	var sub []string
+	if subresource != "" {
+		sub = []string{subresource}
+	}
+	n, err := a.client.CoreV1().Nodes().Patch(ctx, a.nodeName, types.MergePatchType, body, metav1.PatchOptions{FieldManager: "nodeinit-agent"}, sub...)
+	if err != nil {
+		a.m.Writes.WithLabelValues(kind, "error").Inc()
+		return fmt.Errorf("patching Node %s (%s): %w", a.nodeName, kind, err)
+	}
+	a.m.Writes.WithLabelValues(kind, "ok").Inc()
+	a.patched = n
+	a.log.Info("updated Node", "node", a.nodeName, "part", kind, "patch", string(body))
+	return nil
+}
+
+// attest answers the coordinator's nodeinit.io/csr-review request.
+func (a *Agent) attest(ctx context.Context, node *corev1.Node, want desired.State) error {
+	name := node.Annotations[contract.AnnotationCSRReview]
+	if name == "" {
+		return nil
+	}
+	if err := contract.CheckReviewName(name); err != nil {
+		a.once("review", name, func() { a.log.Warn("ignoring an invalid csr-review annotation", "err", err) })
+		return nil
+	}
+	prev, prevErr := contract.DecodeAttestation(node.Annotations[contract.AnnotationCSRAttestation])
+	if prevErr == nil && prev.CSR == name && a.attested[name] == prev.RequestSHA256 {
+		return nil
+	}
+	csr, err := a.client.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		a.once("review-missing", name, func() { a.log.Warn("the CSR to review does not exist", "csr", name) })
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("getting CSR %s to attest: %w", name, err)
+	}
+	digest := contract.RequestDigest(csr.Spec.Request)
+	if prevErr == nil && prev.CSR == name && prev.RequestSHA256 == digest {
+		a.attested = map[string]string{name: digest}
+		return nil
+	}
+	att := csrcheck.Attest(csrcheck.FromCSR(csr), a.nodeName, ownNames(want), a.localIPs())
+	value, err := contract.EncodeAttestation(att)
+	if err != nil {
+		return err
+	}
+	body := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, contract.AnnotationCSRAttestation, value)
+	if err := a.patch(ctx, "attestation", body, ""); err != nil {
+		return err
+	}
+	a.attested = map[string]string{name: digest}
+	a.m.Attestations.WithLabelValues(string(att.Verdict)).Inc()
+	a.log.Info("attested serving CSR", "csr", name, "verdict", att.Verdict, "reason", att.Reason)
+	return nil
+}
+
+// ownNames are the DNS names the node answers to: its Hostname and DNS addresses.
+func ownNames(want desired.State) []string {
+	var names []string
+	for _, addr := range want.Addresses {
+		switch addr.Type {
+		case corev1.NodeHostName, corev1.NodeInternalDNS, corev1.NodeExternalDNS:
+			names = append(names, addr.Address)
+		}
+	}
+	return names
+}
+
+// localIPs are the addresses on the node's real interfaces right now, plus
+// the cloud public IPs Talos holds on its "external" pseudo-link.
+func (a *Agent) localIPs() []netip.Addr {
+	var ips []netip.Addr
+	for _, addr := range a.addrs {
+		if a.cfg.Classifier.Usable(addr) {
+			ips = append(ips, addr.Prefix.Addr().Unmap())
+		}
+	}
+	return append(ips, a.facts.ExternalIPs...)
+}
+
+// providedNodeIPs reads the kubelet's --node-ip from its annotation.
+func providedNodeIPs(node *corev1.Node) []netip.Addr {
+	var ips []netip.Addr
+	for s := range strings.SplitSeq(node.Annotations[contract.AnnotationProvidedNodeIP], ",") {
+		if ip, err := netip.ParseAddr(strings.TrimSpace(s)); err == nil {
+			ips = append(ips, ip)
+		}
+	}
+	return ips
+}
+
+// once runs log when the value under key differs from the last one seen,
+// so a persisting condition is logged once, not on every sync.
+func (a *Agent) once(key, value string, log func()) {
+	if a.lastLog[key] == value {
+		return
+	}
+	a.lastLog[key] = value
+	if value != "" {
+		log()
+	}
+}
+
+// newer compares resourceVersions; they are opaque, but etcd's are integers,
+// and when they are not, the watch's copy is preferred.
+func newer(a, b *corev1.Node) bool {
+	x, err1 := strconv.ParseUint(a.ResourceVersion, 10, 64)
+	y, err2 := strconv.ParseUint(b.ResourceVersion, 10, 64)
+	return err1 == nil && err2 == nil && x > y
+}
+
+// replace puts v in a one-slot channel, dropping a value not yet read.
+func replace[T any](ch chan T, v T) {
+	for {
+		select {
+		case ch <- v:
+			return
+		default:
+			select {
+			case <-ch:
+			default:
+			}
+		}
+	}
+}
+
+// nodeInformer watches one Node by name.
+type nodeInformer struct {
+	inf    cache.SharedIndexInformer
+	name   string
+	cancel context.CancelFunc
+}
+
+func watchNode(cs kubernetes.Interface, name string, changed func()) *nodeInformer {
+	lw := cache.NewListWatchFromClient(cs.CoreV1().RESTClient(), "nodes", "", fields.OneTermEqualSelector("metadata.name", name))
+	inf := cache.NewSharedIndexInformer(lw, &corev1.Node{}, 0, cache.Indexers{})
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { changed() },
+		UpdateFunc: func(any, any) { changed() },
+		DeleteFunc: func(any) { changed() },
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	go inf.Run(ctx.Done())
+	return &nodeInformer{inf: inf, name: name, cancel: cancel}
+}
+
+func (n *nodeInformer) synced() bool { return n.inf.HasSynced() }
+func (n *nodeInformer) stop()        { n.cancel() }
+
+func (n *nodeInformer) get() *corev1.Node {
+	obj, ok, err := n.inf.GetStore().GetByKey(n.name)
+	if err != nil || !ok {
+		return nil
+	}
+	node, _ := obj.(*corev1.Node)
+	return node
+}

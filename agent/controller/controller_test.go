@@ -1,0 +1,536 @@
+package controller_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/talos-nodeinit/talos-nodeinit/agent/controller"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/kubeletsim"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr/netnstest"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos/talostest"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/testcluster"
+)
+
+var cluster *testcluster.Cluster
+
+func TestMain(m *testing.M) {
+	os.Exit(testcluster.Main(m, &cluster, testcluster.Options{AuditLog: true}))
+}
+
+// The rules of the Talos CCM documentation (reference/000), plus a label in
+// a domain the node may set itself.
+const ccmRules = `transformations:
+- name: nocloud-nodes
+  nodeSelector:
+  - matchExpressions:
+    - key: platform
+      operator: In
+      values: [nocloud]
+  labels:
+    pvc-storage-class/name: "my-storage-class"
+- name: web-nodes
+  nodeSelector:
+  - matchExpressions:
+    - key: platform
+      operator: In
+      values: [metal]
+    - key: hostname
+      operator: Regexp
+      values: ['^web-[w]+$']
+  labels:
+    node-role.kubernetes.io/web: ""
+    example.com/tier: web
+  taints:
+    dedicated: web:NoSchedule
+`
+
+// node is one node under test: its network namespace, machined stand-in,
+// kubelet stand-in and identity.
+type node struct {
+	name     string
+	ns       *netnstest.NS
+	machined *talostest.Machined
+	kubelet  *kubeletsim.Kubelet
+	id       *testcluster.NodeIdentity
+	admin    kubernetes.Interface
+	// InternalIP, on eth0 in the namespace.
+	ip netip.Addr
+}
+
+func newNode(t *testing.T, name string, ip string, md runtime.PlatformMetadataSpec) *node {
+	t.Helper()
+	ctx := t.Context()
+	n := &node{name: name, ns: netnstest.New(t), ip: netip.MustParseAddr(ip)}
+	n.ns.AddIFB("eth0")
+	n.ns.AddAddr("eth0", ip+"/24")
+	n.ns.AddAddr("eth0", "203.0.113.10/24")
+	n.ns.AddAddr("eth0", "2001:db8:1:2::10/64", "nodad")
+	var err error
+	if n.machined, err = talostest.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.machined.Close)
+	for _, set := range []error{
+		n.machined.SetPlatformMetadata(ctx, md),
+		n.machined.SetNodename(ctx, name),
+		n.machined.SetNodeIPs(ctx, n.ip),
+	} {
+		if set != nil {
+			t.Fatal(set)
+		}
+	}
+	if n.id, err = cluster.NodeIdentity(name); err != nil {
+		t.Fatal(err)
+	}
+	if n.kubelet, err = kubeletsim.Register(ctx, kubeletsim.Config{NodeName: name, NodeIPs: []netip.Addr{n.ip}, Identity: n.id.Config(), CertDir: t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.kubelet.Stop)
+	n.admin = kubernetes.NewForConfigOrDie(cluster.Admin())
+	return n
+}
+
+// agent runs the controller in-process, as the node, until stopped.
+type agent struct {
+	*controller.Agent
+	metrics *controller.Metrics
+	stop    func()
+}
+
+func (n *node) startAgent(t *testing.T, rulesYAML string) *agent {
+	t.Helper()
+	rs, err := rules.Load([]byte(rulesYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := controller.NewMetrics(prometheus.NewRegistry())
+	a, err := controller.New(controller.Config{
+		Kubeconfig: n.id.Kubeconfig, CredentialsPoll: 200 * time.Millisecond,
+		Facts:      (&talos.Reader{Socket: n.machined.Socket, Log: quiet()}).Watch,
+		NetNS:      n.ns.Path, Rules: rs, Classifier: netaddr.NewClassifier(),
+		Policy: desired.ProviderIDTalosFallback, Version: "test", Metrics: m,
+		Log: slog.New(slog.NewTextHandler(testWriter{t}, nil)).With("node", n.name),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("agent returned %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("agent did not stop within 10s of cancellation")
+		}
+	}
+	t.Cleanup(stop)
+	return &agent{Agent: a, metrics: m, stop: stop}
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// waitNode polls the Node as admin until cond holds, returning how long it took.
+func (n *node) waitNode(t *testing.T, timeout time.Duration, what string, cond func(*corev1.Node) bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var last *corev1.Node
+	for time.Since(start) < timeout {
+		got, err := n.admin.CoreV1().Nodes().Get(t.Context(), n.name, metav1.GetOptions{})
+		if err == nil {
+			last = got
+			if cond(got) {
+				return time.Since(start)
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if last != nil {
+		t.Fatalf("%s: not within %v; labels=%v annotations=%v providerID=%q addresses=%v", what, timeout, last.Labels, last.Annotations, last.Spec.ProviderID, last.Status.Addresses)
+	}
+	t.Fatalf("%s: not within %v", what, timeout)
+	return 0
+}
+
+func hasAddress(n *corev1.Node, typ corev1.NodeAddressType, addr string) bool {
+	return slices.Contains(n.Status.Addresses, corev1.NodeAddress{Type: typ, Address: addr})
+}
+
+// agentWrites counts the mutating requests the agent made for this node,
+// as the API server's audit log recorded them.
+func agentWrites(t *testing.T, nodeName string) []testcluster.AuditEvent {
+	t.Helper()
+	events, err := cluster.Audit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.DeleteFunc(events, func(e testcluster.AuditEvent) bool {
+		return e.User.Username != "system:node:"+nodeName || !strings.HasPrefix(e.UserAgent, "nodeinit-agent/")
+	})
+}
+
+func metal(hostname string) runtime.PlatformMetadataSpec {
+	return runtime.PlatformMetadataSpec{Platform: "metal", Hostname: hostname, Region: "eu-west", Zone: "eu-west-1a", InstanceType: "m1.large"}
+}
+
+func TestJoinThenSteadyStateWritesNothing(t *testing.T) {
+	n := newNode(t, "web-www", "10.0.0.10", metal("web-www"))
+	a := n.startAgent(t, ccmRules)
+
+	took := n.waitNode(t, 20*time.Second, "node initialized by the agent", func(node *corev1.Node) bool {
+		return node.Spec.ProviderID != "" && node.Annotations[contract.AnnotationPrefixes] != "" &&
+			hasAddress(node, corev1.NodeExternalIP, "203.0.113.10")
+	})
+	t.Logf("join: node written %v after the agent started", took)
+	node, err := n.admin.CoreV1().Nodes().Get(t.Context(), n.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for k, v := range map[string]string{
+		"topology.kubernetes.io/region": "eu-west", "topology.kubernetes.io/zone": "eu-west-1a",
+		"node.kubernetes.io/instance-type": "m1.large", "example.com/tier": "web",
+	} {
+		if node.Labels[k] != v {
+			t.Errorf("label %s = %q, want %q", k, node.Labels[k], v)
+		}
+	}
+	if _, ok := node.Labels["node-role.kubernetes.io/web"]; ok {
+		t.Error("node-role.kubernetes.io/web is forbidden to nodes; the agent must request it, not set it")
+	}
+	requested, err := contract.DecodeRequestedLabels(node.Annotations[contract.AnnotationRequestedLabels])
+	if err != nil || requested["node-role.kubernetes.io/web"] != "" || len(requested) != 1 {
+		t.Errorf("requested-labels = %v (%v), want exactly node-role.kubernetes.io/web", requested, err)
+	}
+	taints, err := contract.DecodeRequestedTaints(node.Annotations[contract.AnnotationRequestedTaints])
+	if err != nil || len(taints) != 1 || taints[0] != (contract.Taint{Key: "dedicated", Value: "web", Effect: corev1.TaintEffectNoSchedule}) {
+		t.Errorf("requested-taints = %v (%v)", taints, err)
+	}
+	md, err := contract.DecodeMetadata(node.Annotations[contract.AnnotationMetadata])
+	if err != nil || md.Platform != "metal" || md.Region != "eu-west" || md.AgentVersion != "test" {
+		t.Errorf("metadata = %+v (%v)", md, err)
+	}
+	if got, want := node.Spec.ProviderID, "talos://metal/10.0.0.10"; got != want {
+		t.Errorf("providerID = %q, want %q", got, want)
+	}
+	wantAddrs := []corev1.NodeAddress{
+		{Type: corev1.NodeInternalIP, Address: "10.0.0.10"},
+		{Type: corev1.NodeExternalIP, Address: "203.0.113.10"},
+		{Type: corev1.NodeExternalIP, Address: "2001:db8:1:2::10"},
+		{Type: corev1.NodeHostName, Address: "web-www"},
+	}
+	if !slices.Equal(node.Status.Addresses, wantAddrs) {
+		t.Errorf("status.addresses = %v, want %v", node.Status.Addresses, wantAddrs)
+	}
+	prefixes, err := contract.DecodePrefixes(node.Annotations[contract.AnnotationPrefixes])
+	if err != nil || !slices.Equal(prefixes, []netip.Prefix{netip.MustParsePrefix("2001:db8:1:2::/64")}) {
+		t.Errorf("prefixes = %v (%v)", prefixes, err)
+	}
+	if slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == "dedicated" }) {
+		t.Error("the agent must never write taints")
+	}
+
+	// The agent's writes, counted by the API server: one metadata patch and
+	// one direct status patch, both as the node itself.
+	writes := agentWrites(t, n.name)
+	var kinds []string
+	for _, e := range writes {
+		kinds = append(kinds, e.Verb+" "+e.ObjectRef.Resource+"/"+e.ObjectRef.Subresource)
+		if e.ObjectRef.Name != n.name || e.ResponseStatus.Code != 200 {
+			t.Errorf("agent write %+v: must be a successful write to its own Node", e)
+		}
+	}
+	slices.Sort(kinds)
+	if !slices.Equal(kinds, []string{"patch nodes/", "patch nodes/status"}) {
+		t.Errorf("join writes = %q, want one metadata patch and one status patch", kinds)
+	}
+
+	// Quiet window: nothing changes, nothing is written.
+	before := len(writes)
+	time.Sleep(10 * time.Second)
+	if after := len(agentWrites(t, n.name)); after != before {
+		t.Errorf("steady state: %d agent writes in a 10s quiet window, want 0", after-before)
+	}
+	if err := a.Ready(); err != nil {
+		t.Errorf("agent not ready in steady state: %v", err)
+	}
+	t.Logf("steady state: 0 writes in 10s; %d writes in all", before)
+}
+
+func TestAddressChangesWithinOneSecond(t *testing.T) {
+	n := newNode(t, "addr-node", "10.0.0.11", metal("addr-node"))
+	n.startAgent(t, "")
+	n.waitNode(t, 20*time.Second, "join", func(node *corev1.Node) bool { return hasAddress(node, corev1.NodeExternalIP, "203.0.113.10") })
+
+	n.ns.AddAddr("eth0", "198.51.100.7/24")
+	took := n.waitNode(t, 5*time.Second, "added IPv4 address in status", func(node *corev1.Node) bool {
+		return hasAddress(node, corev1.NodeExternalIP, "198.51.100.7")
+	})
+	t.Logf("address added → status.addresses: %v", took)
+	if took > time.Second {
+		t.Errorf("address add took %v, want ≤ 1s", took)
+	}
+
+	n.ns.AddAddr("eth0", "2001:db8:77::1/64", "nodad")
+	took = n.waitNode(t, 5*time.Second, "added IPv6 prefix", func(node *corev1.Node) bool {
+		p, _ := contract.DecodePrefixes(node.Annotations[contract.AnnotationPrefixes])
+		return slices.Contains(p, netip.MustParsePrefix("2001:db8:77::/64")) && hasAddress(node, corev1.NodeExternalIP, "2001:db8:77::1")
+	})
+	t.Logf("IPv6 address added → prefixes and status.addresses: %v", took)
+	if took > time.Second {
+		t.Errorf("prefix add took %v, want ≤ 1s", took)
+	}
+
+	n.ns.DelAddr("eth0", "2001:db8:1:2::10/64")
+	took = n.waitNode(t, 5*time.Second, "removed IPv6 address", func(node *corev1.Node) bool {
+		p, _ := contract.DecodePrefixes(node.Annotations[contract.AnnotationPrefixes])
+		return !slices.Contains(p, netip.MustParsePrefix("2001:db8:1:2::/64")) && !hasAddress(node, corev1.NodeExternalIP, "2001:db8:1:2::10")
+	})
+	t.Logf("IPv6 address removed → prefixes and status.addresses: %v", took)
+	if took > time.Second {
+		t.Errorf("address removal took %v, want ≤ 1s", took)
+	}
+
+	// Talos's external (cloud public) addresses arrive through the watch.
+	if err := n.machined.SetExternalAddresses(t.Context(), netip.MustParsePrefix("192.0.2.200/32")); err != nil {
+		t.Fatal(err)
+	}
+	took = n.waitNode(t, 5*time.Second, "Talos external address", func(node *corev1.Node) bool {
+		return hasAddress(node, corev1.NodeExternalIP, "192.0.2.200")
+	})
+	t.Logf("Talos external address → status.addresses: %v", took)
+	if took > time.Second {
+		t.Errorf("Talos external address took %v, want ≤ 1s", took)
+	}
+}
+
+func TestRulesChangeRemovesOnlyOwnLabels(t *testing.T) {
+	n := newNode(t, "rules-node", "10.0.0.12", metal("rules-node"))
+	const before = `transformations:
+- name: both
+  labels: {example.com/a: "1", example.com/b: "1"}
+`
+	const after = `transformations:
+- name: only-b
+  labels: {example.com/b: "2"}
+`
+	a := n.startAgent(t, before)
+	n.waitNode(t, 20*time.Second, "old rules applied", func(node *corev1.Node) bool {
+		return node.Labels["example.com/a"] == "1" && node.Labels["example.com/b"] == "1"
+	})
+	// Someone else's labels, in a domain the agent could also write.
+	patch := `{"metadata":{"labels":{"example.com/someone-else":"keep","topology.kubernetes.io/region":"eu-west"}}}`
+	if _, err := n.admin.CoreV1().Nodes().Patch(t.Context(), n.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.stop()
+
+	n.startAgent(t, after)
+	n.waitNode(t, 20*time.Second, "new rules applied", func(node *corev1.Node) bool {
+		_, stale := node.Labels["example.com/a"]
+		return !stale && node.Labels["example.com/b"] == "2"
+	})
+	node, err := n.admin.CoreV1().Nodes().Get(t.Context(), n.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if node.Labels["example.com/someone-else"] != "keep" {
+		t.Errorf("a label the agent never set was touched: %v", node.Labels)
+	}
+	owned, err := contract.DecodeKeys(contract.AnnotationOwnedLabels, node.Annotations[contract.AnnotationOwnedLabels])
+	if err != nil || slices.Contains(owned, "example.com/a") || slices.Contains(owned, "example.com/someone-else") || !slices.Contains(owned, "example.com/b") {
+		t.Errorf("owned-labels = %v (%v)", owned, err)
+	}
+}
+
+// createCSR submits a kubelet-serving CSR as the node, with the given SANs.
+func createCSR(t *testing.T, n *node, name string, dns []string, ips []string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:" + n.name, Organization: []string{"system:nodes"}}, DNSNames: dns}
+	for _, ip := range ips {
+		tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(ip))
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := kubernetes.NewForConfigOrDie(n.id.Config())
+	_, err = cs.CertificatesV1().CertificateSigningRequests().Create(t.Context(), &certificatesv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: certificatesv1.CertificateSigningRequestSpec{
+			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+			SignerName: certificatesv1.KubeletServingSignerName,
+			Usages:     []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// review plays the coordinator: it asks the agent to attest a CSR.
+func (n *node) review(t *testing.T, csr string) contract.Attestation {
+	t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, contract.AnnotationCSRReview, csr)
+	if _, err := n.admin.CoreV1().Nodes().Patch(t.Context(), n.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var att contract.Attestation
+	took := n.waitNode(t, 10*time.Second, "attestation of "+csr, func(node *corev1.Node) bool {
+		var err error
+		att, err = contract.DecodeAttestation(node.Annotations[contract.AnnotationCSRAttestation])
+		return err == nil && att.CSR == csr
+	})
+	t.Logf("review of %s → attestation: %v", csr, took)
+	return att
+}
+
+func TestAttestation(t *testing.T) {
+	n := newNode(t, "attest-node", "10.0.0.13", metal("attest-node"))
+	a := n.startAgent(t, "")
+	n.waitNode(t, 20*time.Second, "join", func(node *corev1.Node) bool { return hasAddress(node, corev1.NodeExternalIP, "203.0.113.10") })
+
+	createCSR(t, n, "attest-good", []string{"attest-node"}, []string{"10.0.0.13", "203.0.113.10", "2001:db8:1:2::10"})
+	att := n.review(t, "attest-good")
+	if att.Verdict != contract.VerdictApprove {
+		t.Errorf("a CSR naming only the node's own addresses: verdict %q (%s), want approve", att.Verdict, att.Reason)
+	}
+	csr, err := n.admin.CertificatesV1().CertificateSigningRequests().Get(t.Context(), "attest-good", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !att.Approves("attest-good", csr.Spec.Request) {
+		t.Error("the attestation is not bound to the CSR's name and request digest")
+	}
+
+	createCSR(t, n, "attest-foreign-ip", []string{"attest-node"}, []string{"10.0.0.13", "198.51.100.99"})
+	att = n.review(t, "attest-foreign-ip")
+	if att.Verdict != contract.VerdictReject || !strings.Contains(att.Reason, "198.51.100.99") {
+		t.Errorf("a CSR with an IP not on the node: verdict %q reason %q, want reject naming 198.51.100.99", att.Verdict, att.Reason)
+	}
+	if got := testutil.ToFloat64(a.metrics.Attestations.WithLabelValues("reject")); got != 1 {
+		t.Errorf("reject attestations metric = %v, want 1", got)
+	}
+}
+
+func TestCertificateRotation(t *testing.T) {
+	n := newNode(t, "rotate-node", "10.0.0.14", metal("rotate-node"))
+	const validFor = 8 * time.Second
+	if err := n.id.RotateValidFor(validFor); err != nil {
+		t.Fatal(err)
+	}
+	short := time.Now()
+	oldCreds, err := os.ReadFile(n.id.CertFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := n.startAgent(t, "")
+	n.waitNode(t, 5*time.Second, "join with the short-lived certificate", func(node *corev1.Node) bool {
+		return hasAddress(node, corev1.NodeExternalIP, "203.0.113.10")
+	})
+
+	// The kubelet rotates its client certificate: a new file renamed over the old.
+	if err := n.id.Rotate(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(short.Add(validFor + time.Second)))
+
+	// The old certificate is now refused by the API server...
+	oldCfg := cluster.Admin()
+	oldCfg.TLSClientConfig.CertData, oldCfg.TLSClientConfig.KeyData = oldCreds, oldCreds
+	if _, err := kubernetes.NewForConfigOrDie(oldCfg).CoreV1().Nodes().Get(t.Context(), n.name, metav1.GetOptions{}); err == nil {
+		t.Fatal("the old certificate still works; the test would prove nothing")
+	}
+	// ...and the agent still writes.
+	n.ns.AddAddr("eth0", "198.51.100.8/24")
+	n.waitNode(t, 5*time.Second, "a write after the old certificate expired", func(node *corev1.Node) bool {
+		return hasAddress(node, corev1.NodeExternalIP, "198.51.100.8")
+	})
+	if got := testutil.ToFloat64(a.metrics.CredReloads); got < 1 {
+		t.Errorf("credential reloads = %v, want ≥ 1", got)
+	}
+}
+
+func TestAPIServerOutageAndMachinedRestart(t *testing.T) {
+	n := newNode(t, "outage-node", "10.0.0.15", metal("outage-node"))
+	a := n.startAgent(t, "")
+	n.waitNode(t, 20*time.Second, "join", func(node *corev1.Node) bool { return hasAddress(node, corev1.NodeExternalIP, "203.0.113.10") })
+
+	cluster.StopAPIServer()
+	n.ns.AddAddr("eth0", "198.51.100.9/24")
+	time.Sleep(2 * time.Second) // the agent fails, backs off, keeps its facts fresh
+	if a.Ready() == nil {
+		t.Error("agent reports ready while its write cannot reach the API server")
+	}
+	if err := cluster.StartAPIServer(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	took := n.waitNode(t, 40*time.Second, "the change made during the outage", func(node *corev1.Node) bool {
+		return hasAddress(node, corev1.NodeExternalIP, "198.51.100.9")
+	})
+	t.Logf("API server back → pending change written: %v", took)
+
+	// machined goes away and comes back with new metadata.
+	n.machined.Stop()
+	time.Sleep(500 * time.Millisecond)
+	if err := n.machined.Serve(); err != nil {
+		t.Fatal(err)
+	}
+	md := metal("outage-node")
+	md.Zone = "eu-west-1b"
+	if err := n.machined.SetPlatformMetadata(t.Context(), md); err != nil {
+		t.Fatal(err)
+	}
+	n.waitNode(t, 20*time.Second, "metadata change after machined restart", func(node *corev1.Node) bool {
+		return node.Labels["topology.kubernetes.io/zone"] == "eu-west-1b"
+	})
+}

@@ -1,0 +1,41 @@
+package controller
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the agent's Prometheus series.
+type Metrics struct {
+	Writes        *prometheus.CounterVec
+	Syncs         *prometheus.CounterVec
+	Attestations  *prometheus.CounterVec
+	CredReloads   prometheus.Counter
+	FactsDegraded prometheus.Gauge
+	Ready         prometheus.Gauge
+}
+
+// NewMetrics registers the agent's series with reg (nil: unregistered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodeinit_agent_writes_total", Help: "Writes to this node's Node object, by kind (metadata, status, attestation) and result.",
+		}, []string{"kind", "result"}),
+		Syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodeinit_agent_syncs_total", Help: "Reconciliations of the desired Node, by result (ok, waiting, error).",
+		}, []string{"result"}),
+		Attestations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodeinit_agent_attestations_total", Help: "Serving-CSR attestations written, by verdict.",
+		}, []string{"verdict"}),
+		CredReloads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nodeinit_agent_credential_reloads_total", Help: "Times the kubelet credentials changed on disk and the client was rebuilt.",
+		}),
+		FactsDegraded: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nodeinit_agent_facts_degraded", Help: "1 when facts come from the kernel command line instead of machined.",
+		}),
+		Ready: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nodeinit_agent_ready", Help: "1 when the Node matches what the agent wants.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Writes, m.Syncs, m.Attestations, m.CredReloads, m.FactsDegraded, m.Ready)
+	}
+	return m
+}
