@@ -135,8 +135,8 @@ func (n *node) startAgent(t *testing.T, rulesYAML string) *agent {
 	m := controller.NewMetrics(prometheus.NewRegistry())
 	a, err := controller.New(controller.Config{
 		Kubeconfig: n.id.Kubeconfig, CredentialsPoll: 200 * time.Millisecond,
-		Facts:      (&talos.Reader{Socket: n.machined.Socket, Log: quiet()}).Watch,
-		NetNS:      n.ns.Path, Rules: rs, Classifier: netaddr.NewClassifier(),
+		Facts: (&talos.Reader{Socket: n.machined.Socket, Log: quiet()}).Watch,
+		NetNS: n.ns.Path, Rules: rs, Classifier: netaddr.NewClassifier(),
 		Policy: desired.ProviderIDTalosFallback, Version: "test", Metrics: m,
 		Log: slog.New(slog.NewTextHandler(testWriter{t}, nil)).With("node", n.name),
 	})
