@@ -31,13 +31,12 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/agent/controller"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/kubeletsim"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr/netnstest"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos/talostest"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/testcluster"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/testnode"
 )
 
 var cluster *testcluster.Cluster
@@ -73,50 +72,22 @@ const ccmRules = `transformations:
     dedicated: web:NoSchedule
 `
 
-// node is one node under test: its network namespace, machined stand-in,
-// kubelet stand-in and identity.
+// node is one node under test, with an admin client to observe it.
 type node struct {
-	name     string
-	ns       *netnstest.NS
-	machined *talostest.Machined
-	kubelet  *kubeletsim.Kubelet
-	id       *testcluster.NodeIdentity
-	admin    kubernetes.Interface
-	// InternalIP, on eth0 in the namespace.
-	ip netip.Addr
+	*testnode.Node
+	name  string
+	ns    *netnstest.NS
+	id    *testcluster.NodeIdentity
+	admin kubernetes.Interface
 }
 
 func newNode(t *testing.T, name string, ip string, md runtime.PlatformMetadataSpec) *node {
 	t.Helper()
-	ctx := t.Context()
-	n := &node{name: name, ns: netnstest.New(t), ip: netip.MustParseAddr(ip)}
-	n.ns.AddIFB("eth0")
-	n.ns.AddAddr("eth0", ip+"/24")
-	n.ns.AddAddr("eth0", "203.0.113.10/24")
-	n.ns.AddAddr("eth0", "2001:db8:1:2::10/64", "nodad")
-	var err error
-	if n.machined, err = talostest.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.machined.Close)
-	for _, set := range []error{
-		n.machined.SetPlatformMetadata(ctx, md),
-		n.machined.SetNodename(ctx, name),
-		n.machined.SetNodeIPs(ctx, n.ip),
-	} {
-		if set != nil {
-			t.Fatal(set)
-		}
-	}
-	if n.id, err = cluster.NodeIdentity(name); err != nil {
-		t.Fatal(err)
-	}
-	if n.kubelet, err = kubeletsim.Register(ctx, kubeletsim.Config{NodeName: name, NodeIPs: []netip.Addr{n.ip}, Identity: n.id.Config(), CertDir: t.TempDir()}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.kubelet.Stop)
-	n.admin = kubernetes.NewForConfigOrDie(cluster.Admin())
-	return n
+	n := testnode.New(t, cluster, testnode.Spec{
+		Name: name, NodeIP: netip.MustParseAddr(ip), Metadata: md,
+		Addresses: []string{"203.0.113.10/24", "2001:db8:1:2::10/64"},
+	})
+	return &node{Node: n, name: name, ns: n.NS, id: n.Identity, admin: kubernetes.NewForConfigOrDie(cluster.Admin())}
 }
 
 // agent runs the controller in-process, as the node, until stopped.
@@ -135,7 +106,7 @@ func (n *node) startAgent(t *testing.T, rulesYAML string) *agent {
 	m := controller.NewMetrics(prometheus.NewRegistry())
 	a, err := controller.New(controller.Config{
 		Kubeconfig: n.id.Kubeconfig, CredentialsPoll: 200 * time.Millisecond,
-		Facts: (&talos.Reader{Socket: n.machined.Socket, Log: quiet()}).Watch,
+		Facts: (&talos.Reader{Socket: n.Machined.Socket, Log: quiet()}).Watch,
 		NetNS: n.ns.Path, Rules: rs, Classifier: netaddr.NewClassifier(),
 		Policy: desired.ProviderIDTalosFallback, Version: "test", Metrics: m,
 		Log: slog.New(slog.NewTextHandler(testWriter{t}, nil)).With("node", n.name),
@@ -337,7 +308,7 @@ func TestAddressChangesWithinOneSecond(t *testing.T) {
 	}
 
 	// Talos's external (cloud public) addresses arrive through the watch.
-	if err := n.machined.SetExternalAddresses(t.Context(), netip.MustParsePrefix("192.0.2.200/32")); err != nil {
+	if err := n.Machined.SetExternalAddresses(t.Context(), netip.MustParsePrefix("192.0.2.200/32")); err != nil {
 		t.Fatal(err)
 	}
 	took = n.waitNode(t, 5*time.Second, "Talos external address", func(node *corev1.Node) bool {
@@ -520,14 +491,14 @@ func TestAPIServerOutageAndMachinedRestart(t *testing.T) {
 	t.Logf("API server back → pending change written: %v", took)
 
 	// machined goes away and comes back with new metadata.
-	n.machined.Stop()
+	n.Machined.Stop()
 	time.Sleep(500 * time.Millisecond)
-	if err := n.machined.Serve(); err != nil {
+	if err := n.Machined.Serve(); err != nil {
 		t.Fatal(err)
 	}
 	md := metal("outage-node")
 	md.Zone = "eu-west-1b"
-	if err := n.machined.SetPlatformMetadata(t.Context(), md); err != nil {
+	if err := n.Machined.SetPlatformMetadata(t.Context(), md); err != nil {
 		t.Fatal(err)
 	}
 	n.waitNode(t, 20*time.Second, "metadata change after machined restart", func(node *corev1.Node) bool {

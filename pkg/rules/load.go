@@ -168,7 +168,7 @@ func compileRule(i int, r Rule) (compiledRule, []error) {
 		}
 		var exprs []expression
 		for ei, e := range term.MatchExpressions {
-			at := fmt.Sprintf("nodeSelector[%d].matchExpressions[%d]", ti, ei)
+			at := fmt.Sprintf("nodeSelector[%d].matchExpressions[%d] (key %q)", ti, ei, e.Key)
 			x, err := compileExpression(e)
 			if err != nil {
 				fail(at, "%v", err)

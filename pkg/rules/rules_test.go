@@ -267,7 +267,7 @@ func TestLoadRefuses(t *testing.T) {
 		{"unknown rule key", "transformations:\n- name: a\n  label: {a: b}", "field label not found"},
 		{"unknown expression key", "transformations:\n- nodeSelector:\n  - matchExpressions:\n    - {key: platform, op: In}", "field op not found"},
 		{"bad operator", "transformations:\n- name: r\n  nodeSelector:\n  - matchExpressions:\n    - {key: platform, operator: Equals, values: [a]}",
-			`transformations[0] (r): nodeSelector[0].matchExpressions[0]: operator "Equals"`},
+			`transformations[0] (r): nodeSelector[0].matchExpressions[0] (key "platform"): operator "Equals"`},
 		{"In without values", "transformations:\n- nodeSelector:\n  - matchExpressions:\n    - {key: platform, operator: In}", "needs at least one value"},
 		{"Exists with values", "transformations:\n- nodeSelector:\n  - matchExpressions:\n    - {key: platform, operator: Exists, values: [a]}", "takes no values"},
 		{"Gt with two values", "transformations:\n- nodeSelector:\n  - matchExpressions:\n    - {key: instanceid, operator: Gt, values: [\"1\", \"2\"]}", "exactly one value"},

@@ -1,0 +1,308 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/testcluster"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/testnode"
+)
+
+var cluster *testcluster.Cluster
+
+func TestMain(m *testing.M) {
+	os.Exit(testcluster.Main(m, &cluster, testcluster.Options{}))
+}
+
+func runCmd(args ...string) (int, string, string) {
+	var stdout, stderr bytes.Buffer
+	code := run(args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+const badRules = `transformations:
+- name: broken-regexp
+  nodeSelector:
+  - matchExpressions:
+    - {key: hostname, operator: Regexp, values: ["web-("]}
+- name: bad-label
+  labels: {"not a key": x}
+`
+
+func TestValidate(t *testing.T) {
+	code, out, _ := runCmd("validate", "--rules", "explain/testdata/talos-ccm-rules.yaml")
+	if code != 0 || !strings.Contains(out, "OK") {
+		t.Errorf("valid rules: exit %d, stdout %q", code, out)
+	}
+	code, _, errOut := runCmd("validate", "--rules", writeFile(t, "bad.yaml", badRules))
+	if code != 1 {
+		t.Errorf("invalid rules: exit %d, want 1", code)
+	}
+	for _, want := range []string{"broken-regexp", "hostname", "bad-label", "not a key"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("validate errors must name every rule and field; %q missing from:\n%s", want, errOut)
+		}
+	}
+	if code, _, _ := runCmd("validate"); code != 2 {
+		t.Errorf("validate without --rules: exit %d, want 2", code)
+	}
+}
+
+func TestRunRefusesInvalidRules(t *testing.T) {
+	code, _, errOut := runCmd("run", "--rules-file", writeFile(t, "bad.yaml", badRules), "--kubeconfig", "/nonexistent")
+	if code != 1 || !strings.Contains(errOut, "invalid rules") || !strings.Contains(errOut, "broken-regexp") {
+		t.Errorf("run with invalid rules: exit %d, stderr %q; want exit 1 naming the rule", code, errOut)
+	}
+	code, _, _ = runCmd("run", "--rules-file", "/nonexistent/rules.yaml")
+	if code != 1 {
+		t.Errorf("run with an explicitly named missing rules file: exit %d, want 1", code)
+	}
+	if code, _, errOut := runCmd("run", "--provider-id-policy", "sometimes"); code != 2 || !strings.Contains(errOut, "sometimes") {
+		t.Errorf("bad policy: exit %d, stderr %q", code, errOut)
+	}
+	t.Setenv("NODEINIT_LOG_FORMAT", "xml")
+	if code, _, errOut := runCmd("run"); code != 2 || !strings.Contains(errOut, "xml") {
+		t.Errorf("bad log format from the environment: exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestExplainCommand(t *testing.T) {
+	code, out, errOut := runCmd("explain", "--rules", "explain/testdata/talos-ccm-rules.yaml",
+		"--platform-metadata", "explain/testdata/platformmetadata-talosctl.yaml",
+		"--system-information", "explain/testdata/systeminformation-talosctl.yaml",
+		"--addresses", "192.168.1.10/24,2001:db8::10/64", "--provider-id-policy", "talos-fallback", "-o", "json")
+	if code != 0 {
+		t.Fatalf("explain: exit %d: %s", code, errOut)
+	}
+	var got struct {
+		Labels          map[string]string `json:"labels"`
+		RequestedLabels map[string]string `json:"requestedLabels"`
+		ProviderID      string            `json:"providerID"`
+		Errors          []string          `json:"errors"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("explain -o json is not one JSON object: %v\n%s", err, out)
+	}
+	if _, ok := got.RequestedLabels["node-role.kubernetes.io/web"]; !ok || got.Labels["topology.kubernetes.io/zone"] != "eu-central-1" ||
+		got.ProviderID != "talos://metal/192.168.1.10" || len(got.Errors) != 0 {
+		t.Errorf("explain output: %+v", got)
+	}
+	if code, _, errOut := runCmd("explain", "--platform-metadata", writeFile(t, "md.yaml", "hostname: x\n")); code != 1 || !strings.Contains(errOut, "no platform") {
+		t.Errorf("explain with metadata lacking a platform: exit %d, stderr %q", code, errOut)
+	}
+	if code, _, _ := runCmd("explain"); code != 2 {
+		t.Errorf("explain without --platform-metadata: exit %d, want 2", code)
+	}
+}
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// agentBinary builds the release binary: static, stripped, as `make build`.
+func agentBinary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "nodeinit-agent-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "nodeinit-agent")
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", binPath, ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startBinary runs the real agent for a simulated node and waits for /readyz.
+func startBinary(t testing.TB, n *testnode.Node, extra ...string) (*exec.Cmd, *bytes.Buffer, string) {
+	t.Helper()
+	metrics := freeAddr(t)
+	args := append(append(n.AgentArgs(), "--metrics-addr", metrics, "--rules-file", "explain/testdata/talos-ccm-rules.yaml"), extra...)
+	cmd := exec.Command(agentBinary(t), append([]string{"run"}, args...)...)
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("agent logs:\n%s", logs.String())
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + metrics + "/readyz")
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("agent not ready within 30s: %s", body)
+			}
+		} else if time.Now().After(deadline) {
+			t.Fatalf("agent metrics endpoint: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return cmd, &logs, metrics
+}
+
+func simNode(t testing.TB, name, ip string) *testnode.Node {
+	return testnode.New(t, cluster, testnode.Spec{
+		Name: name, NodeIP: netip.MustParseAddr(ip), Addresses: []string{"203.0.113.20/24", "2001:db8:9::20/64"},
+		Metadata: runtime.PlatformMetadataSpec{Platform: "metal", Hostname: name, Region: "lab", Zone: "lab-a"},
+	})
+}
+
+// The real binary, against the real control plane: it initializes the Node,
+// serves metrics, and exits 0 promptly on SIGTERM.
+func TestBinaryRunAndSIGTERM(t *testing.T) {
+	n := simNode(t, "web-www", "10.1.0.10")
+	cmd, logs, metrics := startBinary(t, n, "--provider-id-policy", "talos-fallback", "--log-format", "json")
+
+	node, err := kubernetes.NewForConfigOrDie(cluster.Admin()).CoreV1().Nodes().Get(t.Context(), n.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if node.Spec.ProviderID != "talos://metal/10.1.0.10" || node.Labels["topology.kubernetes.io/zone"] != "lab-a" {
+		t.Errorf("node after ready: providerID %q labels %v", node.Spec.ProviderID, node.Labels)
+	}
+	if !containsAddr(node.Status.Addresses, corev1.NodeExternalIP, "2001:db8:9::20") {
+		t.Errorf("addresses %v", node.Status.Addresses)
+	}
+	resp, err := http.Get("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `nodeinit_agent_writes_total{kind="metadata",result="ok"} 1`) {
+		t.Errorf("metrics lack the metadata write:\n%s", body)
+	}
+
+	start := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("exit after SIGTERM: %v, want 0", err)
+		}
+		t.Logf("SIGTERM → exit in %v", time.Since(start))
+	case <-time.After(5 * time.Second):
+		t.Fatal("no exit within 5s of SIGTERM")
+	}
+	if !strings.Contains(logs.String(), `"msg":"stopping"`) {
+		t.Errorf("logs lack the stop message:\n%s", logs.String())
+	}
+}
+
+func containsAddr(addrs []corev1.NodeAddress, typ corev1.NodeAddressType, a string) bool {
+	for _, x := range addrs {
+		if x.Type == typ && x.Address == a {
+			return true
+		}
+	}
+	return false
+}
+
+// BenchmarkFootprint prints the stripped static binary's size and the
+// agent's resident memory in steady state. Targets: ≤ 40 MB, ≤ 30 MiB.
+//
+//	go test -run '^$' -bench Footprint -benchtime 1x ./agent
+func BenchmarkFootprint(b *testing.B) {
+	bin := agentBinary(b)
+	st, err := os.Stat(bin)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := simNode(b, "footprint", "10.1.0.20")
+	cmd, _, _ := startBinary(b, n)
+	time.Sleep(5 * time.Second) // steady state: informer synced, nothing to write
+	rss, hwm := procMemory(b, cmd.Process.Pid)
+	for b.Loop() {
+	}
+	b.ReportMetric(float64(st.Size())/1e6, "MB-binary")
+	b.ReportMetric(rss/1024, "MiB-RSS")
+	b.ReportMetric(hwm/1024, "MiB-peak-RSS")
+	b.Logf("binary %.1f MB (target ≤ 40), steady-state RSS %.1f MiB, peak %.1f MiB (target ≤ 30)", float64(st.Size())/1e6, rss/1024, hwm/1024)
+}
+
+// procMemory reads VmRSS and VmHWM (KiB) from /proc.
+func procMemory(t testing.TB, pid int) (rss, hwm float64) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "VmRSS:":
+			rss = v
+		case "VmHWM:":
+			hwm = v
+		}
+	}
+	return rss, hwm
+}
