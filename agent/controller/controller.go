@@ -22,12 +22,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/talos-nodeinit/talos-nodeinit/agent/nodeclient"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
@@ -75,7 +72,7 @@ type Agent struct {
 	facts     *talos.Facts
 	addrs     []netaddr.Address
 	haveAddrs bool
-	client    kubernetes.Interface
+	client    *nodeclient.Client
 	informer  *nodeInformer
 	patched   *corev1.Node // the newest Node a patch returned
 	attested  map[string]string
@@ -225,7 +222,7 @@ func (a *Agent) useCredentials(l kubecreds.Loaded) {
 	cfg := l.Config
 	cfg.UserAgent = "nodeinit-agent/" + a.cfg.Version
 	cfg.QPS, cfg.Burst = 5, 10
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := nodeclient.New(cfg)
 	if err != nil {
 		a.log.Error("building a client from the kubelet's kubeconfig", "err", err)
 		return
@@ -335,11 +332,7 @@ func (a *Agent) waiting(what string) error {
 }
 
 func (a *Agent) patch(ctx context.Context, kind string, body []byte, subresource string) error {
-	var sub []string
-	if subresource != "" {
-		sub = []string{subresource}
-	}
-	n, err := a.client.CoreV1().Nodes().Patch(ctx, a.nodeName, types.MergePatchType, body, metav1.PatchOptions{FieldManager: "nodeinit-agent"}, sub...)
+	n, err := a.client.PatchNode(ctx, a.nodeName, body, subresource)
 	if err != nil {
 		a.m.Writes.WithLabelValues(kind, "error").Inc()
 		return fmt.Errorf("patching Node %s (%s): %w", a.nodeName, kind, err)
@@ -364,7 +357,7 @@ func (a *Agent) attest(ctx context.Context, node *corev1.Node, want desired.Stat
 	if prevErr == nil && prev.CSR == name && a.attested[name] == prev.RequestSHA256 {
 		return nil
 	}
-	csr, err := a.client.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+	csr, err := a.client.GetCSR(ctx, name)
 	if apierrors.IsNotFound(err) {
 		a.once("review-missing", name, func() { a.log.Warn("the CSR to review does not exist", "csr", name) })
 		return nil
@@ -469,9 +462,8 @@ type nodeInformer struct {
 	cancel context.CancelFunc
 }
 
-func watchNode(cs kubernetes.Interface, name string, changed func()) *nodeInformer {
-	lw := cache.NewListWatchFromClient(cs.CoreV1().RESTClient(), "nodes", "", fields.OneTermEqualSelector("metadata.name", name))
-	inf := cache.NewSharedIndexInformer(lw, &corev1.Node{}, 0, cache.Indexers{})
+func watchNode(c *nodeclient.Client, name string, changed func()) *nodeInformer {
+	inf := cache.NewSharedIndexInformer(c.WatchNode(name), &corev1.Node{}, 0, cache.Indexers{})
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { changed() },
 		UpdateFunc: func(any, any) { changed() },

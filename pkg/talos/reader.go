@@ -10,18 +10,21 @@ import (
 	"slices"
 	"time"
 
+	cosiv1alpha1 "github.com/cosi-project/runtime/api/v1alpha1"
 	"github.com/cosi-project/runtime/pkg/resource"
+	"github.com/cosi-project/runtime/pkg/resource/protobuf"
 	"github.com/cosi-project/runtime/pkg/state"
-	"github.com/siderolabs/talos/pkg/machinery/client"
+	cosiclient "github.com/cosi-project/runtime/pkg/state/protobuf/client"
+	networkpb "github.com/siderolabs/talos/pkg/machinery/api/resource/definitions/network"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
-	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 )
 
 // DefaultSocket is machined's socket on a Talos node.
@@ -51,7 +54,7 @@ var kinds = []resource.Kind{
 	resource.NewMetadata(hardware.NamespaceName, hardware.SystemInformationType, "", resource.VersionUndefined),
 	resource.NewMetadata(k8s.NamespaceName, k8s.NodenameType, "", resource.VersionUndefined),
 	resource.NewMetadata(k8s.NamespaceName, k8s.NodeIPType, "", resource.VersionUndefined),
-	resource.NewMetadata(network.NamespaceName, network.AddressStatusType, "", resource.VersionUndefined),
+	resource.NewMetadata(networkNamespace, addressStatusType, "", resource.VersionUndefined),
 }
 
 // Watch calls update with a complete snapshot once every watched kind has
@@ -116,18 +119,25 @@ func (r *Reader) session(ctx context.Context, update func(Facts)) error {
 	if _, err := os.Stat(r.socket()); err != nil {
 		return fmt.Errorf("machined socket: %w", err)
 	}
-	c, err := client.New(ctx, client.WithUnixSocket(r.socket()),
-		client.WithGRPCDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials())))
+	// The same connection and COSI adapter machinery's client.New builds for
+	// WithUnixSocket, without linking every machine API it also wraps (that
+	// alone would double the agent's binary).
+	conn, err := grpc.NewClient("unix:///"+r.socket(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(constants.GRPCMaxMessageSize)),
+		grpc.WithSharedWriteBuffer(true), grpc.WithNoProxy())
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer conn.Close()
+	// Watch retry is off: this reader reconnects itself and re-reads everything.
+	cosi := state.WrapCore(cosiclient.NewAdapter(cosiv1alpha1.NewStateClient(conn), cosiclient.WithDisableWatchRetry()))
 	ctx, cancel := context.WithCancel(WithReaderRole(ctx))
 	defer cancel()
 
 	events := make(chan state.Event, 64)
 	for _, k := range kinds {
-		if err := c.COSI.WatchKind(ctx, k, events, state.WithBootstrapContents(true)); err != nil {
+		if err := cosi.WatchKind(ctx, k, events, state.WithBootstrapContents(true)); err != nil {
 			return fmt.Errorf("watching %s: %w", k.Type(), err)
 		}
 	}
@@ -209,14 +219,61 @@ func (s *snapshot) apply(e state.Event, bootstrapped *int) error {
 		if !gone {
 			s.f.NodeIPs = slices.Clone(res.TypedSpec().Addresses)
 		}
-	case *network.AddressStatus:
-		id := res.Metadata().ID()
-		delete(s.external, id)
-		if !gone && res.TypedSpec().LinkName == ExternalLink {
-			s.external[id] = res.TypedSpec().Address.Addr()
+	default:
+		md := e.Resource.Metadata()
+		if md.Type() != addressStatusType || md.Namespace() != networkNamespace {
+			return nil
+		}
+		delete(s.external, md.ID())
+		if gone {
+			return nil
+		}
+		ip, ok, err := externalAddress(e.Resource)
+		if err != nil {
+			return fmt.Errorf("decoding %s %s: %w", md.Type(), md.ID(), err)
+		}
+		if ok {
+			s.external[md.ID()] = ip
 		}
 	}
 	return nil
+}
+
+// AddressStatus is read from its wire form rather than through machinery's
+// resources/network package, which links the whole machine-config world
+// (CEL, every config document) into the agent.
+const (
+	addressStatusType = "AddressStatuses.net.talos.dev"
+	networkNamespace  = "network"
+)
+
+// externalAddress returns the address of an AddressStatus on the "external"
+// pseudo-link. The resource arrives as the generic protobuf resource (its
+// type is not registered here), or typed where a process has registered it.
+func externalAddress(r resource.Resource) (netip.Addr, bool, error) {
+	pr, ok := r.(*protobuf.Resource)
+	if !ok {
+		var err error
+		if pr, err = protobuf.FromResource(r); err != nil {
+			return netip.Addr{}, false, err
+		}
+	}
+	wire, err := pr.Marshal()
+	if err != nil {
+		return netip.Addr{}, false, err
+	}
+	var spec networkpb.AddressStatusSpec
+	if err := proto.Unmarshal(wire.GetSpec().GetProtoSpec(), &spec); err != nil {
+		return netip.Addr{}, false, err
+	}
+	if spec.GetLinkName() != ExternalLink {
+		return netip.Addr{}, false, nil
+	}
+	ip, ok := netip.AddrFromSlice(spec.GetAddress().GetIp())
+	if !ok {
+		return netip.Addr{}, false, fmt.Errorf("address of %d bytes", len(spec.GetAddress().GetIp()))
+	}
+	return ip.Unmap(), true, nil
 }
 
 func (s *snapshot) facts() Facts {
