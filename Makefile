@@ -7,7 +7,7 @@ BIN     ?= bin
 TEST_TIMEOUT ?= 30m
 FUZZTIME ?= 10s
 
-.PHONY: help build test fuzz lint kube-tools demo clean
+.PHONY: help build test fuzz lint kube-tools demo clean bench-units
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -25,6 +25,10 @@ test: kube-tools ## all Go tests with -race, against the real control plane (nee
 fuzz: ## run every fuzz target for FUZZTIME each (default 10s), from its seed corpus
 	$(GO) test -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME) ./pkg/csrcheck
 	$(GO) test -run '^$$' -fuzz '^FuzzLoadEvaluate$$' -fuzztime $(FUZZTIME) ./pkg/rules
+
+bench-units: kube-tools ## component benchmarks that print figures: allocator, agent binary size and RSS
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/ipam
+	KUBE_TOOLS_DIR=$$(hack/kube-tools/build.sh 2>/dev/null) $(GO) test -run '^$$' -bench Footprint -benchtime 1x ./agent
 
 lint: ## gofmt check and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^hack/kube-tools/')); \
