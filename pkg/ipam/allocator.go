@@ -324,3 +324,28 @@ func (a *Allocator) holdsReserved(seg netip.Prefix) bool {
 
 // Owned returns a node's CIDRs.
 func (a *Allocator) Owned(node string) []netip.Prefix { return slices.Clone(a.owners[node]) }
+
+// Usage is how full one cluster pool is; Used counts reserved segments too.
+type Usage struct {
+	Pool        string // "ipv4", "ipv6" or "node-prefixes"
+	Used, Total int
+}
+
+// Usage reports the cluster pools, and the per-node-prefix sets summed.
+func (a *Allocator) Usage() []Usage {
+	var out []Usage
+	for _, p := range []struct {
+		name string
+		pool *pool
+	}{{"ipv4", a.v4}, {"ipv6", a.v6}} {
+		if p.pool != nil {
+			out = append(out, Usage{Pool: p.name, Used: p.pool.n - p.pool.free, Total: p.pool.n})
+		}
+	}
+	sets := Usage{Pool: "node-prefixes"}
+	for _, s := range a.sets {
+		sets.Used += s.n - s.free
+		sets.Total += s.n
+	}
+	return append(out, sets)
+}

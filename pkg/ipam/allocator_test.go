@@ -235,3 +235,23 @@ func BenchmarkRebuild5000(b *testing.B) {
 		}
 	}
 }
+
+func TestUsage(t *testing.T) {
+	a, err := New(Config{IPv4Pool: netip.MustParsePrefix("10.244.0.0/22"), IPv6Pool: netip.MustParsePrefix("fd00:1::/64")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Allocate("n1", Request{IPv4: true, IPv6: true, IPv6Prefix: netip.MustParsePrefix("2001:db8:1:2::/64"), IPv6Addr: netip.MustParseAddr("2001:db8:1:2::10")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Allocate("n2", Request{IPv4: true, IPv6: true}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Usage{}
+	for _, u := range a.Usage() {
+		got[u.Pool] = u
+	}
+	if got["ipv4"] != (Usage{"ipv4", 2, 4}) || got["ipv6"] != (Usage{"ipv6", 1, 65536}) || got["node-prefixes"].Used < 1 {
+		t.Fatalf("usage = %+v", got)
+	}
+}

@@ -1,0 +1,283 @@
+// Package config is the coordinator's configuration file (mounted from a
+// ConfigMap) and the grant policy: which labels and taints a node may
+// request and the coordinator will set for it.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/ipam"
+)
+
+// Config is the whole file. Every field has a default; an empty file is valid.
+type Config struct {
+	// ClusterName fills node.cloudprovider.kubernetes.io/clustername (Talos CCM compatibility); empty: not set.
+	ClusterName string `yaml:"clusterName,omitempty"`
+	// RequireProviderID holds initialization until spec.providerID is set.
+	RequireProviderID bool   `yaml:"requireProviderID,omitempty"`
+	IPAM              IPAM   `yaml:"ipam"`
+	Grants            Grants `yaml:"grants"`
+	CSR               CSR    `yaml:"csr"`
+}
+
+// IPAM configures pod-CIDR allocation.
+type IPAM struct {
+	// Enabled turns allocation on (default true). Turn kube-controller-manager's
+	// node IPAM off (--allocate-node-cidrs=false) when it is on.
+	Enabled      *bool    `yaml:"enabled,omitempty"`
+	IPv4Pool     string   `yaml:"ipv4Pool,omitempty"`
+	IPv4MaskSize int      `yaml:"ipv4MaskSize,omitempty"`
+	IPv6Pool     string   `yaml:"ipv6Pool,omitempty"`
+	IPv6MaskSize int      `yaml:"ipv6MaskSize,omitempty"`
+	ServiceCIDRs []string `yaml:"serviceCIDRs,omitempty"`
+}
+
+// Grants says which requested labels and taints are set. A pattern is an
+// exact key or a prefix ending in "*" ("node-role.kubernetes.io/*", "*");
+// Deny wins over Allow.
+type Grants struct {
+	Labels Patterns `yaml:"labels"`
+	Taints Patterns `yaml:"taints"`
+}
+
+// Patterns is an allow list with exceptions.
+type Patterns struct {
+	Allow []string `yaml:"allow,omitempty"`
+	Deny  []string `yaml:"deny,omitempty"`
+}
+
+// TimeoutAction is what happens to a CSR whose node never attests it.
+type TimeoutAction string
+
+const (
+	// StayPending leaves the CSR pending with an Event (the default).
+	StayPending TimeoutAction = "pending"
+	// ApproveOnChecks approves on the coordinator's static checks alone.
+	ApproveOnChecks TimeoutAction = "approve"
+)
+
+// CSR is the serving-CSR policy.
+type CSR struct {
+	// AttestationRequired (default true) approves only with the node agent's attestation.
+	AttestationRequired *bool         `yaml:"attestationRequired,omitempty"`
+	AttestationTimeout  Duration      `yaml:"attestationTimeout,omitempty"`
+	OnTimeout           TimeoutAction `yaml:"onTimeout,omitempty"`
+	MaxDuration         Duration      `yaml:"maxDuration,omitempty"`
+	AllowedIPRanges     []string      `yaml:"allowedIPRanges,omitempty"`
+}
+
+// Duration reads "90s", "2m".
+type Duration struct{ time.Duration }
+
+// UnmarshalYAML parses a Go duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalYAML prints the duration string.
+func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
+
+// Default label grants: the roles and Talos CCM's labels, never the
+// control-plane role (which would attract control-plane workloads) and never
+// node-restriction.kubernetes.io/ (which exists to be unforgeable by nodes).
+var (
+	DefaultLabelAllow = []string{"node.cloudprovider.kubernetes.io/*", "node-role.kubernetes.io/*"}
+	DefaultLabelDeny  = []string{"node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master"}
+	// Taints only repel workloads from the node asking; the keys Kubernetes
+	// and cloud providers manage themselves are not grantable.
+	DefaultTaintAllow = []string{"*"}
+	DefaultTaintDeny  = []string{"node.kubernetes.io/*", "node.cloudprovider.kubernetes.io/*", "node-role.kubernetes.io/control-plane"}
+)
+
+// Load reads and validates the file; a missing path gives the defaults.
+func Load(file string) (*Config, error) {
+	var data []byte
+	if file != "" {
+		var err error
+		if data, err = os.ReadFile(file); err != nil {
+			return nil, err
+		}
+	}
+	c, err := Parse(data)
+	if err != nil && file != "" {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return c, err
+}
+
+// Parse validates a configuration document, refusing unknown keys.
+func Parse(data []byte) (*Config, error) {
+	c := &Config{}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	c.defaults()
+	return c, c.validate()
+}
+
+func (c *Config) defaults() {
+	t := true
+	if c.IPAM.Enabled == nil {
+		c.IPAM.Enabled = &t
+	}
+	if c.IPAM.IPv4Pool == "" && c.IPAM.IPv6Pool == "" {
+		c.IPAM.IPv4Pool = "10.244.0.0/16"
+	}
+	if len(c.IPAM.ServiceCIDRs) == 0 {
+		c.IPAM.ServiceCIDRs = []string{"10.96.0.0/12"}
+	}
+	if c.Grants.Labels.Allow == nil && c.Grants.Labels.Deny == nil {
+		c.Grants.Labels = Patterns{Allow: DefaultLabelAllow, Deny: DefaultLabelDeny}
+	}
+	if c.Grants.Taints.Allow == nil && c.Grants.Taints.Deny == nil {
+		c.Grants.Taints = Patterns{Allow: DefaultTaintAllow, Deny: DefaultTaintDeny}
+	}
+	if c.CSR.AttestationRequired == nil {
+		c.CSR.AttestationRequired = &t
+	}
+	if c.CSR.AttestationTimeout.Duration == 0 {
+		c.CSR.AttestationTimeout.Duration = 2 * time.Minute
+	}
+	if c.CSR.OnTimeout == "" {
+		c.CSR.OnTimeout = StayPending
+	}
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if _, err := c.Allocator(); err != nil {
+		errs = append(errs, fmt.Errorf("ipam: %w", err))
+	}
+	if _, err := c.CSRPolicy(); err != nil {
+		errs = append(errs, fmt.Errorf("csr: %w", err))
+	}
+	if c.CSR.OnTimeout != StayPending && c.CSR.OnTimeout != ApproveOnChecks {
+		errs = append(errs, fmt.Errorf("csr.onTimeout %q: want %s or %s", c.CSR.OnTimeout, StayPending, ApproveOnChecks))
+	}
+	for field, ps := range map[string][]string{
+		"grants.labels.allow": c.Grants.Labels.Allow, "grants.labels.deny": c.Grants.Labels.Deny,
+		"grants.taints.allow": c.Grants.Taints.Allow, "grants.taints.deny": c.Grants.Taints.Deny,
+	} {
+		for _, p := range ps {
+			if i := strings.Index(p, "*"); p == "" || (i >= 0 && i != len(p)-1) {
+				errs = append(errs, fmt.Errorf("%s: pattern %q: want an exact key or a prefix ending in a single trailing *", field, p))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// IPAMEnabled reports whether the coordinator allocates pod CIDRs.
+func (c *Config) IPAMEnabled() bool { return c.IPAM.Enabled == nil || *c.IPAM.Enabled }
+
+// Allocator builds the pod-CIDR allocator from the ipam section.
+func (c *Config) Allocator() (*ipam.Allocator, error) {
+	var cfg ipam.Config
+	var err error
+	parse := func(field, s string) netip.Prefix {
+		if s == "" {
+			return netip.Prefix{}
+		}
+		p, e := netip.ParsePrefix(s)
+		if e != nil && err == nil {
+			err = fmt.Errorf("%s: %w", field, e)
+		}
+		return p
+	}
+	cfg.IPv4Pool = parse("ipv4Pool", c.IPAM.IPv4Pool)
+	cfg.IPv6Pool = parse("ipv6Pool", c.IPAM.IPv6Pool)
+	cfg.IPv4MaskSize, cfg.IPv6MaskSize = c.IPAM.IPv4MaskSize, c.IPAM.IPv6MaskSize
+	for _, s := range c.IPAM.ServiceCIDRs {
+		cfg.ServiceCIDRs = append(cfg.ServiceCIDRs, parse("serviceCIDRs", s))
+	}
+	if err != nil {
+		return nil, err
+	}
+	if cfg.IPv4Pool.IsValid() && !cfg.IPv4Pool.Addr().Is4() {
+		return nil, fmt.Errorf("ipv4Pool %s is not IPv4", cfg.IPv4Pool)
+	}
+	if cfg.IPv6Pool.IsValid() && !cfg.IPv6Pool.Addr().Is6() {
+		return nil, fmt.Errorf("ipv6Pool %s is not IPv6", cfg.IPv6Pool)
+	}
+	return ipam.New(cfg)
+}
+
+// CSRPolicy is the static-check policy.
+func (c *Config) CSRPolicy() (csrcheck.Policy, error) {
+	p := csrcheck.Policy{MaxDuration: c.CSR.MaxDuration.Duration}
+	for _, s := range c.CSR.AllowedIPRanges {
+		r, err := netip.ParsePrefix(s)
+		if err != nil {
+			return p, fmt.Errorf("allowedIPRanges: %w", err)
+		}
+		p.AllowedIPRanges = append(p.AllowedIPRanges, r)
+	}
+	return p, nil
+}
+
+// AttestationRequired reports the CSR policy's main switch.
+func (c *Config) AttestationRequired() bool {
+	return c.CSR.AttestationRequired == nil || *c.CSR.AttestationRequired
+}
+
+// MayGrantLabel decides whether a requested label is set for the node. It
+// returns the reason when it is not.
+func (g Grants) MayGrantLabel(key, value string) (bool, string) {
+	if err := contract.CheckLabel(key, value); err != nil {
+		return false, err.Error()
+	}
+	if prefix, _, ok := strings.Cut(key, "/"); ok && (prefix == "node-restriction.kubernetes.io" || strings.HasSuffix(prefix, ".node-restriction.kubernetes.io")) {
+		return false, "node-restriction.kubernetes.io labels exist so nodes cannot set them; never granted"
+	}
+	return g.Labels.decide("label", key)
+}
+
+// MayGrantTaint decides whether a requested taint is set for the node.
+func (g Grants) MayGrantTaint(t contract.Taint) (bool, string) {
+	if err := t.Check(); err != nil {
+		return false, err.Error()
+	}
+	if t.Key == contract.TaintUninitialized {
+		return false, "the uninitialized taint is the coordinator's own"
+	}
+	return g.Taints.decide("taint", t.Key)
+}
+
+func (p Patterns) decide(kind, key string) (bool, string) {
+	for _, d := range p.Deny {
+		if match(d, key) {
+			return false, fmt.Sprintf("%s %s is denied by the grant policy (%q)", kind, key, d)
+		}
+	}
+	for _, a := range p.Allow {
+		if match(a, key) {
+			return true, ""
+		}
+	}
+	return false, fmt.Sprintf("%s %s is not allowed by the grant policy", kind, key)
+}
+
+func match(pattern, key string) bool {
+	if prefix, ok := strings.CutSuffix(pattern, "*"); ok {
+		return strings.HasPrefix(key, prefix)
+	}
+	return pattern == key
+}
