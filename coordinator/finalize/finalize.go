@@ -1,0 +1,253 @@
+// Package finalize is the coordinator's pure core for Nodes: it reads what
+// the agent reported, says what initialization still waits for, and
+// computes the one merge patch that sets pod CIDRs, granted labels and
+// taints, and removes the uninitialized taint. No I/O.
+package finalize
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/config"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/ipam"
+)
+
+// Reported is what the agent published on the Node, decoded.
+type Reported struct {
+	Metadata        *contract.Metadata
+	Prefixes        []netip.Prefix
+	RequestedLabels map[string]string
+	RequestedTaints []contract.Taint
+	// Problems are annotations that could not be decoded; they are ignored.
+	Problems []string
+}
+
+// Read decodes the agent's annotations. A malformed one is a problem to
+// report, never a reason to act on partial data.
+func Read(node *corev1.Node) Reported {
+	var r Reported
+	a := node.Annotations
+	problem := func(key string, err error) { r.Problems = append(r.Problems, fmt.Sprintf("%s: %v", key, err)) }
+	if v, ok := a[contract.AnnotationMetadata]; ok {
+		if m, err := contract.DecodeMetadata(v); err != nil {
+			problem(contract.AnnotationMetadata, err)
+		} else {
+			r.Metadata = &m
+		}
+	}
+	if v, ok := a[contract.AnnotationPrefixes]; ok {
+		if p, err := contract.DecodePrefixes(v); err != nil {
+			problem(contract.AnnotationPrefixes, err)
+		} else {
+			r.Prefixes = p
+		}
+	}
+	if v, ok := a[contract.AnnotationRequestedLabels]; ok {
+		if l, err := contract.DecodeRequestedLabels(v); err != nil {
+			problem(contract.AnnotationRequestedLabels, err)
+		} else {
+			r.RequestedLabels = l
+		}
+	}
+	if v, ok := a[contract.AnnotationRequestedTaints]; ok {
+		if t, err := contract.DecodeRequestedTaints(v); err != nil {
+			problem(contract.AnnotationRequestedTaints, err)
+		} else {
+			r.RequestedTaints = t
+		}
+	}
+	return r
+}
+
+// Uninitialized reports whether the Node still has the uninitialized taint.
+func Uninitialized(node *corev1.Node) bool {
+	return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == contract.TaintUninitialized })
+}
+
+// Waiting lists the conditions initialization still waits for, apart from
+// pod CIDRs (which the coordinator provides in the same patch).
+func Waiting(node *corev1.Node, r Reported, requireProviderID bool) []string {
+	var w []string
+	if r.Metadata == nil {
+		w = append(w, "the agent's metadata annotation")
+	}
+	if requireProviderID && node.Spec.ProviderID == "" {
+		w = append(w, "spec.providerID")
+	}
+	for s := range strings.SplitSeq(node.Annotations[contract.AnnotationProvidedNodeIP], ",") {
+		ip, err := netip.ParseAddr(strings.TrimSpace(s))
+		if err != nil {
+			continue
+		}
+		if !slices.ContainsFunc(node.Status.Addresses, func(a corev1.NodeAddress) bool {
+			x, err := netip.ParseAddr(a.Address)
+			return err == nil && x == ip && (a.Type == corev1.NodeInternalIP || a.Type == corev1.NodeExternalIP)
+		}) {
+			w = append(w, "status.addresses to include the kubelet's node IP "+ip.String())
+		}
+	}
+	return w
+}
+
+// Addresses are the Node's IP addresses (reserved from allocation).
+func Addresses(node *corev1.Node) []netip.Addr {
+	var ips []netip.Addr
+	for _, a := range node.Status.Addresses {
+		if ip, err := netip.ParseAddr(a.Address); err == nil {
+			ips = append(ips, ip.Unmap())
+		}
+	}
+	return ips
+}
+
+// PodCIDRs parses spec.podCIDRs (falling back to spec.podCIDR).
+func PodCIDRs(node *corev1.Node) ([]netip.Prefix, error) {
+	raw := node.Spec.PodCIDRs
+	if len(raw) == 0 && node.Spec.PodCIDR != "" {
+		raw = []string{node.Spec.PodCIDR}
+	}
+	var out []netip.Prefix
+	for _, s := range raw {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("spec.podCIDRs %q: %w", s, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// Request is the allocation a Node needs: IPv4 when there is a pool, and
+// IPv6 from its first reported prefix that holds one of its addresses, or
+// else from the IPv6 pool.
+func Request(node *corev1.Node, r Reported, ipv4, ipv6Pool bool) ipam.Request {
+	req := ipam.Request{IPv4: ipv4, IPv6: ipv6Pool}
+	addrs := Addresses(node)
+	for _, p := range r.Prefixes {
+		for _, ip := range addrs {
+			if p.Contains(ip) {
+				req.IPv6, req.IPv6Prefix, req.IPv6Addr = true, p, ip
+				return req
+			}
+		}
+	}
+	return req
+}
+
+// Inputs are the coordinator's decisions for one Node.
+type Inputs struct {
+	Grants      config.Grants
+	ClusterName string
+	// CIDRs are set when the Node has none yet; nil leaves pod CIDRs alone.
+	CIDRs []netip.Prefix
+	// Initialize removes the uninitialized taint.
+	Initialize bool
+}
+
+// Plan is the patch, and the requests refused (for Events).
+type Plan struct {
+	// Patch is a JSON merge patch conditional on the Node's resourceVersion; nil: nothing to do.
+	Patch   []byte
+	Refused []string
+	// Granted are the label keys the coordinator now owns on the Node.
+	Granted []string
+}
+
+// Compute returns the one patch that brings the Node to what the
+// coordinator wants. Labels it granted earlier (granted-labels) and no
+// longer wants are removed; nothing else is touched.
+func Compute(node *corev1.Node, r Reported, in Inputs) (Plan, error) {
+	var plan Plan
+	want := map[string]string{}
+	if md := r.Metadata; md != nil {
+		if md.Platform != "" && contract.CheckLabel(contract.LabelPlatform, md.Platform) == nil {
+			want[contract.LabelPlatform] = md.Platform
+		}
+		if md.Spot {
+			want[contract.LabelLifecycle] = "spot"
+		}
+	}
+	if in.ClusterName != "" && contract.CheckLabel(contract.LabelClusterName, in.ClusterName) == nil {
+		want[contract.LabelClusterName] = in.ClusterName
+	}
+	for _, k := range slices.Sorted(maps.Keys(r.RequestedLabels)) {
+		if ok, why := in.Grants.MayGrantLabel(k, r.RequestedLabels[k]); ok {
+			want[k] = r.RequestedLabels[k]
+		} else {
+			plan.Refused = append(plan.Refused, why)
+		}
+	}
+	labels := map[string]any{}
+	for k, v := range want {
+		if cur, ok := node.Labels[k]; !ok || cur != v {
+			labels[k] = v
+		}
+	}
+	if prev, err := contract.DecodeKeys(contract.AnnotationGrantedLabels, node.Annotations[contract.AnnotationGrantedLabels]); err == nil {
+		for _, k := range prev {
+			if _, still := want[k]; !still {
+				if _, present := node.Labels[k]; present {
+					labels[k] = nil
+				}
+			}
+		}
+	}
+	plan.Granted = slices.Sorted(maps.Keys(want))
+	metadata := map[string]any{}
+	if len(labels) > 0 {
+		metadata["labels"] = labels
+	}
+	granted, err := contract.EncodeKeys(plan.Granted)
+	if err != nil {
+		return Plan{}, err
+	}
+	if cur, ok := node.Annotations[contract.AnnotationGrantedLabels]; (ok || len(plan.Granted) > 0) && cur != granted {
+		metadata["annotations"] = map[string]any{contract.AnnotationGrantedLabels: granted}
+	}
+
+	spec := map[string]any{}
+	if len(in.CIDRs) > 0 && len(node.Spec.PodCIDRs) == 0 && node.Spec.PodCIDR == "" {
+		cidrs := make([]string, len(in.CIDRs))
+		for i, c := range in.CIDRs {
+			cidrs[i] = c.String()
+		}
+		spec["podCIDR"], spec["podCIDRs"] = cidrs[0], cidrs
+	}
+	taints, changed := slices.Clone(node.Spec.Taints), false
+	if in.Initialize {
+		taints = slices.DeleteFunc(taints, func(t corev1.Taint) bool { return t.Key == contract.TaintUninitialized })
+		changed = len(taints) != len(node.Spec.Taints)
+	}
+	for _, t := range r.RequestedTaints {
+		if ok, why := in.Grants.MayGrantTaint(t); !ok {
+			plan.Refused = append(plan.Refused, why)
+			continue
+		}
+		if !slices.ContainsFunc(taints, func(x corev1.Taint) bool { return x.Key == t.Key && x.Effect == t.Effect }) {
+			taints, changed = append(taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect}), true
+		}
+	}
+	if changed {
+		spec["taints"] = taints
+	}
+
+	if len(metadata) == 0 && len(spec) == 0 {
+		return plan, nil
+	}
+	// Conditional: a Node changed since it was read is re-read, not clobbered
+	// (the taint list is replaced whole).
+	metadata["resourceVersion"] = node.ResourceVersion
+	patch := map[string]any{"metadata": metadata}
+	if len(spec) > 0 {
+		patch["spec"] = spec
+	}
+	plan.Patch, err = json.Marshal(patch)
+	return plan, err
+}

@@ -1,0 +1,159 @@
+package finalize
+
+import (
+	"encoding/json"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/config"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+)
+
+func grants(t *testing.T) config.Grants {
+	c, err := config.Parse(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Grants
+}
+
+func reportedNode(t *testing.T, requested map[string]string, taints []contract.Taint) *corev1.Node {
+	t.Helper()
+	md, _ := contract.EncodeMetadata(contract.Metadata{Platform: "metal", Spot: true})
+	rl, _ := contract.EncodeRequestedLabels(requested)
+	rt, _ := contract.EncodeRequestedTaints(taints)
+	pf, _ := contract.EncodePrefixes([]netip.Prefix{netip.MustParsePrefix("2001:db8:1:2::/64")})
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "n1", ResourceVersion: "42", Labels: map[string]string{"other": "x"}, Annotations: map[string]string{
+			contract.AnnotationMetadata: md, contract.AnnotationRequestedLabels: rl, contract.AnnotationRequestedTaints: rt,
+			contract.AnnotationPrefixes: pf, contract.AnnotationProvidedNodeIP: "10.0.0.1",
+		}},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{
+			{Key: contract.TaintUninitialized, Value: "true", Effect: corev1.TaintEffectNoSchedule},
+			{Key: "node.kubernetes.io/not-ready", Effect: corev1.TaintEffectNoSchedule},
+		}},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
+			{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}, {Type: corev1.NodeExternalIP, Address: "2001:db8:1:2::10"},
+		}},
+	}
+}
+
+type patch struct {
+	Metadata struct {
+		ResourceVersion string            `json:"resourceVersion"`
+		Labels          map[string]any    `json:"labels"`
+		Annotations     map[string]string `json:"annotations"`
+	} `json:"metadata"`
+	Spec struct {
+		PodCIDR  string         `json:"podCIDR"`
+		PodCIDRs []string       `json:"podCIDRs"`
+		Taints   []corev1.Taint `json:"taints"`
+	} `json:"spec"`
+}
+
+func TestInitializeInOnePatch(t *testing.T) {
+	node := reportedNode(t,
+		map[string]string{"node-role.kubernetes.io/web": "", "node-role.kubernetes.io/control-plane": "", "node-restriction.kubernetes.io/x": "y"},
+		[]contract.Taint{{Key: "dedicated", Value: "web", Effect: corev1.TaintEffectNoSchedule}})
+	r := Read(node)
+	if w := Waiting(node, r, false); len(w) != 0 {
+		t.Fatalf("waiting for %v", w)
+	}
+	cidrs := []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("2001:db8:1:2:1::/80")}
+	plan, err := Compute(node, r, Inputs{Grants: grants(t), ClusterName: "prod", CIDRs: cidrs, Initialize: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p patch
+	if err := json.Unmarshal(plan.Patch, &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Metadata.ResourceVersion != "42" {
+		t.Error("the patch must be conditional on the resourceVersion read")
+	}
+	wantLabels := map[string]any{"node-role.kubernetes.io/web": "", contract.LabelPlatform: "metal", contract.LabelLifecycle: "spot", contract.LabelClusterName: "prod"}
+	if len(p.Metadata.Labels) != len(wantLabels) {
+		t.Errorf("labels %v, want %v", p.Metadata.Labels, wantLabels)
+	}
+	for k, v := range wantLabels {
+		if p.Metadata.Labels[k] != v {
+			t.Errorf("label %s = %v, want %v", k, p.Metadata.Labels[k], v)
+		}
+	}
+	if len(plan.Refused) != 2 || !strings.Contains(strings.Join(plan.Refused, "|"), "control-plane") || !strings.Contains(strings.Join(plan.Refused, "|"), "node-restriction") {
+		t.Errorf("refused %v", plan.Refused)
+	}
+	if p.Spec.PodCIDR != "10.244.1.0/24" || !slices.Equal(p.Spec.PodCIDRs, []string{"10.244.1.0/24", "2001:db8:1:2:1::/80"}) {
+		t.Errorf("pod CIDRs %q %q", p.Spec.PodCIDR, p.Spec.PodCIDRs)
+	}
+	keys := []string{}
+	for _, tt := range p.Spec.Taints {
+		keys = append(keys, tt.Key)
+	}
+	if !slices.Equal(keys, []string{"node.kubernetes.io/not-ready", "dedicated"}) {
+		t.Errorf("taints %v: uninitialized removed, others kept, granted added", keys)
+	}
+}
+
+func TestNothingToDoIsNoPatch(t *testing.T) {
+	node := reportedNode(t, map[string]string{"node-role.kubernetes.io/web": ""}, nil)
+	node.Spec.Taints = nil
+	node.Spec.PodCIDRs, node.Spec.PodCIDR = []string{"10.244.1.0/24"}, "10.244.1.0/24"
+	node.Labels = map[string]string{"node-role.kubernetes.io/web": "", contract.LabelPlatform: "metal", contract.LabelLifecycle: "spot"}
+	node.Annotations[contract.AnnotationGrantedLabels], _ = contract.EncodeKeys([]string{"node-role.kubernetes.io/web", contract.LabelPlatform, contract.LabelLifecycle})
+	plan, err := Compute(node, Read(node), Inputs{Grants: grants(t), CIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.9.0/24")}})
+	if err != nil || plan.Patch != nil {
+		t.Fatalf("steady state must not patch: %s %v", plan.Patch, err)
+	}
+}
+
+func TestRemovesOnlyLabelsItGranted(t *testing.T) {
+	node := reportedNode(t, map[string]string{}, nil)
+	node.Labels = map[string]string{"node-role.kubernetes.io/web": "", "node-role.kubernetes.io/db": "", contract.LabelPlatform: "metal", contract.LabelLifecycle: "spot"}
+	node.Annotations[contract.AnnotationGrantedLabels], _ = contract.EncodeKeys([]string{"node-role.kubernetes.io/web", contract.LabelPlatform, contract.LabelLifecycle})
+	plan, err := Compute(node, Read(node), Inputs{Grants: grants(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p patch
+	_ = json.Unmarshal(plan.Patch, &p)
+	if v, ok := p.Metadata.Labels["node-role.kubernetes.io/web"]; !ok || v != nil {
+		t.Errorf("a label granted earlier and no longer requested must be removed: %v", p.Metadata.Labels)
+	}
+	if _, touched := p.Metadata.Labels["node-role.kubernetes.io/db"]; touched {
+		t.Error("a label the coordinator never granted was touched")
+	}
+}
+
+func TestWaitingAndMalformedReports(t *testing.T) {
+	node := reportedNode(t, nil, nil)
+	node.Annotations[contract.AnnotationRequestedLabels] = `{"v":1,"labels":` // truncated
+	node.Annotations[contract.AnnotationMetadata] = `{"v":99}`
+	r := Read(node)
+	if len(r.Problems) != 2 || r.Metadata != nil || r.RequestedLabels != nil {
+		t.Errorf("malformed annotations must be reported and ignored: %+v", r)
+	}
+	node.Status.Addresses = node.Status.Addresses[1:]
+	w := Waiting(node, r, true)
+	if len(w) != 3 {
+		t.Errorf("waiting = %v, want metadata, providerID and the node IP", w)
+	}
+}
+
+func TestRequestPicksThePrefixHoldingAnAddress(t *testing.T) {
+	node := reportedNode(t, nil, nil)
+	r := Read(node)
+	req := Request(node, r, true, false)
+	if !req.IPv4 || !req.IPv6 || req.IPv6Prefix != netip.MustParsePrefix("2001:db8:1:2::/64") || req.IPv6Addr != netip.MustParseAddr("2001:db8:1:2::10") {
+		t.Errorf("request %+v", req)
+	}
+	r.Prefixes = []netip.Prefix{netip.MustParsePrefix("2001:db8:9::/64")} // holds no address of the node
+	if req := Request(node, r, true, false); req.IPv6 {
+		t.Errorf("a prefix holding none of the node's addresses must not be used: %+v", req)
+	}
+}
