@@ -1,34 +1,200 @@
-// Command nodeinit-coordinator is the cluster-side half of talos-nodeinit: a
-// leader-elected Deployment that allocates pod CIDRs, grants restricted
-// labels and taints, removes the uninitialized taint and approves serving CSRs.
-//
-// This is the skeleton from the Foundation issue: only `version` works; the
-// controllers arrive with the coordinator issue.
+// Command nodeinit-coordinator is the cluster-side half of talos-nodeinit:
+// a leader-elected Deployment that allocates pod CIDRs, grants the labels
+// and taints nodes may not set themselves, removes the uninitialized taint,
+// and approves or denies kubelet serving CSRs.
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/config"
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/controller"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/envflag"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/telemetry"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/version"
 )
 
-const usage = `nodeinit-coordinator finalizes Nodes and approves kubelet serving CSRs.
+const envPrefix = "NODEINIT_"
+
+// DefaultConfigFile is where coordinator/deploy mounts the ConfigMap.
+const DefaultConfigFile = "/etc/nodeinit/coordinator.yaml"
+
+const usage = `nodeinit-coordinator finalizes Talos nodes: pod CIDRs, granted labels and
+taints, the uninitialized taint, and kubelet serving CSRs.
 
 Usage:
-  nodeinit-coordinator version    print the version and exit
+  nodeinit-coordinator [run] [flags]           run (the default)
+  nodeinit-coordinator validate --config FILE  check a configuration file and exit
+  nodeinit-coordinator version                 print the version
 
-The controllers are not implemented yet.
+Every flag can also be set from the environment: --config is NODEINIT_CONFIG.
 `
 
-func main() {
-	if len(os.Args) > 1 && os.Args[1] == "version" {
-		fmt.Println(version.String("nodeinit-coordinator"))
-		return
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	cmd := "run"
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+		fmt.Fprint(stderr, usage+"\nnodeinit-coordinator run:\n")
+		return runCoordinator(args, stderr)
 	}
-	fmt.Fprint(os.Stderr, usage)
-	if len(os.Args) > 1 && (os.Args[1] == "--help" || os.Args[1] == "-h" || os.Args[1] == "help") {
-		return
+	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
 	}
-	os.Exit(2)
+	switch cmd {
+	case "run":
+		return runCoordinator(args, stderr)
+	case "validate":
+		return validate(args, stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, version.String("nodeinit-coordinator"))
+		return 0
+	case "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "unknown command %q\n\n%s", cmd, usage)
+	return 2
+}
+
+func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "%s\n\nFlags:\n", synopsis)
+		envflag.Usage(fs, envPrefix)
+	}
+	return fs
+}
+
+func parse(fs *flag.FlagSet, args []string) (int, bool) {
+	switch err := envflag.Parse(fs, envPrefix, args); {
+	case errors.Is(err, flag.ErrHelp):
+		return 0, true
+	case err != nil:
+		fmt.Fprintln(fs.Output(), err)
+		return 2, true
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "unexpected arguments: %q\n", fs.Args())
+		return 2, true
+	}
+	return 0, false
+}
+
+func loadConfig(file string) (*config.Config, error) {
+	c, err := config.Load(file)
+	if err != nil && file == DefaultConfigFile && errors.Is(err, os.ErrNotExist) {
+		return config.Parse(nil)
+	}
+	return c, err
+}
+
+func runCoordinator(args []string, stderr io.Writer) int {
+	fs := newFlagSet("run", "Usage: nodeinit-coordinator run [flags]", stderr)
+	configFile := fs.String("config", DefaultConfigFile, "configuration `FILE` (IPAM pools, grant policy, CSR policy); absent at the default path means defaults")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig `FILE` (default: in-cluster ServiceAccount)")
+	namespace := fs.String("lease-namespace", "kube-system", "namespace of the leader Lease")
+	leaseName := fs.String("lease-name", "nodeinit-coordinator", "name of the leader Lease")
+	hostname, _ := os.Hostname()
+	id := fs.String("id", hostname, "this replica's identity in the Lease (the pod name)")
+	leaseDuration := fs.Duration("lease-duration", 15*time.Second, "how long a leader's Lease lasts without renewal: the worst-case takeover time")
+	renewDeadline := fs.Duration("renew-deadline", 10*time.Second, "how long the leader retries renewing before it gives up and exits")
+	retryPeriod := fs.Duration("retry-period", 2*time.Second, "interval between Lease attempts")
+	nodeWorkers := fs.Int("node-workers", 4, "Nodes synced in parallel")
+	csrWorkers := fs.Int("csr-workers", 4, "CSRs synced in parallel")
+	qps := fs.Float64("kube-api-qps", 100, "client QPS to the API server")
+	burst := fs.Int("kube-api-burst", 200, "client burst to the API server")
+	metricsAddr := fs.String("metrics-addr", ":10290", "serve /metrics, /healthz and /readyz on this `ADDRESS` (empty: off)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	logFormat := fs.String("log-format", "text", "text or json")
+	if code, stop := parse(fs, args); stop {
+		return code
+	}
+	log, err := telemetry.NewLogger(stderr, *logLevel, *logFormat)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	settings, err := loadConfig(*configFile)
+	if err != nil {
+		log.Error("invalid configuration; not starting", "file", *configFile, "err", err)
+		return 1
+	}
+	var restCfg *rest.Config
+	if *kubeconfig != "" {
+		restCfg, err = clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	} else {
+		restCfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		log.Error("no API server credentials", "err", err, "hint", "run in-cluster or pass --kubeconfig")
+		return 1
+	}
+	restCfg.QPS, restCfg.Burst = float32(*qps), *burst
+	restCfg.UserAgent = "nodeinit-coordinator/" + version.Version
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		log.Error("building the client", "err", err)
+		return 1
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	reg := telemetry.NewRegistry()
+	coord, err := controller.New(controller.Config{
+		Client: client, Settings: settings, Namespace: *namespace, LeaseName: *leaseName, Identity: *id,
+		LeaseDuration: *leaseDuration, RenewDeadline: *renewDeadline, RetryPeriod: *retryPeriod,
+		NodeWorkers: *nodeWorkers, CSRWorkers: *csrWorkers, Log: log, Metrics: controller.NewMetrics(reg),
+	})
+	if err != nil {
+		log.Error("invalid configuration", "err", err)
+		return 1
+	}
+	if *metricsAddr != "" {
+		srv := &telemetry.Server{Addr: *metricsAddr, Registry: reg, Ready: coord.Ready, Log: log}
+		addr, err := srv.Listen(ctx)
+		if err != nil {
+			log.Error("cannot serve metrics", "err", err)
+			return 1
+		}
+		log.Info("serving metrics and health", "addr", addr)
+	}
+	log.Info("starting", "version", version.Version, "id", *id, "ipam", settings.IPAMEnabled(), "attestation-required", settings.AttestationRequired())
+	if err := coord.Run(ctx); err != nil {
+		log.Error("stopped", "err", err)
+		return 1
+	}
+	log.Info("stopped")
+	return 0
+}
+
+func validate(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("validate", "Usage: nodeinit-coordinator validate --config FILE", stderr)
+	file := fs.String("config", "", "the configuration `FILE` to check")
+	if code, stop := parse(fs, args); stop {
+		return code
+	}
+	if *file == "" {
+		fmt.Fprintln(stderr, "validate: --config FILE is required")
+		return 2
+	}
+	if _, err := config.Load(*file); err != nil {
+		fmt.Fprintf(stderr, "invalid:\n%v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: OK\n", *file)
+	return 0
 }

@@ -62,7 +62,11 @@ func TestDecide(t *testing.T) {
 		{"good CSR, no review yet: ask the agent", func() Input { return base(good) }, RequestReview, ""},
 		{"review asked, no attestation: wait", func() Input { in := base(good); in.Review = good.Name; return in }, Wait, ""},
 		{"another CSR of the node under review: wait", func() Input { in := base(good); in.Review, in.ReviewBusy = "csr-older", true; return in }, Wait, ""},
-		{"matching attestation approves", func() Input { in := base(good); in.Attestation = attest(good, contract.VerdictApprove, "ok"); return in }, Approve, "attested"},
+		{"matching attestation approves", func() Input {
+			in := base(good)
+			in.Attestation = attest(good, contract.VerdictApprove, "ok")
+			return in
+		}, Approve, "attested"},
 		{"agent rejection denies with its reason", func() Input {
 			in := base(good)
 			in.Attestation = attest(good, contract.VerdictReject, "IP SAN 10.9.9.9 is not on this node's interfaces")
