@@ -174,6 +174,17 @@ func (c *Coordinator) nodeChanged(obj any) {
 	if err != nil {
 		return
 	}
+	if node, ok := obj.(*corev1.Node); ok {
+		// Every Node's addresses are reserved as soon as they are seen, so no
+		// node is handed a segment holding another node's address.
+		c.mu.Lock()
+		if c.alloc != nil {
+			for _, ip := range finalize.Addresses(node) {
+				c.alloc.Reserve(ip)
+			}
+		}
+		c.mu.Unlock()
+	}
 	c.nodeQueue.Add(key)
 	// The node's review/attestation may have changed: its pending CSRs resync.
 	objs, _ := c.csrIndex.ByIndex(byNode, key)
@@ -395,6 +406,7 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 			c.alloc.Release(name)
 			c.poolMetrics()
 			c.log.Info("released pod CIDRs of a deleted node", "node", name)
+			defer c.retryWaitingForCIDRs()
 		}
 		c.mu.Unlock()
 		c.forget("node", name)
@@ -434,7 +446,12 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 			return fmt.Errorf("allocating pod CIDRs for %s: %w", name, err)
 		}
 	}
-	initialize := uninitialized && len(waiting) == 0
+	if len(waiting) > 0 {
+		// Nothing is written before the node can be initialized: then CIDRs,
+		// labels, taints and the taint removal go in one patch.
+		return nil
+	}
+	initialize := uninitialized
 	plan, err := finalize.Compute(node, rep, finalize.Inputs{
 		Grants: c.settings.Grants, ClusterName: c.settings.ClusterName, CIDRs: cidrs, Initialize: initialize,
 	})
@@ -472,6 +489,16 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 		c.log.Info("node updated", "node", name, "patch", string(plan.Patch))
 	}
 	return nil
+}
+
+// retryWaitingForCIDRs requeues the Nodes still without pod CIDRs: freed
+// segments may be what they wait for.
+func (c *Coordinator) retryWaitingForCIDRs() {
+	for _, n := range c.listNodes() {
+		if len(n.Spec.PodCIDRs) == 0 && n.Spec.PodCIDR == "" {
+			c.nodeQueue.Add(n.Name)
+		}
+	}
 }
 
 func poolOf(req ipam.Request, p netip.Prefix) string {

@@ -1,0 +1,606 @@
+package controller_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/config"
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/controller"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/kubeapply"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/kubeletsim"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/testcluster"
+)
+
+var cluster *testcluster.Cluster
+
+func TestMain(m *testing.M) {
+	os.Exit(testcluster.Main(m, &cluster, testcluster.Options{ControllerManager: true, AuditLog: true}))
+}
+
+const coordinatorUser = "system:serviceaccount:kube-system:nodeinit-coordinator"
+
+var rbacOnce sync.Once
+
+// coordinatorIdentity installs the shipped RBAC and returns the
+// ServiceAccount's credentials: the coordinator gets nothing more.
+func coordinatorIdentity(t testing.TB) *kubernetes.Clientset {
+	t.Helper()
+	var err error
+	rbacOnce.Do(func() { err = kubeapply.Files(t.Context(), cluster.Admin(), "../deploy/rbac.yaml") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := cluster.ServiceAccountIdentity(t.Context(), "kube-system", "nodeinit-coordinator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kubernetes.NewForConfigOrDie(cfg)
+}
+
+func admin() *kubernetes.Clientset { return kubernetes.NewForConfigOrDie(cluster.Admin()) }
+
+type running struct {
+	*controller.Coordinator
+	stop func()
+}
+
+func startCoordinator(t *testing.T, id, settings string) *running {
+	t.Helper()
+	s, err := config.Parse([]byte(settings))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := controller.New(controller.Config{
+		Client: coordinatorIdentity(t), Settings: s, Identity: id,
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(testWriter{t}, nil)).With("coordinator", id),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("coordinator %s: %v", id, err)
+				}
+			case <-time.After(15 * time.Second):
+				t.Errorf("coordinator %s did not stop", id)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return &running{Coordinator: c, stop: stop}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// simNode is a registered Node whose agent the test plays with the node's
+// own identity.
+type simNode struct {
+	name    string
+	ip      netip.Addr
+	id      *testcluster.NodeIdentity
+	kubelet *kubeletsim.Kubelet
+	self    *kubernetes.Clientset
+}
+
+func register(t testing.TB, name, ip string) *simNode {
+	t.Helper()
+	id, err := cluster.NodeIdentity(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := kubeletsim.Register(t.Context(), kubeletsim.Config{NodeName: name, NodeIPs: []netip.Addr{netip.MustParseAddr(ip)}, Identity: id.Config(), CertDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Stop)
+	return &simNode{name: name, ip: netip.MustParseAddr(ip), id: id, kubelet: k, self: kubernetes.NewForConfigOrDie(id.Config())}
+}
+
+type report struct {
+	externalIPs []string
+	prefixes    []string
+	requested   map[string]string
+	taints      []contract.Taint
+	providerID  string
+	noMetadata  bool
+}
+
+// publish writes what the agent would, as the node.
+func (n *simNode) publish(t testing.TB, r report) {
+	t.Helper()
+	addrs := []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.ip.String()}}
+	for _, a := range r.externalIPs {
+		addrs = append(addrs, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: a})
+	}
+	addrs = append(addrs, corev1.NodeAddress{Type: corev1.NodeHostName, Address: n.name})
+	n.patch(t, map[string]any{"status": map[string]any{"addresses": addrs}}, "status")
+
+	var prefixes []netip.Prefix
+	for _, p := range r.prefixes {
+		prefixes = append(prefixes, netip.MustParsePrefix(p))
+	}
+	ann := map[string]string{}
+	if !r.noMetadata {
+		ann[contract.AnnotationMetadata], _ = contract.EncodeMetadata(contract.Metadata{Platform: "metal", Hostname: n.name})
+	}
+	ann[contract.AnnotationPrefixes], _ = contract.EncodePrefixes(prefixes)
+	ann[contract.AnnotationRequestedLabels], _ = contract.EncodeRequestedLabels(r.requested)
+	ann[contract.AnnotationRequestedTaints], _ = contract.EncodeRequestedTaints(r.taints)
+	meta := map[string]any{"metadata": map[string]any{"annotations": ann}}
+	if r.providerID != "" {
+		meta["spec"] = map[string]any{"providerID": r.providerID}
+	}
+	n.patch(t, meta, "")
+}
+
+func (n *simNode) patch(t testing.TB, body map[string]any, sub string) {
+	t.Helper()
+	data := mustJSON(t, body)
+	var subs []string
+	if sub != "" {
+		subs = append(subs, sub)
+	}
+	if _, err := n.self.CoreV1().Nodes().Patch(t.Context(), n.name, types.MergePatchType, data, metav1.PatchOptions{}, subs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func get(t testing.TB, name string) *corev1.Node {
+	t.Helper()
+	node, err := admin().CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return node
+}
+
+func initialized(node *corev1.Node) bool {
+	return !slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == contract.TaintUninitialized })
+}
+
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > timeout {
+			t.Fatalf("%s: not within %v", what, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// coordinatorWrites counts the coordinator's mutating requests on one
+// object, from the API server's audit log.
+func coordinatorWrites(t testing.TB, resource, name string) []testcluster.AuditEvent {
+	t.Helper()
+	events, err := cluster.Audit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.DeleteFunc(events, func(e testcluster.AuditEvent) bool {
+		return e.User.Username != coordinatorUser || e.ObjectRef.Resource != resource || e.ObjectRef.Name != name
+	})
+}
+
+func events(t testing.TB, name, reason string) []corev1.Event {
+	t.Helper()
+	list, err := admin().CoreV1().Events("").List(t.Context(), metav1.ListOptions{FieldSelector: fields.Set{"involvedObject.name": name, "reason": reason}.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+func podCIDRs(t testing.TB, node *corev1.Node) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range node.Spec.PodCIDRs {
+		out = append(out, netip.MustParsePrefix(s))
+	}
+	return out
+}
+
+const ipamSettings = `
+ipam:
+  ipv4Pool: 10.244.0.0/16
+  ipv6Pool: fd00:10:244::/64
+  serviceCIDRs: [10.96.0.0/16, "fd00:10:96::/112"]
+requireProviderID: true
+csr:
+  attestationTimeout: 3s
+`
+
+func TestAllocationAndInitialization(t *testing.T) {
+	startCoordinator(t, "alloc", ipamSettings)
+	type spec struct {
+		name, ip string
+		r        report
+	}
+	specs := []spec{
+		{"alloc-a", "10.0.1.1", report{externalIPs: []string{"2001:db8:1:1::a"}, prefixes: []string{"2001:db8:1:1::/64"}}},
+		{"alloc-b", "10.0.1.2", report{externalIPs: []string{"2001:db8:1:1::b"}, prefixes: []string{"2001:db8:1:1::/64"}}},
+		{"alloc-c", "10.0.1.3", report{externalIPs: []string{"2001:db8:2:7::c"}, prefixes: []string{"2001:db8:2::/56"}}},
+		{"alloc-d", "10.0.1.4", report{externalIPs: []string{"2001:db8:1:1:2::d"}, prefixes: []string{"2001:db8:1:1::/64"}}},
+		{"alloc-e", "10.0.1.5", report{}},
+	}
+	nodes := map[string]*simNode{}
+	for _, s := range specs {
+		nodes[s.name] = register(t, s.name, s.ip)
+	}
+	// Registered but not reported: nothing happens.
+	time.Sleep(time.Second)
+	for _, s := range specs {
+		if node := get(t, s.name); initialized(node) || len(node.Spec.PodCIDRs) > 0 {
+			t.Fatalf("%s initialized before its agent reported", s.name)
+		}
+		if w := coordinatorWrites(t, "nodes", s.name); len(w) != 0 {
+			t.Fatalf("%s: %d coordinator writes before the agent reported", s.name, len(w))
+		}
+	}
+	// Every condition but providerID: still nothing.
+	for _, s := range specs {
+		nodes[s.name].publish(t, s.r)
+	}
+	time.Sleep(time.Second)
+	if initialized(get(t, "alloc-a")) {
+		t.Fatal("initialized without spec.providerID while the policy requires it")
+	}
+	start := time.Now()
+	for _, s := range specs {
+		s.r.providerID = "talos://metal/" + s.ip
+		nodes[s.name].publish(t, s.r)
+	}
+	for _, s := range specs {
+		waitFor(t, 10*time.Second, s.name+" initialized", func() bool { return initialized(get(t, s.name)) })
+	}
+	t.Logf("5 nodes: last providerID set → all initialized in %v", time.Since(start))
+
+	all := map[string][]netip.Prefix{}
+	var nodeAddrs []netip.Addr
+	for _, s := range specs {
+		node := get(t, s.name)
+		all[s.name] = podCIDRs(t, node)
+		for _, a := range node.Status.Addresses {
+			if ip, err := netip.ParseAddr(a.Address); err == nil {
+				nodeAddrs = append(nodeAddrs, ip)
+			}
+		}
+		if w := coordinatorWrites(t, "nodes", s.name); len(w) != 1 || w[0].Verb != "patch" || w[0].ObjectRef.Subresource != "" {
+			t.Errorf("%s: coordinator writes %+v, want exactly one patch (CIDRs, labels and the taint together)", s.name, w)
+		}
+		if len(events(t, s.name, "Initialized")) != 1 {
+			t.Errorf("%s: no Initialized Event", s.name)
+		}
+		t.Logf("%s: %v", s.name, all[s.name])
+	}
+	in := func(name, cidr string) bool { return netip.MustParsePrefix(cidr).Overlaps(all[name][1]) }
+	for _, s := range specs {
+		if len(all[s.name]) != 2 || !all[s.name][0].Addr().Is4() || !all[s.name][1].Addr().Is6() {
+			t.Errorf("%s: want dual-stack CIDRs, got %v", s.name, all[s.name])
+		}
+	}
+	if !in("alloc-a", "2001:db8:1:1::/64") || !in("alloc-b", "2001:db8:1:1::/64") || all["alloc-a"][1] == all["alloc-b"][1] || all["alloc-a"][1].Bits() != 80 {
+		t.Errorf("nodes sharing a /64 need distinct /80s from it: a=%v b=%v", all["alloc-a"], all["alloc-b"])
+	}
+	if !in("alloc-c", "2001:db8:2:7::/64") {
+		t.Errorf("a /56 node gets its segment from the /64 holding its address: %v", all["alloc-c"])
+	}
+	if !in("alloc-e", "fd00:10:244::/64") {
+		t.Errorf("a node without a global prefix gets the fallback pool: %v", all["alloc-e"])
+	}
+	for name, cidrs := range all {
+		for _, c := range cidrs {
+			for _, ip := range nodeAddrs {
+				if c.Contains(ip) {
+					t.Errorf("%s got %v, which holds the node address %v", name, c, ip)
+				}
+			}
+			for other, oc := range all {
+				for _, o := range oc {
+					if other != name && o.Overlaps(c) {
+						t.Errorf("%s %v overlaps %s %v", name, c, other, o)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestGrants(t *testing.T) {
+	startCoordinator(t, "grants", ipamSettings)
+	n := register(t, "grant-node", "10.0.2.1")
+	n.publish(t, report{providerID: "talos://metal/10.0.2.1", requested: map[string]string{
+		"node-role.kubernetes.io/web": "", "node-role.kubernetes.io/control-plane": "", "node-restriction.kubernetes.io/x": "y",
+	}, taints: []contract.Taint{{Key: "dedicated", Value: "web", Effect: corev1.TaintEffectNoSchedule}}})
+	waitFor(t, 10*time.Second, "initialized", func() bool { return initialized(get(t, n.name)) })
+	node := get(t, n.name)
+	if _, ok := node.Labels["node-role.kubernetes.io/web"]; !ok {
+		t.Error("node-role.kubernetes.io/web was not granted")
+	}
+	for _, k := range []string{"node-role.kubernetes.io/control-plane", "node-restriction.kubernetes.io/x"} {
+		if _, ok := node.Labels[k]; ok {
+			t.Errorf("%s was granted", k)
+		}
+	}
+	if node.Labels[contract.LabelPlatform] != "metal" {
+		t.Errorf("compatibility label %s = %q", contract.LabelPlatform, node.Labels[contract.LabelPlatform])
+	}
+	if !slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == "dedicated" && t.Value == "web" }) {
+		t.Errorf("requested taint not granted: %v", node.Spec.Taints)
+	}
+	waitFor(t, 5*time.Second, "GrantRefused Event", func() bool { return len(events(t, n.name, "GrantRefused")) > 0 })
+	msg := events(t, n.name, "GrantRefused")[0].Message
+	if !strings.Contains(msg, "control-plane") || !strings.Contains(msg, "node-restriction") {
+		t.Errorf("GrantRefused Event: %q", msg)
+	}
+
+	// The request goes away: the label the coordinator granted goes too.
+	n.publish(t, report{providerID: "talos://metal/10.0.2.1"})
+	waitFor(t, 10*time.Second, "granted label removed", func() bool {
+		_, ok := get(t, n.name).Labels["node-role.kubernetes.io/web"]
+		return !ok
+	})
+}
+
+func TestExhaustedPool(t *testing.T) {
+	c := startCoordinator(t, "exhaust", `
+ipam:
+  ipv4Pool: 10.250.0.0/23
+  serviceCIDRs: [10.96.0.0/16]
+`)
+	var nodes []*simNode
+	for i := range 3 {
+		n := register(t, fmt.Sprintf("exhaust-%d", i), fmt.Sprintf("10.0.3.%d", i+1))
+		n.publish(t, report{})
+		nodes = append(nodes, n)
+	}
+	var starved string
+	waitFor(t, 10*time.Second, "two nodes initialized and one PodCIDRAllocationFailed Event", func() bool {
+		done := 0
+		for _, n := range nodes {
+			if initialized(get(t, n.name)) {
+				done++
+			} else if len(events(t, n.name, "PodCIDRAllocationFailed")) > 0 {
+				starved = n.name
+			}
+		}
+		return done == 2 && starved != ""
+	})
+	if ev := events(t, starved, "PodCIDRAllocationFailed"); !strings.Contains(ev[0].Message, "exhausted") {
+		t.Errorf("event %q", ev[0].Message)
+	}
+	if err := c.Ready(); err != nil {
+		t.Errorf("coordinator not ready with an exhausted pool: %v", err)
+	}
+	// A node goes away; its CIDR serves the starved one.
+	for _, n := range nodes {
+		if n.name != starved {
+			if err := admin().CoreV1().Nodes().Delete(t.Context(), n.name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	took := waitFor(t, 10*time.Second, starved+" initialized after a release", func() bool { return initialized(get(t, starved)) })
+	t.Logf("released CIDR reused after %v", took)
+}
+
+// csrFor creates a serving CSR as the node.
+func (n *simNode) csr(t testing.TB, name string, dns []string, ips []string, usages ...certificatesv1.KeyUsage) {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:" + n.name, Organization: []string{"system:nodes"}}, DNSNames: dns}
+	for _, ip := range ips {
+		tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(ip))
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(usages) == 0 {
+		usages = []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth}
+	}
+	_, err = n.self.CertificatesV1().CertificateSigningRequests().Create(t.Context(), &certificatesv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: certificatesv1.CertificateSigningRequestSpec{
+			Request: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), SignerName: certificatesv1.KubeletServingSignerName, Usages: usages,
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func condition(t testing.TB, name string) (certificatesv1.CertificateSigningRequestCondition, bool) {
+	csr, err := admin().CertificatesV1().CertificateSigningRequests().Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range csr.Status.Conditions {
+		if c.Type == certificatesv1.CertificateApproved || c.Type == certificatesv1.CertificateDenied {
+			return c, true
+		}
+	}
+	return certificatesv1.CertificateSigningRequestCondition{}, false
+}
+
+// attestAs plays the agent: attests the CSR under review with the given
+// verdict, or for a different request when digest is set.
+func (n *simNode) attest(t testing.TB, csrName string, digest string) {
+	t.Helper()
+	waitFor(t, 10*time.Second, "review of "+csrName, func() bool {
+		return get(t, n.name).Annotations[contract.AnnotationCSRReview] == csrName
+	})
+	csr, err := n.self.CertificatesV1().CertificateSigningRequests().Get(t.Context(), csrName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	att := csrcheck.Attest(csrcheck.FromCSR(csr), n.name, []string{n.name}, []netip.Addr{n.ip})
+	if digest != "" {
+		att.RequestSHA256 = digest
+	}
+	v, err := contract.EncodeAttestation(att)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.patch(t, map[string]any{"metadata": map[string]any{"annotations": map[string]string{contract.AnnotationCSRAttestation: v}}}, "")
+}
+
+func TestCSRApprovalAndDenial(t *testing.T) {
+	startCoordinator(t, "csr", ipamSettings)
+	a := register(t, "csr-a", "10.0.4.1")
+	b := register(t, "csr-b", "10.0.4.2")
+	for _, n := range []*simNode{a, b} {
+		n.publish(t, report{providerID: "talos://metal/" + n.ip.String()})
+	}
+
+	// A good CSR: approved only after the matching attestation, then issued.
+	a.csr(t, "csr-a-good", []string{"csr-a"}, []string{"10.0.4.1"})
+	time.Sleep(500 * time.Millisecond)
+	if _, decided := condition(t, "csr-a-good"); decided {
+		t.Fatal("approved before the node attested")
+	}
+	a.attest(t, "csr-a-good", "")
+	waitFor(t, 10*time.Second, "good CSR issued", func() bool {
+		csr, _ := admin().CertificatesV1().CertificateSigningRequests().Get(t.Context(), "csr-a-good", metav1.GetOptions{})
+		return len(csr.Status.Certificate) > 0
+	})
+	if c, _ := condition(t, "csr-a-good"); c.Type != certificatesv1.CertificateApproved || c.Reason != "NodeinitApproved" {
+		t.Errorf("good CSR condition %+v", c)
+	}
+	if w := coordinatorWrites(t, "certificatesigningrequests", "csr-a-good"); len(w) != 1 || w[0].ObjectRef.Subresource != "approval" {
+		t.Errorf("approval writes %+v", w)
+	}
+
+	for _, tc := range []struct {
+		name   string
+		create func(string)
+		reason string
+	}{
+		{"csr-a-other-ip", func(n string) { a.csr(t, n, []string{"csr-a"}, []string{"10.0.4.1", "10.0.4.2"}) }, "10.0.4.2"},
+		{"csr-a-other-name", func(n string) { a.csr(t, n, []string{"csr-a", "csr-b"}, nil) }, "csr-b"},
+		{"csr-a-wildcard", func(n string) { a.csr(t, n, []string{"*.csr-a"}, nil) }, "wildcard"},
+		{"csr-a-kubernetes", func(n string) { a.csr(t, n, []string{"csr-a", "KUBERNETES"}, nil) }, "KUBERNETES"},
+		{"csr-a-ip-only", func(n string) { a.csr(t, n, nil, []string{"10.0.4.2"}) }, "10.0.4.2"},
+		{"csr-a-client-auth", func(n string) {
+			a.csr(t, n, []string{"csr-a"}, nil, certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth, certificatesv1.UsageClientAuth)
+		}, "client auth"},
+		{"csr-a-wrong-hash", func(n string) {
+			a.csr(t, n, []string{"csr-a"}, []string{"10.0.4.1"})
+			a.attest(t, n, contract.RequestDigest([]byte("another request")))
+		}, "another request"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.create(tc.name)
+			waitFor(t, 10*time.Second, "decision", func() bool { _, ok := condition(t, tc.name); return ok })
+			c, _ := condition(t, tc.name)
+			if c.Type != certificatesv1.CertificateDenied || !strings.Contains(c.Message, tc.reason) {
+				t.Errorf("condition %s %q, want Denied naming %q", c.Type, c.Message, tc.reason)
+			}
+			waitFor(t, 5*time.Second, "Denied Event", func() bool { return len(events(t, tc.name, "NodeinitDenied")) > 0 })
+		})
+	}
+
+	// No attestation: pending, with an Event, under the default policy.
+	b.csr(t, "csr-b-silent", []string{"csr-b"}, []string{"10.0.4.2"})
+	waitFor(t, 10*time.Second, "AttestationTimeout Event", func() bool { return len(events(t, "csr-b-silent", "AttestationTimeout")) > 0 })
+	if c, decided := condition(t, "csr-b-silent"); decided {
+		t.Errorf("an unattested CSR was decided: %+v", c)
+	}
+}
+
+// The shipped RBAC lets the coordinator do its job and nothing more.
+func TestRBAC(t *testing.T) {
+	coordinatorIdentity(t)
+	allowed := func(attrs authorizationv1.ResourceAttributes) bool {
+		review, err := admin().AuthorizationV1().SubjectAccessReviews().Create(t.Context(), &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: coordinatorUser, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"},
+				ResourceAttributes: &attrs,
+			},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return review.Status.Allowed
+	}
+	cert := "certificates.k8s.io"
+	for _, tc := range []struct {
+		what  authorizationv1.ResourceAttributes
+		allow bool
+	}{
+		{authorizationv1.ResourceAttributes{Verb: "list", Resource: "nodes"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "watch", Resource: "nodes"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "patch", Resource: "nodes", Name: "any"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "list", Group: cert, Resource: "certificatesigningrequests"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "update", Group: cert, Resource: "certificatesigningrequests", Subresource: "approval"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "approve", Group: cert, Resource: "signers", Name: "kubernetes.io/kubelet-serving"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "create", Resource: "events", Namespace: "default"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system", Name: "nodeinit-coordinator"}, true},
+
+		{authorizationv1.ResourceAttributes{Verb: "delete", Resource: "nodes", Name: "any"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "create", Resource: "nodes"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "update", Resource: "nodes", Name: "any"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "patch", Resource: "nodes", Subresource: "status", Name: "any"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: "kube-system"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "list", Resource: "pods"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "approve", Group: cert, Resource: "signers", Name: "kubernetes.io/kube-apiserver-client"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "approve", Group: cert, Resource: "signers", Name: "kubernetes.io/kube-apiserver-client-kubelet"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "delete", Group: cert, Resource: "certificatesigningrequests"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system", Name: "kube-controller-manager"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "create", Group: "rbac.authorization.k8s.io", Resource: "clusterrolebindings"}, false},
+	} {
+		if got := allowed(tc.what); got != tc.allow {
+			t.Errorf("%s %s/%s %s in %q: allowed=%v, want %v", tc.what.Verb, tc.what.Resource, tc.what.Subresource, tc.what.Name, tc.what.Namespace, got, tc.allow)
+		}
+	}
+}
+
+func mustJSON(t testing.TB, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
