@@ -1,0 +1,285 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/kubeapply"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/kubeletsim"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/testcluster"
+)
+
+var cluster *testcluster.Cluster
+
+func TestMain(m *testing.M) {
+	os.Exit(testcluster.Main(m, &cluster, testcluster.Options{}))
+}
+
+func runCmd(args ...string) (int, string, string) {
+	var stdout, stderr bytes.Buffer
+	code := run(args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+func TestValidateAndBadConfig(t *testing.T) {
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good.yaml"), filepath.Join(dir, "bad.yaml")
+	_ = os.WriteFile(good, []byte("ipam: {ipv4Pool: 10.244.0.0/16}\n"), 0o600)
+	_ = os.WriteFile(bad, []byte("ipam: {ipv4Pool: nonsense}\ncsr: {onTimeout: maybe}\n"), 0o600)
+	if code, out, _ := runCmd("validate", "--config", good); code != 0 || !strings.Contains(out, "OK") {
+		t.Errorf("valid config: %d %q", code, out)
+	}
+	code, _, errOut := runCmd("validate", "--config", bad)
+	if code != 1 || !strings.Contains(errOut, "ipv4Pool") || !strings.Contains(errOut, "onTimeout") {
+		t.Errorf("invalid config: exit %d, %q; want 1 naming every error", code, errOut)
+	}
+	if code, _, errOut := runCmd("run", "--config", bad, "--metrics-addr", ""); code != 1 || !strings.Contains(errOut, "invalid configuration") {
+		t.Errorf("run with an invalid config: exit %d, %q", code, errOut)
+	}
+}
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+func coordinatorBinary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "nodeinit-coordinator-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "nodeinit-coordinator")
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", binPath, ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+type proc struct {
+	id   string
+	cmd  *exec.Cmd
+	logs *bytes.Buffer
+}
+
+// startProcess runs the real coordinator binary as its ServiceAccount.
+func startProcess(t *testing.T, id, kubeconfig, configFile string) *proc {
+	t.Helper()
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	metrics := ln.Addr().String()
+	ln.Close()
+	p := &proc{id: id, logs: &bytes.Buffer{}}
+	p.cmd = exec.Command(coordinatorBinary(t), "run", "--kubeconfig", kubeconfig, "--config", configFile, "--id", id,
+		"--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "250ms", "--metrics-addr", metrics)
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			_ = p.cmd.Process.Kill()
+			_ = p.cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("%s logs:\n%s", id, p.logs.String())
+		}
+	})
+	return p
+}
+
+func holder(t testing.TB, cs kubernetes.Interface) string {
+	lease, err := cs.CoordinationV1().Leases("kube-system").Get(t.Context(), "nodeinit-coordinator", metav1.GetOptions{})
+	if apierrors.IsNotFound(err) || err != nil || lease.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *lease.Spec.HolderIdentity
+}
+
+// join registers a node like a kubelet and publishes what its agent would.
+func join(t testing.TB, name string, ip netip.Addr) error {
+	id, err := cluster.NodeIdentity(name)
+	if err != nil {
+		return err
+	}
+	if _, err := kubeletsim.Register(t.Context(), kubeletsim.Config{NodeName: name, NodeIPs: []netip.Addr{ip}, Identity: id.Config()}); err != nil {
+		return err
+	}
+	self := kubernetes.NewForConfigOrDie(id.Config())
+	md, _ := contract.EncodeMetadata(contract.Metadata{Platform: "metal", Hostname: name})
+	six := netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 0xf0, 0, 0, 0, 0, 0, 0, 0, 0, 0, ip.As4()[2], ip.As4()[3]})
+	prefixes, _ := contract.EncodePrefixes([]netip.Prefix{netip.MustParsePrefix("2001:db8:f0::/64")})
+	status, _ := json.Marshal(map[string]any{"status": map[string]any{"addresses": []corev1.NodeAddress{
+		{Type: corev1.NodeInternalIP, Address: ip.String()}, {Type: corev1.NodeExternalIP, Address: six.String()}, {Type: corev1.NodeHostName, Address: name},
+	}}})
+	if _, err := self.CoreV1().Nodes().Patch(t.Context(), name, types.MergePatchType, status, metav1.PatchOptions{}, "status"); err != nil {
+		return err
+	}
+	meta, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		contract.AnnotationMetadata: md, contract.AnnotationPrefixes: prefixes,
+	}}})
+	_, err = self.CoreV1().Nodes().Patch(t.Context(), name, types.MergePatchType, meta, metav1.PatchOptions{})
+	return err
+}
+
+func joinMany(t *testing.T, prefix string, from, n int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 8)
+	for i := from; i < from+n; i++ {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if err := join(t, fmt.Sprintf("%s-%03d", prefix, i), netip.AddrFrom4([4]byte{10, 9, byte(i / 250), byte(i%250 + 1)})); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// allInitialized checks every node with the prefix, and that no pod CIDR
+// was ever given twice across the whole cluster.
+func allInitialized(t testing.TB, cs kubernetes.Interface, prefix string, want int) (bool, string) {
+	list, err := cs.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		return false, err.Error()
+	}
+	seen := map[string]string{}
+	var done, total int
+	for _, n := range list.Items {
+		for _, c := range n.Spec.PodCIDRs {
+			if other, dup := seen[c]; dup {
+				t.Fatalf("pod CIDR %s assigned to both %s and %s", c, other, n.Name)
+			}
+			seen[c] = n.Name
+		}
+		if !strings.HasPrefix(n.Name, prefix) {
+			continue
+		}
+		total++
+		if len(n.Spec.PodCIDRs) == 2 && !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == contract.TaintUninitialized }) {
+			done++
+		}
+	}
+	return total == want && done == want, fmt.Sprintf("%d/%d of %d initialized", done, total, want)
+}
+
+func waitAll(t *testing.T, cs kubernetes.Interface, prefix string, want int, timeout time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		ok, status := allInitialized(t, cs, prefix, want)
+		if ok {
+			return time.Since(start)
+		}
+		if time.Since(start) > timeout {
+			t.Fatalf("not all nodes initialized within %v: %s", timeout, status)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Two real coordinator processes; the leader is killed with SIGKILL during a
+// burst of 100 joins. The standby takes over, no CIDR is assigned twice,
+// and every node finishes. Then a fresh process rebuilds from Nodes alone.
+func TestFailoverAndRestart(t *testing.T) {
+	admin := kubernetes.NewForConfigOrDie(cluster.Admin())
+	if err := kubeapply.Files(t.Context(), cluster.Admin(), "deploy/rbac.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := cluster.ServiceAccountIdentity(t.Context(), "kube-system", "nodeinit-coordinator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := cluster.WriteKubeconfig("coordinator", sa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "coordinator.yaml")
+	if err := os.WriteFile(cfg, []byte("ipam:\n  ipv4Pool: 10.244.0.0/16\n  ipv6Pool: fd00:10:244::/64\n  serviceCIDRs: [10.96.0.0/16]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	coordinatorBinary(t)
+	procs := map[string]*proc{}
+	for _, id := range []string{"coord-1", "coord-2"} {
+		procs[id] = startProcess(t, id, kc, cfg)
+	}
+	var leader string
+	waitFor := func(what string, timeout time.Duration, cond func() bool) time.Duration {
+		start := time.Now()
+		for !cond() {
+			if time.Since(start) > timeout {
+				t.Fatalf("%s: not within %v", what, timeout)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return time.Since(start)
+	}
+	waitFor("a leader", 20*time.Second, func() bool { leader = holder(t, admin); return leader != "" })
+	t.Logf("leader: %s", leader)
+
+	burst := make(chan struct{})
+	go func() { defer close(burst); joinMany(t, "burst", 0, 100) }()
+	time.Sleep(700 * time.Millisecond) // the burst is under way
+	killed := time.Now()
+	if err := procs[leader].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = procs[leader].cmd.Wait()
+	var next string
+	waitFor("takeover", 30*time.Second, func() bool { next = holder(t, admin); return next != "" && next != leader })
+	takeover := time.Since(killed)
+	<-burst
+	all := waitAll(t, admin, "burst-", 100, 60*time.Second)
+	t.Logf("SIGKILL of leader %s → %s holds the lease after %v (lease duration 4s); all 100 nodes initialized %v after the burst ended",
+		leader, next, takeover.Round(time.Millisecond), all.Round(time.Millisecond))
+
+	// Restart: a fresh process rebuilds from spec.podCIDRs and allocates
+	// nothing twice.
+	if err := procs[next].cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := procs[next].cmd.Wait(); err != nil {
+		t.Errorf("SIGTERM: %v, want exit 0", err)
+	}
+	start := time.Now()
+	startProcess(t, "coord-3", kc, cfg)
+	waitFor("coord-3 leads", 20*time.Second, func() bool { return holder(t, admin) == "coord-3" })
+	t.Logf("restart: coord-3 leads %v after start (the lease was released on SIGTERM)", time.Since(start).Round(time.Millisecond))
+	joinMany(t, "after", 200, 10)
+	waitAll(t, admin, "after-", 10, 30*time.Second)
+	waitAll(t, admin, "burst-", 100, time.Second)
+}
