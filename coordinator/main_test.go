@@ -283,3 +283,85 @@ func TestFailoverAndRestart(t *testing.T) {
 	waitAll(t, admin, "after-", 10, 30*time.Second)
 	waitAll(t, admin, "burst-", 100, time.Second)
 }
+
+// coordinator/deploy applies as shipped, lists every file in its
+// kustomization, and its admission policy stops a node from grabbing pod
+// CIDRs while the coordinator's ServiceAccount may still set them.
+func TestDeployManifests(t *testing.T) {
+	data, err := os.ReadFile("deploy/kustomization.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := kubeapply.Objects(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resources, _, _ := unstructuredStrings(objs[0].Object, "resources")
+	files, _ := filepath.Glob("deploy/*.yaml")
+	var paths []string
+	for _, f := range files {
+		if filepath.Base(f) != "kustomization.yaml" {
+			paths = append(paths, f)
+			if !slices.Contains(resources, filepath.Base(f)) {
+				t.Errorf("%s is not listed in deploy/kustomization.yaml", f)
+			}
+		}
+	}
+	var ordered []string
+	for _, r := range resources {
+		ordered = append(ordered, filepath.Join("deploy", r))
+	}
+	if err := kubeapply.Files(t.Context(), cluster.Admin(), ordered...); err != nil {
+		t.Fatal(err)
+	}
+	admin := kubernetes.NewForConfigOrDie(cluster.Admin())
+	dep, err := admin.AppsV1().Deployments("kube-system").Get(t.Context(), "nodeinit-coordinator", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *dep.Spec.Replicas != 2 || !dep.Spec.Template.Spec.HostNetwork || *dep.Spec.Template.Spec.SecurityContext.RunAsNonRoot != true {
+		t.Errorf("deployment: replicas %d hostNetwork %v", *dep.Spec.Replicas, dep.Spec.Template.Spec.HostNetwork)
+	}
+
+	id, err := cluster.NodeIdentity("vap-node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kubeletsim.Register(t.Context(), kubeletsim.Config{NodeName: "vap-node", NodeIPs: []netip.Addr{netip.MustParseAddr("10.8.0.1")}, Identity: id.Config()}); err != nil {
+		t.Fatal(err)
+	}
+	grab := []byte(`{"spec":{"podCIDR":"10.244.250.0/24","podCIDRs":["10.244.250.0/24"]}}`)
+	self := kubernetes.NewForConfigOrDie(id.Config())
+	// The policy takes effect within a second or two of its creation; wait
+	// for it with dry runs, which go through admission but change nothing.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, err = self.CoreV1().Nodes().Patch(t.Context(), "vap-node", types.MergePatchType, grab, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_, err = self.CoreV1().Nodes().Patch(t.Context(), "vap-node", types.MergePatchType, grab, metav1.PatchOptions{})
+	if err == nil || !strings.Contains(err.Error(), "nodes may not set spec.podCIDR") {
+		t.Fatalf("node setting its own podCIDRs: %v, want the policy's refusal", err)
+	}
+	sa, err := cluster.ServiceAccountIdentity(t.Context(), "kube-system", "nodeinit-coordinator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kubernetes.NewForConfigOrDie(sa).CoreV1().Nodes().Patch(t.Context(), "vap-node", types.MergePatchType, grab, metav1.PatchOptions{}); err != nil {
+		t.Errorf("the coordinator's ServiceAccount may set podCIDRs: %v", err)
+	}
+}
+
+func unstructuredStrings(obj map[string]any, key string) ([]string, bool, error) {
+	raw, ok := obj[key].([]any)
+	var out []string
+	for _, r := range raw {
+		if s, ok := r.(string); ok {
+			out = append(out, s)
+		}
+	}
+	return out, ok, nil
+}
