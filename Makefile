@@ -36,7 +36,7 @@ lint: ## gofmt check and go vet
 	$(GO) vet ./...
 	cd hack/kube-tools && $(GO) vet ./cmd/...
 
-demo: kube-tools ## start a real control plane with simulated Talos nodes and print them
+demo: kube-tools ## real control plane + coordinator + N simulated Talos nodes running the real agent (N=4, KEEP=1)
 	KUBE_TOOLS_DIR=$$(hack/kube-tools/build.sh 2>/dev/null) $(GO) run ./hack/demo $(if $(N),-nodes $(N))
 
 clean: ## remove build outputs (the kube-tools cache is kept)

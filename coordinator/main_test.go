@@ -134,7 +134,7 @@ func join(t testing.TB, name string, ip netip.Addr) error {
 	}
 	self := kubernetes.NewForConfigOrDie(id.Config())
 	md, _ := contract.EncodeMetadata(contract.Metadata{Platform: "metal", Hostname: name})
-	six := netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 0xf0, 0, 0, 0, 0, 0, 0, 0, 0, 0, ip.As4()[2], ip.As4()[3]})
+	six := netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 0, 0xf0, 0, 0, 0, 0, 0, 0, 0, 0, ip.As4()[2], ip.As4()[3]})
 	prefixes, _ := contract.EncodePrefixes([]netip.Prefix{netip.MustParsePrefix("2001:db8:f0::/64")})
 	status, _ := json.Marshal(map[string]any{"status": map[string]any{"addresses": []corev1.NodeAddress{
 		{Type: corev1.NodeInternalIP, Address: ip.String()}, {Type: corev1.NodeExternalIP, Address: six.String()}, {Type: corev1.NodeHostName, Address: name},

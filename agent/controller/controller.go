@@ -304,13 +304,15 @@ func (a *Agent) sync(ctx context.Context) error {
 				"node", p.ProviderIDConflict, "wanted", want.ProviderID)
 		})
 	}
-	if p.Meta != nil {
-		if err := a.patch(ctx, "metadata", p.Meta, ""); err != nil {
+	// Addresses first: the metadata annotation is what tells the coordinator
+	// the node's facts are complete, so they must already be there.
+	if p.Status != nil {
+		if err := a.patch(ctx, "status", p.Status, "status"); err != nil {
 			return err
 		}
 	}
-	if p.Status != nil {
-		if err := a.patch(ctx, "status", p.Status, "status"); err != nil {
+	if p.Meta != nil {
+		if err := a.patch(ctx, "metadata", p.Meta, ""); err != nil {
 			return err
 		}
 	}

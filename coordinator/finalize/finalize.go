@@ -81,6 +81,12 @@ func Waiting(node *corev1.Node, r Reported, requireProviderID bool) []string {
 	if requireProviderID && node.Spec.ProviderID == "" {
 		w = append(w, "spec.providerID")
 	}
+	if len(r.Prefixes) > 0 && !slices.ContainsFunc(r.Prefixes, func(p netip.Prefix) bool {
+		return slices.ContainsFunc(Addresses(node), p.Contains)
+	}) {
+		// The agent's addresses have not caught up with its prefixes yet.
+		w = append(w, "status.addresses to include an address in the reported prefixes")
+	}
 	for s := range strings.SplitSeq(node.Annotations[contract.AnnotationProvidedNodeIP], ",") {
 		ip, err := netip.ParseAddr(strings.TrimSpace(s))
 		if err != nil {

@@ -157,3 +157,14 @@ func TestRequestPicksThePrefixHoldingAnAddress(t *testing.T) {
 		t.Errorf("a prefix holding none of the node's addresses must not be used: %+v", req)
 	}
 }
+
+// Prefixes reported before the addresses that justify them: wait, or the
+// node would get a pool segment instead of one from its own prefix.
+func TestWaitsForAddressesInReportedPrefixes(t *testing.T) {
+	node := reportedNode(t, nil, nil)
+	node.Status.Addresses = node.Status.Addresses[:1] // only the IPv4 InternalIP
+	w := Waiting(node, Read(node), false)
+	if len(w) != 1 || !strings.Contains(w[0], "reported prefixes") {
+		t.Fatalf("waiting = %v", w)
+	}
+}
