@@ -7,7 +7,7 @@ BIN     ?= bin
 TEST_TIMEOUT ?= 30m
 FUZZTIME ?= 10s
 
-.PHONY: help build test fuzz lint kube-tools demo clean bench-units
+.PHONY: help build test fuzz lint kube-tools demo clean bench-units extension
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -15,6 +15,9 @@ help: ## list targets
 build: ## static nodeinit-agent and nodeinit-coordinator binaries in ./bin
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/nodeinit-agent ./agent
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/nodeinit-coordinator ./coordinator
+
+extension: ## the Talos system extension without Docker: bin/extension/{oci,amd64,arm64,*.tar}
+	$(GO) run ./hack/extension -out $(BIN)/extension -version $(VERSION)
 
 kube-tools: ## build (or reuse from cache) etcd, kube-apiserver, kube-controller-manager v1.34.4
 	@hack/kube-tools/build.sh
