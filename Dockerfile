@@ -2,6 +2,7 @@
 # Two targets:
 #   docker build --target extension   -t <registry>/nodeinit-agent:<v> .      (Talos system extension, FROM scratch)
 #   docker build --target coordinator -t <registry>/nodeinit-coordinator:<v> .
+#   docker build --target agent-pod   -t <registry>/nodeinit-agent-pod:<v> .   (static-pod fallback)
 # Without Docker, `make extension` produces the same extension layout with Go tooling.
 ARG GO_VERSION=1.26
 FROM --platform=$BUILDPLATFORM golang:${GO_VERSION} AS build
@@ -23,6 +24,12 @@ FROM scratch AS extension
 COPY manifest.yaml /manifest.yaml
 COPY extension/nodeinit-agent.yaml /rootfs/usr/local/etc/containers/nodeinit-agent.yaml
 COPY --from=build /out/nodeinit-agent /rootfs/usr/local/lib/containers/nodeinit-agent/nodeinit-agent
+
+# The static-pod fallback (extension/patches/static-pod.yaml) needs the agent
+# as an ordinary container image.
+FROM scratch AS agent-pod
+COPY --from=build /out/nodeinit-agent /nodeinit-agent
+ENTRYPOINT ["/nodeinit-agent"]
 
 FROM scratch AS coordinator
 COPY --from=build /out/nodeinit-coordinator /nodeinit-coordinator
