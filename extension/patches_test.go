@@ -4,6 +4,8 @@
 package extension_test
 
 import (
+	"bytes"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +15,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
 )
@@ -118,4 +122,56 @@ func defaultRulesFile(t *testing.T) string {
 		t.Fatal("agent/main.go has no DefaultRulesFile")
 	}
 	return string(m[1])
+}
+
+// kubeletConfig114 mirrors Talos 1.14's KubeletConfig document
+// (machinery v1.14.1, config/types/k8s/kubelet.go). That machinery cannot be
+// built here (it needs a cosi-project/runtime version the module proxy
+// refuses), so the document is checked against the schema as published:
+// known fields only, an image, and the two flags.
+type kubeletConfig114 struct {
+	APIVersion                          string            `yaml:"apiVersion"`
+	Kind                                string            `yaml:"kind"`
+	Image                               string            `yaml:"image"`
+	Config                              map[string]any    `yaml:"config,omitempty"`
+	ExtraArgs                           map[string]string `yaml:"extraArgs,omitempty"`
+	ClusterDNS                          []string          `yaml:"clusterDNS,omitempty"`
+	DefaultRuntimeSeccompProfileEnabled *bool             `yaml:"defaultRuntimeSeccompProfileEnabled,omitempty"`
+}
+
+func TestKubeletConfigDocumentTalos114(t *testing.T) {
+	data, err := os.ReadFile("patches/kubelet-talos-1.14.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc kubeletConfig114
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.APIVersion != "v1alpha1" || doc.Kind != "KubeletConfig" || doc.Image == "" {
+		t.Errorf("document %+v: want apiVersion v1alpha1, kind KubeletConfig and an image", doc)
+	}
+	if doc.ExtraArgs["cloud-provider"] != "external" || doc.ExtraArgs["rotate-server-certificates"] != "true" {
+		t.Errorf("extraArgs %v", doc.ExtraArgs)
+	}
+	// The v1alpha1 form must say the same.
+	legacy, err := os.ReadFile("patches/kubelet.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v1 struct {
+		Machine struct {
+			Kubelet struct {
+				ExtraArgs map[string]string `yaml:"extraArgs"`
+			} `yaml:"kubelet"`
+		} `yaml:"machine"`
+	}
+	if err := yaml.Unmarshal(legacy, &v1); err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(v1.Machine.Kubelet.ExtraArgs, doc.ExtraArgs) {
+		t.Errorf("the two forms differ: %v vs %v", v1.Machine.Kubelet.ExtraArgs, doc.ExtraArgs)
+	}
 }
