@@ -298,20 +298,30 @@ func TestDeployManifests(t *testing.T) {
 	}
 	resources, _, _ := unstructuredStrings(objs[0].Object, "resources")
 	files, _ := filepath.Glob("deploy/*.yaml")
-	var paths []string
 	for _, f := range files {
 		if filepath.Base(f) != "kustomization.yaml" {
-			paths = append(paths, f)
 			if !slices.Contains(resources, filepath.Base(f)) {
 				t.Errorf("%s is not listed in deploy/kustomization.yaml", f)
 			}
 		}
 	}
-	var ordered []string
-	for _, r := range resources {
-		ordered = append(ordered, filepath.Join("deploy", r))
+	// Exactly what `kubectl apply -k` would send: kubectl kustomize's output.
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Fatal("this test renders coordinator/deploy with `kubectl kustomize`: install kubectl (https://kubernetes.io/docs/tasks/tools/)")
 	}
-	if err := kubeapply.Files(t.Context(), cluster.Admin(), ordered...); err != nil {
+	rendered, err := exec.Command(kubectl, "kustomize", "deploy").Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize deploy: %v", err)
+	}
+	objs, err = kubeapply.Objects(rendered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) < 10 {
+		t.Fatalf("kustomize rendered %d objects", len(objs))
+	}
+	if err := kubeapply.Apply(t.Context(), cluster.Admin(), objs); err != nil {
 		t.Fatal(err)
 	}
 	admin := kubernetes.NewForConfigOrDie(cluster.Admin())

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
@@ -77,6 +78,18 @@ func TestPatchesApplyAndValidate(t *testing.T) {
 			t.Errorf("kubelet extraArgs %v", args)
 		}
 		var found bool
+		// The ExtensionServiceConfig document on its own, as Talos loads it.
+		escData, err := os.ReadFile("patches/rules.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		escCfg, err := configloader.NewFromBytes(escData)
+		if err != nil {
+			t.Fatalf("rules.yaml: %v", err)
+		}
+		if _, err := escCfg.Validate(runtimeMode{}); err != nil {
+			t.Errorf("rules.yaml ExtensionServiceConfig: %v", err)
+		}
 		for _, esc := range cfg.ExtensionServiceConfigs() {
 			if esc.Name() != "nodeinit-agent" {
 				continue
