@@ -156,6 +156,11 @@ func (c *Config) defaults() {
 	if c.CSR.AttestationTimeout.Duration == 0 {
 		c.CSR.AttestationTimeout.Duration = 2 * time.Minute
 	}
+	if c.CSR.MaxDuration.Duration == 0 {
+		// kube-controller-manager's default signing duration: a kubelet never
+		// needs more, and a request for ten years is not a kubelet's.
+		c.CSR.MaxDuration.Duration = 365 * 24 * time.Hour
+	}
 	if c.CSR.OnTimeout == "" {
 		c.CSR.OnTimeout = StayPending
 	}

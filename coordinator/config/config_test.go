@@ -68,7 +68,7 @@ func TestTaintGrants(t *testing.T) {
 
 func TestParse(t *testing.T) {
 	c := defaults(t)
-	if !c.IPAMEnabled() || !c.AttestationRequired() || c.CSR.OnTimeout != StayPending || c.CSR.AttestationTimeout.Duration != 2*time.Minute {
+	if !c.IPAMEnabled() || !c.AttestationRequired() || c.CSR.OnTimeout != StayPending || c.CSR.AttestationTimeout.Duration != 2*time.Minute || c.CSR.MaxDuration.Duration != 8760*time.Hour {
 		t.Errorf("defaults: %+v", c)
 	}
 	c, err := Parse([]byte(`
