@@ -79,29 +79,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "%s\n\nFlags:\n", synopsis)
-		envflag.Usage(fs, envPrefix)
-	}
-	return fs
+	return envflag.NewFlagSet(name, synopsis, envPrefix, stderr)
 }
 
-// parse returns an exit code when the command should stop (help or a bad flag).
 func parse(fs *flag.FlagSet, args []string) (int, bool) {
-	switch err := envflag.Parse(fs, envPrefix, args); {
-	case errors.Is(err, flag.ErrHelp):
-		return 0, true
-	case err != nil:
-		fmt.Fprintln(fs.Output(), err)
-		return 2, true
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "unexpected arguments: %q\n", fs.Args())
-		return 2, true
-	}
-	return 0, false
+	return envflag.ParseCommand(fs, envPrefix, args)
 }
 
 func runAgent(args []string, stderr io.Writer) int {

@@ -70,28 +70,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "%s\n\nFlags:\n", synopsis)
-		envflag.Usage(fs, envPrefix)
-	}
-	return fs
+	return envflag.NewFlagSet(name, synopsis, envPrefix, stderr)
 }
 
 func parse(fs *flag.FlagSet, args []string) (int, bool) {
-	switch err := envflag.Parse(fs, envPrefix, args); {
-	case errors.Is(err, flag.ErrHelp):
-		return 0, true
-	case err != nil:
-		fmt.Fprintln(fs.Output(), err)
-		return 2, true
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "unexpected arguments: %q\n", fs.Args())
-		return 2, true
-	}
-	return 0, false
+	return envflag.ParseCommand(fs, envPrefix, args)
 }
 
 func loadConfig(file string) (*config.Config, error) {

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/gobuild"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/kubeapply"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/kubeletsim"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/testcluster"
@@ -57,32 +58,7 @@ func TestValidateAndBadConfig(t *testing.T) {
 	}
 }
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-func coordinatorBinary(t testing.TB) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "nodeinit-coordinator-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "nodeinit-coordinator")
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", binPath, ".")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
+func coordinatorBinary(t testing.TB) string { return gobuild.Binary(t, ".") }
 
 type proc struct {
 	id   string

@@ -5,8 +5,10 @@
 package envflag
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 )
@@ -55,4 +57,34 @@ func Usage(fs *flag.FlagSet, prefix string) {
 		}
 		fmt.Fprintf(out, " [$%s]\n", Name(prefix, f.Name))
 	})
+}
+
+// NewFlagSet returns a flag set for one subcommand whose --help prints the
+// synopsis and every flag with its environment variable.
+func NewFlagSet(name, synopsis, prefix string, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprintf(out, "%s\n\nFlags:\n", synopsis)
+		Usage(fs, prefix)
+	}
+	return fs
+}
+
+// ParseCommand parses a subcommand's arguments and the environment. When
+// the command should not go on (--help, a bad flag, stray arguments) it
+// returns stop and the exit code, having said why.
+func ParseCommand(fs *flag.FlagSet, prefix string, args []string) (code int, stop bool) {
+	switch err := Parse(fs, prefix, args); {
+	case errors.Is(err, flag.ErrHelp):
+		return 0, true
+	case err != nil:
+		fmt.Fprintln(fs.Output(), err)
+		return 2, true
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "unexpected arguments: %q\n", fs.Args())
+		return 2, true
+	}
+	return 0, false
 }

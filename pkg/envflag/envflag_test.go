@@ -57,3 +57,21 @@ func TestUsageNamesEnvironment(t *testing.T) {
 		t.Fatalf("usage:\n%s", buf.String())
 	}
 }
+
+func TestParseCommand(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		stop bool
+	}{
+		{nil, 0, false}, {[]string{"--help"}, 0, true}, {[]string{"--nope"}, 2, true}, {[]string{"stray"}, 2, true},
+	} {
+		var buf bytes.Buffer
+		fs := NewFlagSet("t", "Usage: t", "T_", &buf)
+		fs.String("x", "", "x")
+		code, stop := ParseCommand(fs, "T_", tc.args)
+		if code != tc.code || stop != tc.stop {
+			t.Errorf("ParseCommand(%q) = %d %v, want %d %v", tc.args, code, stop, tc.code, tc.stop)
+		}
+	}
+}
