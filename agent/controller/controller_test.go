@@ -2,16 +2,9 @@ package controller_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"slices"
@@ -30,6 +23,7 @@ import (
 
 	"github.com/talos-nodeinit/talos-nodeinit/agent/controller"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck/csrtest"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr/netnstest"
@@ -362,23 +356,11 @@ func TestRulesChangeRemovesOnlyOwnLabels(t *testing.T) {
 // createCSR submits a kubelet-serving CSR as the node, with the given SANs.
 func createCSR(t *testing.T, n *node, name string, dns []string, ips []string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:" + n.name, Organization: []string{"system:nodes"}}, DNSNames: dns}
-	for _, ip := range ips {
-		tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(ip))
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cs := kubernetes.NewForConfigOrDie(n.id.Config())
-	_, err = cs.CertificatesV1().CertificateSigningRequests().Create(t.Context(), &certificatesv1.CertificateSigningRequest{
+	_, err := cs.CertificatesV1().CertificateSigningRequests().Create(t.Context(), &certificatesv1.CertificateSigningRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: certificatesv1.CertificateSigningRequestSpec{
-			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+			Request:    csrtest.PEM(t, nil, n.name, dns, ips...),
 			SignerName: certificatesv1.KubeletServingSignerName,
 			Usages:     []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth},
 		},

@@ -1,13 +1,6 @@
 package approval
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -18,24 +11,16 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/config"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck/csrtest"
 )
 
 func request(t *testing.T, name string, dns []string, ips ...string) csrcheck.Request {
 	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:node-a", Organization: []string{"system:nodes"}}, DNSNames: dns}
-	for _, ip := range ips {
-		tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(ip))
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
-	if err != nil {
-		t.Fatal(err)
-	}
 	return csrcheck.Request{
 		Name: name, Username: "system:node:node-a", Groups: []string{"system:nodes", "system:authenticated"},
 		SignerName: certificatesv1.KubeletServingSignerName,
 		Usages:     []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth},
-		PEM:        pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+		PEM:        csrtest.PEM(t, nil, "node-a", dns, ips...),
 	}
 }
 

@@ -2,16 +2,9 @@ package controller_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"slices"
@@ -32,6 +25,7 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/controller"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck/csrtest"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/kubeapply"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/kubeletsim"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/testcluster"
@@ -428,22 +422,13 @@ ipam:
 // csrFor creates a serving CSR as the node.
 func (n *simNode) csr(t testing.TB, name string, dns []string, ips []string, usages ...certificatesv1.KeyUsage) {
 	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:" + n.name, Organization: []string{"system:nodes"}}, DNSNames: dns}
-	for _, ip := range ips {
-		tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(ip))
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if len(usages) == 0 {
 		usages = []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth}
 	}
-	_, err = n.self.CertificatesV1().CertificateSigningRequests().Create(t.Context(), &certificatesv1.CertificateSigningRequest{
+	_, err := n.self.CertificatesV1().CertificateSigningRequests().Create(t.Context(), &certificatesv1.CertificateSigningRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: certificatesv1.CertificateSigningRequestSpec{
-			Request: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), SignerName: certificatesv1.KubeletServingSignerName, Usages: usages,
+			Request: csrtest.PEM(t, nil, n.name, dns, ips...), SignerName: certificatesv1.KubeletServingSignerName, Usages: usages,
 		},
 	}, metav1.CreateOptions{})
 	if err != nil {

@@ -7,16 +7,13 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/asn1"
 	"encoding/pem"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck/csrtest"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -33,28 +30,7 @@ func TestHostileCSRs(t *testing.T) {
 	other.publish(t, report{providerID: "talos://metal/10.0.10.2"})
 
 	request := func(key crypto.Signer, dns []string, ips ...string) []byte {
-		tmpl := &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:csr-victim", Organization: []string{"system:nodes"}}, DNSNames: dns}
-		if strings.ContainsFunc(strings.Join(dns, ""), func(r rune) bool { return r > 127 }) {
-			// Go refuses to encode non-ASCII DNS names; a hostile client would not.
-			var names []asn1.RawValue
-			for _, d := range dns {
-				names = append(names, asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 2, Bytes: []byte(d)})
-			}
-			san, err := asn1.Marshal(names)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tmpl.DNSNames = nil
-			tmpl.ExtraExtensions = []pkix.Extension{{Id: asn1.ObjectIdentifier{2, 5, 29, 17}, Value: san}}
-		}
-		for _, ip := range ips {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(ip))
-		}
-		der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
+		return csrtest.PEM(t, key, "csr-victim", dns, ips...)
 	}
 	p256, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	rsa1024, _ := rsa.GenerateKey(rand.Reader, 1024)
