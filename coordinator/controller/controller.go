@@ -431,12 +431,11 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	}
 
 	var cidrs []netip.Prefix
+	req := finalize.Request(node, rep, c.hasV4, c.hasV6)
 	if c.settings.IPAMEnabled() && len(existing) == 0 && len(waiting) == 0 {
-		req := finalize.Request(node, rep, c.hasV4, c.hasV6)
+		// Every Node's addresses, this one's included, were reserved by
+		// nodeChanged (and by rebuild) before this sync could run.
 		c.mu.Lock()
-		for _, ip := range finalize.Addresses(node) {
-			c.alloc.Reserve(ip)
-		}
 		cidrs, err = c.alloc.Allocate(name, req)
 		c.poolMetrics()
 		c.mu.Unlock()
@@ -474,7 +473,6 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	}
 	c.m.NodeWrites.WithLabelValues("finalize", "ok").Inc()
 	if len(cidrs) > 0 {
-		req := finalize.Request(node, rep, c.hasV4, c.hasV6)
 		for _, p := range cidrs {
 			c.m.Allocations.WithLabelValues(poolOf(req, p), "ok").Inc()
 		}
