@@ -7,7 +7,7 @@ BIN     ?= bin
 TEST_TIMEOUT ?= 30m
 FUZZTIME ?= 10s
 
-.PHONY: help build test fuzz lint kube-tools demo clean bench-units extension
+.PHONY: help build test fuzz lint kube-tools demo clean bench-units bench bench-scale extension
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -32,6 +32,14 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 10s), from its seed co
 bench-units: kube-tools ## component benchmarks that print figures: allocator, agent binary size and RSS
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/ipam
 	KUBE_TOOLS_DIR=$$(hack/kube-tools/build.sh 2>/dev/null) $(GO) test -run '^$$' -bench Footprint -benchtime 1x ./agent
+
+N     ?= 100
+QUIET ?= 60s
+bench: kube-tools ## join storm of N nodes on a real control plane: latencies, writes per node, CPU, floor (N=500 QUIET=60s)
+	KUBE_TOOLS_DIR=$$(hack/kube-tools/build.sh 2>/dev/null) $(GO) run ./hack/bench -nodes $(N) -quiet $(QUIET)
+
+bench-scale: kube-tools ## 5,000 initialized Nodes, then the coordinator, then 500 joins: RSS, leader→ready, allocation time
+	KUBE_TOOLS_DIR=$$(hack/kube-tools/build.sh 2>/dev/null) $(GO) run ./hack/bench -existing 5000 -nodes 500 -quiet 10s -floor=false
 
 lint: ## gofmt check and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^hack/kube-tools/')); \

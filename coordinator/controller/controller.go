@@ -451,8 +451,12 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 		return nil
 	}
 	initialize := uninitialized
+	var review string
+	if initialize {
+		review = c.reviewAtInit(name)
+	}
 	plan, err := finalize.Compute(node, rep, finalize.Inputs{
-		Grants: c.settings.Grants, ClusterName: c.settings.ClusterName, CIDRs: cidrs, Initialize: initialize,
+		Grants: c.settings.Grants, ClusterName: c.settings.ClusterName, CIDRs: cidrs, Initialize: initialize, Review: review,
 	})
 	if err != nil {
 		return err
@@ -472,11 +476,16 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 		return fmt.Errorf("patching node %s: %w", name, err)
 	}
 	c.m.NodeWrites.WithLabelValues("finalize", "ok").Inc()
+	if review != "" {
+		c.m.NodeWrites.WithLabelValues("review", "ok").Inc()
+	}
 	if len(cidrs) > 0 {
 		for _, p := range cidrs {
 			c.m.Allocations.WithLabelValues(poolOf(req, p), "ok").Inc()
 		}
-		c.recorder.Eventf(node, corev1.EventTypeNormal, "PodCIDRAssigned", "pod CIDRs %v", cidrs)
+		if !initialize { // the Initialized Event names them
+			c.recorder.Eventf(node, corev1.EventTypeNormal, "PodCIDRAssigned", "pod CIDRs %v", cidrs)
+		}
 	}
 	if initialize {
 		took := time.Since(node.CreationTimestamp.Time)
@@ -522,31 +531,8 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 	if err != nil || !pending(csr) {
 		return err
 	}
+	in, node := c.approvalInput(csr, time.Now())
 	nodeName := csrcheck.NodeName(csr.Spec.Username)
-	in := approval.Input{
-		CSR: csrcheck.FromCSR(csr), Created: csr.CreationTimestamp.Time, Policy: c.policy,
-		AttestationRequired: c.settings.AttestationRequired(), Timeout: c.settings.CSR.AttestationTimeout.Duration,
-		OnTimeout: c.settings.CSR.OnTimeout, Now: time.Now(),
-	}
-	nodes := c.listNodes()
-	known := make([]csrcheck.Node, 0, len(nodes))
-	for _, n := range nodes {
-		known = append(known, csrcheck.Node{Name: n.Name, Addresses: n.Status.Addresses})
-		if n.Name == nodeName {
-			in.Node = &known[len(known)-1]
-			in.Review = n.Annotations[contract.AnnotationCSRReview]
-			if a, err := contract.DecodeAttestation(n.Annotations[contract.AnnotationCSRAttestation]); err == nil {
-				in.Attestation = &a
-			}
-		}
-	}
-	in.Owners = csrcheck.Owners(known)
-	if in.Review != "" && in.Review != name {
-		if other, err := c.csrs.Get(in.Review); err == nil && pending(other) && csrcheck.NodeName(other.Spec.Username) == nodeName {
-			in.ReviewBusy = true
-		}
-	}
-
 	d := approval.Decide(in)
 	switch d.Action {
 	case approval.Approve, approval.Deny:
@@ -554,6 +540,12 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 	case approval.Retry:
 		return fmt.Errorf("CSR %s: %s", name, d.Reason)
 	case approval.RequestReview:
+		if age := in.Now.Sub(in.Created); node != nil && finalize.Uninitialized(node) && age < reviewGrace {
+			// The initializing patch carries the review request; if the
+			// node is not initialized within the grace, ask on its own.
+			c.csrQueue.AddAfter(name, reviewGrace-age)
+			return nil
+		}
 		patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, contract.AnnotationCSRReview, name)
 		if _, err := c.client.CoreV1().Nodes().Patch(ctx, nodeName, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
 			c.m.NodeWrites.WithLabelValues("review", "error").Inc()
@@ -568,6 +560,62 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 		c.m.CSRDecisions.WithLabelValues(string(d.Action), d.Category).Inc()
 	}
 	return nil
+}
+
+// reviewGrace is how long a CSR from an uninitialized node waits for the
+// initializing patch to carry its review request.
+const reviewGrace = 10 * time.Second
+
+// approvalInput gathers what approval.Decide needs for csr: the requesting
+// Node, its review and attestation annotations, and every Node's addresses.
+func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningRequest, now time.Time) (approval.Input, *corev1.Node) {
+	nodeName := csrcheck.NodeName(csr.Spec.Username)
+	in := approval.Input{
+		CSR: csrcheck.FromCSR(csr), Created: csr.CreationTimestamp.Time, Policy: c.policy,
+		AttestationRequired: c.settings.AttestationRequired(), Timeout: c.settings.CSR.AttestationTimeout.Duration,
+		OnTimeout: c.settings.CSR.OnTimeout, Now: now,
+	}
+	var self *corev1.Node
+	nodes := c.listNodes()
+	known := make([]csrcheck.Node, 0, len(nodes))
+	for _, n := range nodes {
+		known = append(known, csrcheck.Node{Name: n.Name, Addresses: n.Status.Addresses})
+		if n.Name == nodeName {
+			self = n
+			in.Node = &known[len(known)-1]
+			in.Review = n.Annotations[contract.AnnotationCSRReview]
+			if a, err := contract.DecodeAttestation(n.Annotations[contract.AnnotationCSRAttestation]); err == nil {
+				in.Attestation = &a
+			}
+		}
+	}
+	in.Owners = csrcheck.Owners(known)
+	if in.Review != "" && in.Review != csr.Name {
+		if other, err := c.csrs.Get(in.Review); err == nil && pending(other) && csrcheck.NodeName(other.Spec.Username) == nodeName {
+			in.ReviewBusy = true
+		}
+	}
+	return in, self
+}
+
+// reviewAtInit names the node's pending CSR that needs review now, so the
+// initializing patch can ask for it; "" when none does.
+func (c *Coordinator) reviewAtInit(name string) string {
+	objs, _ := c.csrIndex.ByIndex(byNode, name)
+	var newest *certificatesv1.CertificateSigningRequest
+	for _, o := range objs {
+		if csr, ok := o.(*certificatesv1.CertificateSigningRequest); ok && pending(csr) &&
+			(newest == nil || csr.CreationTimestamp.After(newest.CreationTimestamp.Time)) {
+			newest = csr
+		}
+	}
+	if newest == nil {
+		return ""
+	}
+	if in, _ := c.approvalInput(newest, time.Now()); approval.Decide(in).Action == approval.RequestReview {
+		return newest.Name
+	}
+	return ""
 }
 
 func (c *Coordinator) decide(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, d approval.Decision) error {
@@ -590,7 +638,11 @@ func (c *Coordinator) decide(ctx context.Context, csr *certificatesv1.Certificat
 	}
 	c.m.NodeWrites.WithLabelValues("approval", "ok").Inc()
 	c.m.CSRDecisions.WithLabelValues(string(d.Action), d.Category).Inc()
-	c.recorder.Event(csr, typ, cond.Reason, d.Reason)
+	if d.Action == approval.Deny {
+		// An approval is recorded in the CSR's condition, as
+		// kube-controller-manager's approver does: one Event fewer per join.
+		c.recorder.Event(csr, typ, cond.Reason, d.Reason)
+	}
 	c.log.Info("CSR decided", "csr", csr.Name, "requestor", csr.Spec.Username, "decision", d.Action, "reason", d.Reason)
 	return nil
 }

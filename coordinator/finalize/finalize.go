@@ -155,6 +155,10 @@ type Inputs struct {
 	CIDRs []netip.Prefix
 	// Initialize removes the uninitialized taint.
 	Initialize bool
+	// Review, when set, asks the agent to attest this CSR in the same patch
+	// (the csr-review annotation): a CSR that arrived before initialization
+	// costs no separate review write.
+	Review string
 }
 
 // Plan is the patch, and the requests refused (for Events).
@@ -214,8 +218,15 @@ func Compute(node *corev1.Node, r Reported, in Inputs) (Plan, error) {
 	if err != nil {
 		return Plan{}, err
 	}
+	annotations := map[string]any{}
 	if cur, ok := node.Annotations[contract.AnnotationGrantedLabels]; (ok || len(plan.Granted) > 0) && cur != granted {
-		metadata["annotations"] = map[string]any{contract.AnnotationGrantedLabels: granted}
+		annotations[contract.AnnotationGrantedLabels] = granted
+	}
+	if in.Review != "" && node.Annotations[contract.AnnotationCSRReview] != in.Review {
+		annotations[contract.AnnotationCSRReview] = in.Review
+	}
+	if len(annotations) > 0 {
+		metadata["annotations"] = annotations
 	}
 
 	spec := map[string]any{}

@@ -383,3 +383,15 @@ func freePort() int {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
+
+// PIDs are the running components' process IDs by name (etcd,
+// kube-apiserver, kube-controller-manager), for measuring their CPU.
+func (c *Cluster) PIDs() map[string]int {
+	out := map[string]int{}
+	for _, p := range []*process{c.etcd, c.apiserver, c.kcm} {
+		if p != nil && p.pid() != 0 {
+			out[p.name] = p.pid()
+		}
+	}
+	return out
+}

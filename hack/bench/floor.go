@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+)
+
+// floorSigner is a signer no controller acts on, so the floor's CSRs cost
+// the API server exactly their create and approval.
+const floorSigner = "bench.nodeinit.io/floor"
+
+// floor times the writes no implementation can avoid for n joins, issued as
+// fast as possible on the same API server: the Node create, its status and
+// metadata patches, the serving CSR's create, the initializing patch and the
+// approval — 6 per join. Each join runs on its own goroutine, with clients
+// spread over several connections as the storm's nodes are.
+func floor(ctx context.Context, e *env, prefix string, n int) (time.Duration, error) {
+	cfg := e.cluster.Admin()
+	cfg.QPS, cfg.Burst = -1, 0 // no client-side rate limit
+	clients := make([]kubernetes.Interface, 16)
+	for i := range clients {
+		var err error
+		if clients[i], err = kubernetes.NewForConfig(cfg); err != nil {
+			return 0, err
+		}
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return 0, err
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:floor", Organization: []string{"system:nodes"}}}, key)
+	if err != nil {
+		return 0, err
+	}
+	csrPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
+
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range n {
+		wg.Go(func() { errs[i] = floorJoin(ctx, clients[i%len(clients)], prefix, i, csrPEM) })
+	}
+	wg.Wait()
+	took := time.Since(start)
+	return took, errors.Join(errs...)
+}
+
+func floorJoin(ctx context.Context, cs kubernetes.Interface, prefix string, i int, csrPEM []byte) error {
+	name, ip, ip6, _ := nodeSpec(prefix, i)
+	nodes := cs.CoreV1().Nodes()
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: contract.TaintUninitialized, Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
+	}
+	if _, err := nodes.Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("floor: %w", err)
+	}
+	patches := []struct {
+		body        any
+		subresource []string
+	}{
+		{map[string]any{"status": map[string]any{"addresses": []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip.String()}, {Type: corev1.NodeHostName, Address: name}}}}, []string{"status"}},
+		{map[string]any{"metadata": map[string]any{"labels": map[string]string{"topology.kubernetes.io/zone": "floor"}, "annotations": map[string]string{contract.AnnotationPrefixes: ip6.Masked().String()}}}, nil},
+	}
+	for _, p := range patches {
+		body, _ := json.Marshal(p.body)
+		if _, err := nodes.Patch(ctx, name, types.MergePatchType, body, metav1.PatchOptions{}, p.subresource...); err != nil {
+			return fmt.Errorf("floor: %w", err)
+		}
+	}
+	csr, err := cs.CertificatesV1().CertificateSigningRequests().Create(ctx, &certificatesv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: certificatesv1.CertificateSigningRequestSpec{Request: csrPEM, SignerName: floorSigner,
+			Usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("floor: %w", err)
+	}
+	v4 := netip.PrefixFrom(netip.AddrFrom4([4]byte{172, byte(16 + i/65536), byte(i / 256 % 256), 0}), 24)
+	init, _ := json.Marshal(map[string]any{"spec": map[string]any{"podCIDR": v4.String(), "podCIDRs": []string{v4.String()},
+		"taints": []corev1.Taint{}}})
+	if _, err := nodes.Patch(ctx, name, types.StrategicMergePatchType, init, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("floor: %w", err)
+	}
+	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "Floor", Message: "floor"})
+	if _, err := cs.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, name, csr, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("floor: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,574 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/talos-nodeinit/talos-nodeinit/agent/controller"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/kubeapply"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/kubeletsim"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos/talostest"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/testcluster"
+)
+
+// benchRules label every metal node and request a role the coordinator grants.
+const benchRules = `transformations:
+  - name: bench
+    nodeSelector:
+      - matchExpressions:
+          - {key: platform, operator: In, values: [metal]}
+    labels:
+      example.com/bench: "true"
+      node-role.kubernetes.io/worker: ""
+`
+
+// benchCoordinatorConfig has room for 16,384 IPv4 /24s; IPv6 segments are
+// carved from each node's own /64.
+const benchCoordinatorConfig = `clusterName: bench
+ipam:
+  ipv4Pool: 100.64.0.0/10
+  ipv6Pool: fd00:10:244::/64
+  serviceCIDRs: [10.96.0.0/16, "fd00:10:96::/112"]
+csr:
+  attestationTimeout: 120s
+`
+
+// env is a control plane (etcd, kube-apiserver with Node,RBAC and
+// NodeRestriction and an audit log, kube-controller-manager's csrsigning),
+// the coordinator's RBAC and ServiceAccount kubeconfig, and the built binaries.
+type env struct {
+	cluster *testcluster.Cluster
+	admin   kubernetes.Interface
+	dir     string
+	log     io.Writer
+
+	coordBin, agentBin string
+	coordKubeconfig    string
+	coordConfig        string
+	rulesFile          string
+	rules              *rules.Rules
+
+	watch *nodeWatch
+}
+
+func newEnv(ctx context.Context, logw io.Writer) (*env, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("the benchmark makes network namespaces: run it as root")
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return nil, err
+	}
+	c, err := testcluster.Start(ctx, testcluster.Options{ControllerManager: true, AuditLog: true, Log: logw})
+	if err != nil {
+		return nil, err
+	}
+	e := &env{cluster: c, admin: kubernetes.NewForConfigOrDie(c.Admin()), dir: c.Dir(), log: logw}
+	if err := e.setup(ctx, root); err != nil {
+		e.close()
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *env) setup(ctx context.Context, root string) error {
+	e.coordBin, e.agentBin = filepath.Join(e.dir, "nodeinit-coordinator"), filepath.Join(e.dir, "nodeinit-agent")
+	for bin, pkg := range map[string]string{e.coordBin: "./coordinator", e.agentBin: "./agent"} {
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, pkg)
+		cmd.Dir, cmd.Env = root, append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	if err := kubeapply.Files(ctx, e.cluster.Admin(), filepath.Join(root, "coordinator/deploy/rbac.yaml")); err != nil {
+		return err
+	}
+	sa, err := e.cluster.ServiceAccountIdentity(ctx, "kube-system", "nodeinit-coordinator")
+	if err != nil {
+		return err
+	}
+	if e.coordKubeconfig, err = e.cluster.WriteKubeconfig("nodeinit-coordinator", sa); err != nil {
+		return err
+	}
+	e.coordConfig, e.rulesFile = filepath.Join(e.dir, "coordinator.yaml"), filepath.Join(e.dir, "rules.yaml")
+	if err := os.WriteFile(e.coordConfig, []byte(benchCoordinatorConfig), 0o600); err != nil {
+		return err
+	}
+	if err := os.WriteFile(e.rulesFile, []byte(benchRules), 0o600); err != nil {
+		return err
+	}
+	if e.rules, err = rules.LoadFile(e.rulesFile); err != nil {
+		return err
+	}
+	e.watch, err = watchNodes(ctx, e.admin)
+	return err
+}
+
+func (e *env) close() {
+	if e.watch != nil {
+		e.watch.stop()
+	}
+	e.cluster.Close()
+}
+
+// repoRoot walks up to the directory holding go.mod and coordinator/deploy.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "coordinator", "deploy", "rbac.yaml")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("run from inside the talos-nodeinit checkout (make bench)")
+		}
+		dir = parent
+	}
+}
+
+// coordinator is a running nodeinit-coordinator binary, as its ServiceAccount.
+type coordinator struct {
+	id      string
+	cmd     *exec.Cmd
+	metrics string
+	logPath string
+	done    chan struct{}
+}
+
+// fastLease makes failover quick enough to measure within a test.
+var fastLease = []string{"--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "250ms"}
+
+func (e *env) startCoordinator(id string, extra ...string) (*coordinator, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	metrics := ln.Addr().String()
+	ln.Close()
+	c := &coordinator{id: id, metrics: metrics, logPath: filepath.Join(e.dir, id+".log"), done: make(chan struct{})}
+	f, err := os.Create(c.logPath)
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"run", "--kubeconfig", e.coordKubeconfig, "--config", e.coordConfig, "--id", id, "--metrics-addr", metrics}, extra...)
+	c.cmd = exec.Command(e.coordBin, args...)
+	c.cmd.Stdout, c.cmd.Stderr = f, f
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := c.cmd.Start(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	go func() { _ = c.cmd.Wait(); f.Close(); close(c.done) }()
+	return c, nil
+}
+
+// ready is the coordinator's /readyz.
+func (c *coordinator) ready() bool {
+	resp, err := (&http.Client{Timeout: time.Second}).Get("http://" + c.metrics + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+func (c *coordinator) exited() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// kill is kill -9.
+func (c *coordinator) kill() {
+	_ = c.cmd.Process.Kill()
+	<-c.done
+}
+
+func (c *coordinator) stop() {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(10 * time.Second):
+		c.kill()
+	}
+}
+
+func (c *coordinator) usage() procUsage { return readProcUsage(c.cmd.Process.Pid) }
+
+func (c *coordinator) logTail() string {
+	data, _ := os.ReadFile(c.logPath)
+	if len(data) > 4000 {
+		data = data[len(data)-4000:]
+	}
+	return string(data)
+}
+
+// simNode is one simulated Talos node: a network namespace, a machined
+// stand-in, a node identity, then (once the storm starts) an agent and a
+// kubelet stand-in.
+type simNode struct {
+	name  string
+	ip    netip.Addr   // kubelet --node-ip, on eth0 as a /24
+	ip6   netip.Prefix // a global address in the node's own /64
+	meta  runtime.PlatformMetadataSpec
+	ns    *namespace
+	md    *talostest.Machined
+	id    *testcluster.NodeIdentity
+	certs string
+
+	kubelet   *kubeletsim.Kubelet
+	agentStop context.CancelFunc
+	agentDone chan struct{}
+	agentProc *exec.Cmd // when the agent runs as the real binary
+
+	mu                    sync.Mutex
+	registered, certified time.Time
+	err                   error
+}
+
+// nodeSpec derives node i's facts. Names are <prefix>-<i>.
+func nodeSpec(prefix string, i int) (name string, ip netip.Addr, ip6 netip.Prefix, meta runtime.PlatformMetadataSpec) {
+	name = fmt.Sprintf("%s-%04d", prefix, i)
+	ip = netip.AddrFrom4([4]byte{10, byte(8 + i/62500), byte(i / 250 % 250), byte(i%250 + 1)})
+	ip6 = netip.MustParsePrefix(fmt.Sprintf("2001:db8:%x:%x::1/64", 0x100+i/65536, i%65536))
+	meta = runtime.PlatformMetadataSpec{Platform: "metal", Hostname: name, Region: "bench", Zone: fmt.Sprintf("zone-%d", i%3), InstanceType: "bm.small"}
+	return
+}
+
+// prepare builds nodes [from, from+n) ahead of the storm, so their setup is
+// not timed.
+func (e *env) prepare(ctx context.Context, prefix string, from, n int) ([]*simNode, error) {
+	nodes := make([]*simNode, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for k := range n {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			nodes[k], errs[k] = e.prepareNode(ctx, prefix, from+k)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, sn := range nodes {
+			if sn != nil {
+				sn.close()
+			}
+		}
+		return nil, err
+	}
+	return nodes, nil
+}
+
+func (e *env) prepareNode(ctx context.Context, prefix string, i int) (*simNode, error) {
+	sn := &simNode{}
+	sn.name, sn.ip, sn.ip6, sn.meta = nodeSpec(prefix, i)
+	var err error
+	if sn.ns, err = newNamespace(fmt.Sprintf("nb-%s-%d", prefix, i), []netip.Prefix{netip.PrefixFrom(sn.ip, 24), sn.ip6}); err != nil {
+		return nil, err
+	}
+	if sn.md, err = talostest.Start(); err != nil {
+		sn.close()
+		return nil, err
+	}
+	for _, err := range []error{sn.md.SetPlatformMetadata(ctx, sn.meta), sn.md.SetNodename(ctx, sn.name), sn.md.SetNodeIPs(ctx, sn.ip)} {
+		if err != nil {
+			sn.close()
+			return nil, err
+		}
+	}
+	if sn.id, err = e.cluster.NodeIdentity(sn.name); err != nil {
+		sn.close()
+		return nil, err
+	}
+	sn.certs = filepath.Join(e.dir, "nodes", sn.name)
+	return sn, nil
+}
+
+// startAgent runs nodeinit-agent in this process with exactly the
+// configuration `nodeinit-agent run` builds from its flags.
+func (e *env) startAgent(sn *simNode) error {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	a, err := controller.New(controller.Config{
+		Kubeconfig: sn.id.Kubeconfig, Facts: (&talos.Reader{Socket: sn.md.Socket, Log: quiet}).Watch,
+		NetNS: sn.ns.path, Rules: e.rules, Policy: desired.ProviderIDTalosFallback, Version: "bench", Log: quiet,
+	})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	sn.agentStop, sn.agentDone = cancel, make(chan struct{})
+	go func() { defer close(sn.agentDone); _ = a.Run(ctx) }()
+	return nil
+}
+
+// agentArgs are the flags that point the real agent binary at this node.
+func (e *env) agentArgs(sn *simNode) []string {
+	return []string{"run", "--kubeconfig", sn.id.Kubeconfig, "--machined-socket", sn.md.Socket, "--netns", sn.ns.path,
+		"--rules-file", e.rulesFile, "--provider-id-policy", string(desired.ProviderIDTalosFallback)}
+}
+
+// startAgentProcess runs the real nodeinit-agent binary for this node.
+func (e *env) startAgentProcess(sn *simNode) error {
+	f, err := os.OpenFile(filepath.Join(e.dir, "agent-"+sn.name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(e.agentBin, e.agentArgs(sn)...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); f.Close(); close(done) }()
+	sn.agentProc, sn.agentDone = cmd, done
+	return nil
+}
+
+// register starts the kubelet stand-in: it creates the Node, then asks for
+// its serving certificate with client-go's certificate manager.
+func (sn *simNode) register(ctx context.Context) {
+	// --node-ip names both families, as on a dual-stack Talos node; with the
+	// IPv4 address alone the kubelet asks for a second certificate once the
+	// agent publishes the IPv6 one.
+	k, err := kubeletsim.Register(ctx, kubeletsim.Config{NodeName: sn.name, NodeIPs: []netip.Addr{sn.ip, sn.ip6.Addr()}, Identity: sn.id.Config(), CertDir: sn.certs})
+	now := time.Now()
+	sn.mu.Lock()
+	sn.registered, sn.err, sn.kubelet = now, err, k
+	sn.mu.Unlock()
+	if err != nil {
+		return
+	}
+	if err := k.StartServing(ctx); err != nil {
+		sn.mu.Lock()
+		sn.err = err
+		sn.mu.Unlock()
+		return
+	}
+	go func() {
+		if _, err := k.WaitForCertificate(ctx, 1); err == nil {
+			sn.mu.Lock()
+			sn.certified = time.Now()
+			sn.mu.Unlock()
+		}
+	}()
+}
+
+func (sn *simNode) times() (registered, certified time.Time, err error) {
+	sn.mu.Lock()
+	defer sn.mu.Unlock()
+	return sn.registered, sn.certified, sn.err
+}
+
+func (sn *simNode) stopAgent() {
+	if sn.agentStop != nil {
+		sn.agentStop()
+	}
+	if sn.agentProc != nil {
+		_ = sn.agentProc.Process.Signal(syscall.SIGTERM)
+	}
+	if sn.agentDone != nil {
+		select {
+		case <-sn.agentDone:
+		case <-time.After(5 * time.Second):
+			if sn.agentProc != nil {
+				_ = sn.agentProc.Process.Kill()
+			}
+		}
+	}
+}
+
+func (sn *simNode) close() {
+	sn.stopAgent()
+	if sn.kubelet != nil {
+		sn.kubelet.Stop()
+	}
+	if sn.md != nil {
+		sn.md.Close()
+	}
+	if sn.ns != nil {
+		sn.ns.close()
+	}
+}
+
+// storm starts every node's agent and kubelet at once and returns when every
+// kubelet has registered (or failed to).
+func (e *env) storm(ctx context.Context, nodes []*simNode) error {
+	for _, sn := range nodes {
+		if err := e.startAgent(sn); err != nil {
+			return err
+		}
+	}
+	var wg sync.WaitGroup
+	for _, sn := range nodes {
+		wg.Go(func() { sn.register(ctx) })
+	}
+	wg.Wait()
+	var errs []error
+	for _, sn := range nodes {
+		if _, _, err := sn.times(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// converged reports whether every node is initialized and holds a serving
+// certificate, with a one-line status.
+func (e *env) converged(nodes []*simNode) (bool, string) {
+	var inited, certs int
+	for _, sn := range nodes {
+		if !e.watch.initializedAt(sn.name).IsZero() {
+			inited++
+		}
+		if _, c, _ := sn.times(); !c.IsZero() {
+			certs++
+		}
+	}
+	return inited == len(nodes) && certs == len(nodes),
+		fmt.Sprintf("%d/%d initialized, %d/%d serving certificates", inited, len(nodes), certs, len(nodes))
+}
+
+// waitConverged polls converged until it holds or the timeout passes.
+func (e *env) waitConverged(ctx context.Context, nodes []*simNode, timeout time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, status := e.converged(nodes)
+		if ok {
+			return time.Now(), nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return time.Time{}, fmt.Errorf("not converged within %v: %s", timeout, status)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// nodeWatch follows every Node as admin: when each was first seen
+// initialized (pod CIDRs set, uninitialized taint gone), and every pod CIDR
+// ever seen on two Nodes at once.
+type nodeWatch struct {
+	cancel context.CancelFunc
+	store  cache.Store
+
+	mu          sync.Mutex
+	initialized map[string]time.Time
+	owner       map[string]string // pod CIDR → node
+	duplicates  []string
+}
+
+func watchNodes(ctx context.Context, cs kubernetes.Interface) (*nodeWatch, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	w := &nodeWatch{cancel: cancel, initialized: map[string]time.Time{}, owner: map[string]string{}}
+	f := informers.NewSharedInformerFactory(cs, 0)
+	inf := f.Core().V1().Nodes().Informer()
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    w.observe,
+		UpdateFunc: func(_, n any) { w.observe(n) },
+		DeleteFunc: w.forget,
+	}); err != nil {
+		cancel()
+		return nil, err
+	}
+	w.store = inf.GetStore()
+	f.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		cancel()
+		return nil, errors.New("node watch did not sync")
+	}
+	return w, nil
+}
+
+func (w *nodeWatch) observe(obj any) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, c := range n.Spec.PodCIDRs {
+		if other, ok := w.owner[c]; ok && other != n.Name {
+			w.duplicates = append(w.duplicates, fmt.Sprintf("%s on %s and %s", c, other, n.Name))
+		}
+		w.owner[c] = n.Name
+	}
+	if _, seen := w.initialized[n.Name]; !seen && initialized(n) {
+		w.initialized[n.Name] = now
+	}
+}
+
+func (w *nodeWatch) forget(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, c := range n.Spec.PodCIDRs {
+		if w.owner[c] == n.Name {
+			delete(w.owner, c)
+		}
+	}
+}
+
+func initialized(n *corev1.Node) bool {
+	return len(n.Spec.PodCIDRs) > 0 && !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == contract.TaintUninitialized })
+}
+
+func (w *nodeWatch) initializedAt(name string) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.initialized[name]
+}
+
+func (w *nodeWatch) dupes() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.duplicates)
+}
+
+func (w *nodeWatch) get(name string) *corev1.Node {
+	obj, ok, _ := w.store.GetByKey(name)
+	if !ok {
+		return nil
+	}
+	return obj.(*corev1.Node)
+}
+
+func (w *nodeWatch) stop() { w.cancel() }

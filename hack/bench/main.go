@@ -1,0 +1,278 @@
+// Command bench is `make bench`: a join storm against a real control plane.
+//
+// etcd, kube-apiserver (Node,RBAC authorization, NodeRestriction, an audit
+// log of every mutating request) and kube-controller-manager's csrsigning run
+// on 127.0.0.1. The coordinator is the real binary, running as its
+// ServiceAccount with the shipped RBAC. Each of N nodes has its own network
+// namespace, machined stand-in (a real COSI gRPC server) and node identity;
+// its agent runs in this process with exactly the configuration
+// `nodeinit-agent run` builds, over its own TLS connection and watch, and its
+// kubelet stand-in uses client-go's certificate manager. All N register at
+// once.
+//
+// It prints per-node latencies, writes per node counted from the API
+// server's audit log, CPU and memory, writes in a quiet window, and the
+// floor: the same API server's time for the 6 unavoidable writes of N joins.
+// It exits 1 when the end state is wrong or a write budget is exceeded.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+)
+
+// Budgets of mutating requests per node, Events apart (issue 7).
+const (
+	agentBudget       = 3 // metadata patch, status patch, attestation
+	coordinatorBudget = 3 // initializing patch, review request, approval
+)
+
+type options struct {
+	nodes    int
+	existing int
+	quiet    time.Duration
+	timeout  time.Duration
+	floor    bool
+	coordArg []string
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.nodes, "nodes", 100, "nodes that join at once")
+	flag.IntVar(&o.existing, "existing", 0, "initialized Nodes created (as admin) before the coordinator starts: the scale run uses 5000")
+	flag.DurationVar(&o.quiet, "quiet", time.Minute, "quiet window after convergence in which agents must not write")
+	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "how long the storm may take to converge")
+	flag.BoolVar(&o.floor, "floor", true, "measure the floor (unavoidable writes of N joins) after the storm")
+	coordArgs := flag.String("coordinator-args", "", "extra space-separated flags for nodeinit-coordinator run")
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "Usage: go run ./hack/bench [flags]   (make bench N=500)\n\nA join storm of N Talos nodes against a real control plane; prints latencies, writes per node, CPU, memory and the floor.\n\n")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	o.coordArg = strings.Fields(*coordArgs)
+	klog.SetLogger(logr.Discard())
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	e, err := newEnv(ctx, os.Stderr)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	var r strings.Builder
+	fmt.Fprintf(&r, "== join storm: %d nodes%s, %s, %d cores, %s memory, %s\n", o.nodes,
+		map[bool]string{true: fmt.Sprintf(" (+%d existing)", o.existing), false: ""}[o.existing > 0],
+		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), memTotal(), runtime.Version())
+
+	if o.existing > 0 {
+		step("creating %d initialized Nodes as admin", o.existing)
+		took, err := createExisting(ctx, e, o.existing)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&r, "existing Nodes: %d created in %s\n", o.existing, took.Round(time.Millisecond))
+	}
+	step("preparing %d nodes (netns, machined stand-in, identity)", o.nodes)
+	began := time.Now()
+	nodes, err := e.prepare(ctx, "node", 0, o.nodes)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, sn := range nodes {
+			sn.close()
+		}
+	}()
+	step("prepared in %s; starting the coordinator", time.Since(began).Round(time.Millisecond))
+
+	coord, err := e.startCoordinator("bench-coordinator", o.coordArg...)
+	if err != nil {
+		return err
+	}
+	defer coord.stop()
+	leader, ready, err := e.waitLeaderReady(ctx, coord, time.Minute)
+	if err != nil {
+		return fmt.Errorf("%w\n%s", err, coord.logTail())
+	}
+	fmt.Fprintf(&r, "coordinator: leader %s after start, ready (allocator rebuilt) %s after leading\n",
+		leader.Round(time.Millisecond), ready.Round(time.Millisecond))
+
+	auditBefore, err := e.cluster.Audit()
+	if err != nil {
+		return err
+	}
+	cpuBefore := e.cpu(coord)
+
+	step("storm: %d agents and kubelets start at once", o.nodes)
+	if err := e.storm(ctx, nodes); err != nil {
+		return err
+	}
+	if _, err := e.waitConverged(ctx, nodes, o.timeout); err != nil {
+		return fmt.Errorf("%w\ncoordinator log tail:\n%s", err, coord.logTail())
+	}
+	cpuAfter := e.cpu(coord)
+	var failures []string
+	lat := e.latencies(nodes)
+	lat.print(&r)
+	fmt.Fprintf(&r, "CPU seconds during the storm:")
+	for _, k := range []string{"kube-apiserver", "etcd", "kube-controller-manager", "coordinator", "bench process (agents, kubelets, machined stand-ins)"} {
+		fmt.Fprintf(&r, " %s %.1f;", k, (cpuAfter[k] - cpuBefore[k]).Seconds())
+	}
+	fmt.Fprintf(&r, "\ncoordinator peak RSS: %.1f MiB\n", float64(coord.usage().PeakRSS)/(1<<20))
+
+	if err := e.checkAll(nodes); err != nil {
+		failures = append(failures, "end state: "+err.Error())
+	}
+
+	// Writes, from the audit log: settle, then the quiet window.
+	time.Sleep(2 * time.Second)
+	auditStorm, err := e.cluster.Audit()
+	if err != nil {
+		return err
+	}
+	step("quiet window: %s", o.quiet)
+	time.Sleep(o.quiet)
+	auditQuiet, err := e.cluster.Audit()
+	if err != nil {
+		return err
+	}
+	names := map[string]bool{}
+	for _, sn := range nodes {
+		names[sn.name] = true
+	}
+	owners, err := e.csrOwners(ctx)
+	if err != nil {
+		return err
+	}
+	stats := summarize(attribute(auditStorm[len(auditBefore):], names, owners), len(nodes))
+	fmt.Fprintf(&r, "writes per node (audit log, mutating requests that concern the node; the coordinator's Lease apart):\n")
+	stats.print(&r)
+	for c, budget := range map[string]int{compAgent: agentBudget, compCoordinator: coordinatorBudget} {
+		if over := stats.over(c, budget); len(over) > 0 {
+			failures = append(failures, fmt.Sprintf("%d nodes got more than %d %s writes: %s\n%s", len(over), budget, c,
+				strings.Join(over[:min(5, len(over))], ", "), e.listWrites(auditStorm[len(auditBefore):], names, owners, c, over)))
+		}
+	}
+	quiet := quietWrites(auditQuiet[len(auditStorm):])
+	fmt.Fprintf(&r, "quiet window %s: %s\n", o.quiet, quiet)
+	if quiet.agent != 0 {
+		failures = append(failures, fmt.Sprintf("agents wrote %d times in the quiet window", quiet.agent))
+	}
+	if o.existing > 0 {
+		n := existingWrites(auditQuiet[len(auditBefore):])
+		fmt.Fprintf(&r, "coordinator writes to the %d existing Nodes: %d\n", o.existing, n)
+		if n != 0 {
+			failures = append(failures, fmt.Sprintf("the coordinator wrote %d times to Nodes that were already initialized", n))
+		}
+	}
+
+	if o.floor {
+		coord.stop()
+		for _, sn := range nodes {
+			sn.stopAgent()
+		}
+		step("floor: the 6 unavoidable writes of %d joins, as fast as possible", o.nodes)
+		took, err := floor(ctx, e, "floor", o.nodes)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&r, "floor: %s for %d joins; storm/floor = %.2f\n", took.Round(time.Millisecond), o.nodes, lat.span.Seconds()/took.Seconds())
+	}
+	fmt.Print("\n" + r.String())
+	if len(failures) > 0 {
+		return errors.New("FAILED:\n  " + strings.Join(failures, "\n  "))
+	}
+	fmt.Printf("PASS: every node initialized with a serving certificate, no pod CIDR twice, exact labels and addresses, agent ≤ %d and coordinator ≤ %d writes per node, no agent write when quiet\n", agentBudget, coordinatorBudget)
+	return nil
+}
+
+func step(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+}
+
+func memTotal() string {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return "?"
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			var kb int64
+			fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), &kb)
+			return fmt.Sprintf("%.0f GiB", float64(kb)/(1<<20))
+		}
+	}
+	return "?"
+}
+
+// waitLeaderReady measures start → holding the Lease, and Lease → /readyz.
+func (e *env) waitLeaderReady(ctx context.Context, c *coordinator, timeout time.Duration) (leader, ready time.Duration, err error) {
+	start := time.Now()
+	deadline := start.Add(timeout)
+	var led time.Time
+	for {
+		if led.IsZero() && e.holder(ctx) == c.id {
+			led = time.Now()
+		}
+		if !led.IsZero() && c.ready() {
+			return led.Sub(start), time.Since(led), nil
+		}
+		if c.exited() {
+			return 0, 0, fmt.Errorf("coordinator %s exited", c.id)
+		}
+		if time.Now().After(deadline) {
+			return 0, 0, fmt.Errorf("coordinator %s not leading and ready within %v", c.id, timeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (e *env) holder(ctx context.Context) string {
+	l, err := e.admin.CoordinationV1().Leases("kube-system").Get(ctx, "nodeinit-coordinator", metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// cpu is every component's CPU time so far.
+func (e *env) cpu(c *coordinator) map[string]time.Duration {
+	out := map[string]time.Duration{"coordinator": c.usage().CPU}
+	for name, pid := range e.cluster.PIDs() {
+		out[name] = readProcUsage(pid).CPU
+	}
+	out["bench process (agents, kubelets, machined stand-ins)"] = readProcUsage(os.Getpid()).CPU
+	return out
+}
+
+func (e *env) csrOwners(ctx context.Context) (map[string]string, error) {
+	list, err := e.admin.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, c := range list.Items {
+		if n, ok := strings.CutPrefix(c.Spec.Username, "system:node:"); ok {
+			out[c.Name] = n
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/testcluster"
+)
+
+// latencies of one storm.
+type latencies struct {
+	nodes       int
+	span        time.Duration   // first registration → last node initialized
+	certSpan    time.Duration   // first registration → last certificate issued
+	init, certs []time.Duration // per node, from its registration
+}
+
+func (e *env) latencies(nodes []*simNode) latencies {
+	var l latencies
+	var first, lastInit, lastCert time.Time
+	for _, sn := range nodes {
+		reg, cert, _ := sn.times()
+		init := e.watch.initializedAt(sn.name)
+		if first.IsZero() || reg.Before(first) {
+			first = reg
+		}
+		lastInit = later(lastInit, init)
+		lastCert = later(lastCert, cert)
+		l.init = append(l.init, init.Sub(reg))
+		l.certs = append(l.certs, cert.Sub(reg))
+	}
+	l.nodes, l.span, l.certSpan = len(nodes), lastInit.Sub(first), lastCert.Sub(first)
+	return l
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func (l latencies) print(w *strings.Builder) {
+	fmt.Fprintf(w, "first registration → last node initialized: %s (last certificate issued: %s)\n", l.span.Round(time.Millisecond), l.certSpan.Round(time.Millisecond))
+	for _, row := range []struct {
+		name string
+		ds   []time.Duration
+	}{{"registration → initialized", l.init}, {"registration → certificate issued", l.certs}} {
+		p50, p95, p99, mx := percentiles(row.ds)
+		fmt.Fprintf(w, "  %-34s p50 %8s  p95 %8s  p99 %8s  max %8s\n", row.name,
+			p50.Round(time.Millisecond), p95.Round(time.Millisecond), p99.Round(time.Millisecond), mx.Round(time.Millisecond))
+	}
+}
+
+// quietCount is what was written in the quiet window, by component.
+type quietCount struct{ agent, coordinator, kubelet, leases, other int }
+
+func (q quietCount) String() string {
+	return fmt.Sprintf("agents %d, coordinator %d (plus %d Lease renewals), kubelets %d, other %d", q.agent, q.coordinator, q.leases, q.kubelet, q.other)
+}
+
+func quietWrites(events []testcluster.AuditEvent) quietCount {
+	var q quietCount
+	for _, e := range events {
+		switch c := component(e); {
+		case e.ObjectRef.Resource == "leases":
+			q.leases++
+		case c == compAgent:
+			q.agent++
+		case c == compCoordinator:
+			q.coordinator++
+		case c == compKubelet:
+			q.kubelet++
+		default:
+			q.other++
+		}
+	}
+	return q
+}
+
+// existingWrites counts the coordinator's writes to the pre-created Nodes.
+func existingWrites(events []testcluster.AuditEvent) int {
+	n := 0
+	for _, e := range events {
+		if component(e) == compCoordinator && e.ObjectRef.Resource == "nodes" && strings.HasPrefix(e.ObjectRef.Name, "existing-") {
+			n++
+		}
+	}
+	return n
+}
+
+// listWrites shows every write component c made for the first few nodes
+// over budget, with response codes.
+func (e *env) listWrites(events []testcluster.AuditEvent, names map[string]bool, owners map[string]string, c string, over []string) string {
+	var b strings.Builder
+	for _, o := range over[:min(3, len(over))] {
+		node, _, _ := strings.Cut(o, " ")
+		fmt.Fprintf(&b, "    %s:", node)
+		for _, w := range attribute(events, names, owners) {
+			if w.Node == node && w.Component == c {
+				fmt.Fprintf(&b, " [%s → %d]", w.What, w.Code)
+			}
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// createExisting creates n Nodes as admin, already initialized: pod CIDRs
+// from the bench pool's start, no uninitialized taint.
+func createExisting(ctx context.Context, e *env, n int) (time.Duration, error) {
+	start := time.Now()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	for i := range n {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			name := fmt.Sprintf("existing-%04d", i)
+			// The i-th /24 of 100.64.0.0/10.
+			cidr := netip.PrefixFrom(netip.AddrFrom4([4]byte{100, byte(64 + i/256), byte(i % 256), 0}), 24)
+			node := &corev1.Node{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}},
+				Spec:       corev1.NodeSpec{PodCIDR: cidr.String(), PodCIDRs: []string{cidr.String()}, ProviderID: "talos://metal/" + name},
+			}
+			created, err := e.admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			ip := netip.AddrFrom4([4]byte{10, 200, byte(i / 250), byte(i%250 + 1)})
+			created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip.String()}, {Type: corev1.NodeHostName, Address: name}}
+			_, errs[i] = e.admin.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return 0, err
+	}
+	// Wait until the watch has them all, so the storm starts from a synced cache.
+	for e.watch.get(fmt.Sprintf("existing-%04d", n-1)) == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return time.Since(start), nil
+}
