@@ -572,3 +572,74 @@ func (w *nodeWatch) get(name string) *corev1.Node {
 }
 
 func (w *nodeWatch) stop() { w.cancel() }
+
+// supervised restarts a coordinator that exits, as the Deployment's kubelet
+// would (after restartDelay rather than CrashLoopBackOff's 10 s, to keep
+// tests short). A coordinator exits 1 when it loses its Lease.
+type supervised struct {
+	e    *env
+	id   string
+	args []string
+
+	mu       sync.Mutex
+	cur      *coordinator
+	restarts int
+	stopping bool
+	done     chan struct{}
+}
+
+const restartDelay = time.Second
+
+func (e *env) supervise(id string, args ...string) (*supervised, error) {
+	c, err := e.startCoordinator(id, args...)
+	if err != nil {
+		return nil, err
+	}
+	s := &supervised{e: e, id: id, args: args, cur: c, done: make(chan struct{})}
+	go s.loop()
+	return s, nil
+}
+
+func (s *supervised) loop() {
+	defer close(s.done)
+	for {
+		s.mu.Lock()
+		c := s.cur
+		s.mu.Unlock()
+		<-c.done
+		time.Sleep(restartDelay)
+		s.mu.Lock()
+		if s.stopping {
+			s.mu.Unlock()
+			return
+		}
+		next, err := s.e.startCoordinator(s.id, s.args...)
+		if err != nil {
+			s.mu.Unlock()
+			return
+		}
+		s.cur, s.restarts = next, s.restarts+1
+		s.mu.Unlock()
+	}
+}
+
+func (s *supervised) current() *coordinator {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur
+}
+
+func (s *supervised) restarted() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.restarts
+}
+
+func (s *supervised) stop() {
+	s.mu.Lock()
+	s.stopping = true
+	c := s.cur
+	s.mu.Unlock()
+	c.stop()
+	<-s.done
+}

@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -40,12 +41,13 @@ const (
 )
 
 type options struct {
-	nodes    int
-	existing int
-	quiet    time.Duration
-	timeout  time.Duration
-	floor    bool
-	coordArg []string
+	nodes      int
+	existing   int
+	quiet      time.Duration
+	timeout    time.Duration
+	floor      bool
+	coordArg   []string
+	cpuProfile string
 }
 
 func main() {
@@ -55,6 +57,7 @@ func main() {
 	flag.DurationVar(&o.quiet, "quiet", time.Minute, "quiet window after convergence in which agents must not write")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "how long the storm may take to converge")
 	flag.BoolVar(&o.floor, "floor", true, "measure the floor (unavoidable writes of N joins) after the storm")
+	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile during the storm to `FILE`")
 	coordArgs := flag.String("coordinator-args", "", "extra space-separated flags for nodeinit-coordinator run")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "Usage: go run ./hack/bench [flags]   (make bench N=500)\n\nA join storm of N Talos nodes against a real control plane; prints latencies, writes per node, CPU, memory and the floor.\n\n")
@@ -62,6 +65,7 @@ func main() {
 	}
 	flag.Parse()
 	o.coordArg = strings.Fields(*coordArgs)
+	o.cpuProfile = *cpuProfile
 	klog.SetLogger(logr.Discard())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -122,12 +126,23 @@ func run(ctx context.Context, o options) error {
 	cpuBefore := e.cpu(coord)
 
 	step("storm: %d agents and kubelets start at once", o.nodes)
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if err := e.storm(ctx, nodes); err != nil {
 		return err
 	}
 	if _, err := e.waitConverged(ctx, nodes, o.timeout); err != nil {
 		return fmt.Errorf("%w\ncoordinator log tail:\n%s", err, coord.logTail())
 	}
+	pprof.StopCPUProfile()
 	cpuAfter := e.cpu(coord)
 	var failures []string
 	lat := e.latencies(nodes)
@@ -162,7 +177,9 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	stats := summarize(attribute(auditStorm[len(auditBefore):], names, owners), len(nodes))
+	writes := attribute(auditStorm[len(auditBefore):], names, owners)
+	stats := summarize(writes, len(nodes))
+	fmt.Fprintf(&r, "first write of each kind, after the node's registration :\n%s", phases(writes, nodes))
 	fmt.Fprintf(&r, "writes per node (audit log, mutating requests that concern the node; the coordinator's Lease apart):\n")
 	stats.print(&r)
 	for c, budget := range map[string]int{compAgent: agentBudget, compCoordinator: coordinatorBudget} {

@@ -89,8 +89,9 @@ func component(e testcluster.AuditEvent) string {
 // write is one audited mutating request, attributed to a node.
 type write struct {
 	Node, Component, What string // What: "verb resource[/subresource]"
-	Code                      int
-	Event                     bool
+	Code                  int
+	Event                 bool
+	At                    time.Time
 }
 
 // attribute maps audited requests to the node they concern: a Node by its
@@ -124,7 +125,7 @@ func attribute(events []testcluster.AuditEvent, names map[string]bool, csrOwner 
 		if !names[node] {
 			continue
 		}
-		out = append(out, write{Node: node, Component: component(e), What: what, Code: e.ResponseStatus.Code, Event: ref.Resource == "events"})
+		out = append(out, write{Node: node, Component: component(e), What: what, Code: e.ResponseStatus.Code, Event: ref.Resource == "events", At: e.StageTimestamp})
 	}
 	return out
 }

@@ -152,3 +152,38 @@ func createExisting(ctx context.Context, e *env, n int) (time.Duration, error) {
 	}
 	return time.Since(start), nil
 }
+
+// phases breaks registration → initialized down by the audited writes:
+// for each node, when each component's first successful write of a kind
+// completed, as a duration from the node's registration (p50 and max).
+func phases(ws []write, nodes []*simNode) string {
+	reg := map[string]time.Time{}
+	for _, sn := range nodes {
+		reg[sn.name], _, _ = sn.times()
+	}
+	first := map[string]map[string]time.Duration{} // step → node → after registration
+	var order []string
+	for _, w := range ws {
+		if w.Code >= 300 || w.Event {
+			continue
+		}
+		step := w.Component + " " + w.What
+		if first[step] == nil {
+			first[step] = map[string]time.Duration{}
+			order = append(order, step)
+		}
+		if _, seen := first[step][w.Node]; !seen {
+			first[step][w.Node] = w.At.Sub(reg[w.Node])
+		}
+	}
+	var b strings.Builder
+	for _, step := range order {
+		var ds []time.Duration
+		for _, d := range first[step] {
+			ds = append(ds, d)
+		}
+		p50, _, _, mx := percentiles(ds)
+		fmt.Fprintf(&b, "  %-56s p50 %8s  max %8s  (%d nodes)\n", step, p50.Round(time.Millisecond), mx.Round(time.Millisecond), len(ds))
+	}
+	return b.String()
+}

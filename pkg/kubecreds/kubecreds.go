@@ -16,6 +16,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"slices"
+	"syscall"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -27,6 +29,27 @@ type Loaded struct {
 	Config *rest.Config
 	// Fingerprint changes whenever the kubeconfig, certificate, key or CA do.
 	Fingerprint string
+	// files are the kubeconfig and the files it references, for stamp.
+	files []string
+}
+
+// stamp identifies the files' versions by inode, size and modification
+// time: a cheap check before rereading and parsing them (a rotation by
+// rename or rewrite changes it).
+func stamp(files []string) string {
+	var b []byte
+	for _, f := range files {
+		st, err := os.Stat(f)
+		if err != nil {
+			return "" // unreadable: reread, and let Load say why
+		}
+		ino := uint64(0)
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+			ino = sys.Ino
+		}
+		b = fmt.Appendf(b, "%s:%d:%d:%d;", f, ino, st.Size(), st.ModTime().UnixNano())
+	}
+	return string(b)
 }
 
 // Load reads the kubeconfig and every file it references, inlining them.
@@ -52,6 +75,7 @@ func Load(path string) (Loaded, error) {
 		*data = b
 		return nil
 	}
+	files := []string{path}
 	t := &cfg.TLSClientConfig
 	for _, f := range []struct {
 		file *string
@@ -59,6 +83,9 @@ func Load(path string) (Loaded, error) {
 	}{{&t.CertFile, &t.CertData}, {&t.KeyFile, &t.KeyData}, {&t.CAFile, &t.CAData}} {
 		if err := inline(*f.file, f.data); err != nil {
 			return Loaded{}, err
+		}
+		if *f.file != "" {
+			files = append(files, *f.file)
 		}
 		*f.file = ""
 		sum.Write(*f.data)
@@ -69,27 +96,45 @@ func Load(path string) (Loaded, error) {
 			return Loaded{}, fmt.Errorf("kubeconfig %s: client certificate and key: %w", path, err)
 		}
 	}
-	return Loaded{Config: cfg, Fingerprint: hex.EncodeToString(sum.Sum(nil))}, nil
+	return Loaded{Config: cfg, Fingerprint: hex.EncodeToString(sum.Sum(nil)), files: files}, nil
 }
 
 // Watch rereads the credentials every interval and sends them whenever the
 // fingerprint differs from the last one (starting with last). A reading that
 // fails, as during a rotation that has not finished, is retried at the next
 // tick; the last good credentials stay in use. The channel closes with ctx.
+// Files whose inode, size and modification time are unchanged since the
+// last reading are not reread.
 func Watch(ctx context.Context, path string, interval time.Duration, last string) <-chan Loaded {
 	out := make(chan Loaded)
 	go func() {
 		defer close(out)
 		tick := time.NewTicker(interval)
 		defer tick.Stop()
+		var files []string
+		var seen string
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
 			}
+			if seen != "" && stamp(files) == seen {
+				continue
+			}
+			// Stamped before reading: a change made during the read is seen
+			// at the next tick.
+			before := stamp(files)
 			l, err := Load(path)
-			if err != nil || l.Fingerprint == last {
+			if err != nil {
+				continue
+			}
+			seen = ""
+			if slices.Equal(l.files, files) {
+				seen = before
+			}
+			files = l.files
+			if l.Fingerprint == last {
 				continue
 			}
 			select {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"time"
 )
 
 // auditPolicy logs every mutating request at Metadata level and nothing else.
@@ -34,6 +35,8 @@ type AuditEvent struct {
 		Code int `json:"code"`
 	} `json:"responseStatus"`
 	Stage string `json:"stage"`
+	// StageTimestamp is when the response was complete.
+	StageTimestamp time.Time `json:"stageTimestamp"`
 }
 
 // AuditLogPath is where the API server writes its audit log (Options.AuditLog).
