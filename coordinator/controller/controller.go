@@ -227,10 +227,16 @@ func (c *Coordinator) setReady(err error) {
 func (c *Coordinator) Run(ctx context.Context) error {
 	defer c.nodeQueue.ShutDown()
 	defer c.csrQueue.ShutDown()
-	c.factory.Start(ctx.Done())
-	c.csrFactory.Start(ctx.Done())
+	// The informers stop with informers, which is cancelled before the
+	// Shutdowns below wait for them: on a lost lease the caller's ctx is
+	// still live, and waiting on it would hang the process instead of
+	// letting it exit and restart as a standby.
+	informers, stopInformers := context.WithCancel(ctx)
+	c.factory.Start(informers.Done())
+	c.csrFactory.Start(informers.Done())
 	defer c.factory.Shutdown()
 	defer c.csrFactory.Shutdown()
+	defer stopInformers()
 	if !cache.WaitForCacheSync(ctx.Done(), c.factory.Core().V1().Nodes().Informer().HasSynced,
 		c.csrFactory.Certificates().V1().CertificateSigningRequests().Informer().HasSynced) {
 		return ctx.Err()
@@ -564,7 +570,7 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 
 // reviewGrace is how long a CSR from an uninitialized node waits for the
 // initializing patch to carry its review request.
-const reviewGrace = 10 * time.Second
+const reviewGrace = 30 * time.Second
 
 // approvalInput gathers what approval.Decide needs for csr: the requesting
 // Node, its review and attestation annotations, and every Node's addresses.

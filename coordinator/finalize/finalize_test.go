@@ -168,3 +168,36 @@ func TestWaitsForAddressesInReportedPrefixes(t *testing.T) {
 		t.Fatalf("waiting = %v", w)
 	}
 }
+
+// A CSR pending at initialization is put under review by the same patch;
+// a review already requested is not requested again.
+func TestInitializationCarriesReview(t *testing.T) {
+	node := reportedNode(t, nil, nil)
+	cidrs := []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}
+	plan, err := Compute(node, Read(node), Inputs{Grants: grants(t), CIDRs: cidrs, Initialize: true, Review: "csr-abc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p struct {
+		Metadata struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"metadata"`
+		Spec struct {
+			PodCIDRs []string `json:"podCIDRs"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(plan.Patch, &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Metadata.Annotations[contract.AnnotationCSRReview] != "csr-abc" || len(p.Spec.PodCIDRs) != 1 {
+		t.Errorf("patch %s: want the review request and the pod CIDRs together", plan.Patch)
+	}
+	node.Annotations[contract.AnnotationCSRReview] = "csr-abc"
+	plan, err = Compute(node, Read(node), Inputs{Grants: grants(t), CIDRs: cidrs, Initialize: true, Review: "csr-abc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(plan.Patch), contract.AnnotationCSRReview) {
+		t.Errorf("patch %s repeats a review already requested", plan.Patch)
+	}
+}
