@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/testcluster"
 )
 
@@ -118,6 +119,10 @@ func (e *env) listWrites(events []testcluster.AuditEvent, names map[string]bool,
 // from the bench pool's start, no uninitialized taint.
 func createExisting(ctx context.Context, e *env, n int) (time.Duration, error) {
 	start := time.Now()
+	granted, err := contract.EncodeKeys([]string{contract.LabelClusterName})
+	if err != nil {
+		return 0, err
+	}
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 64)
@@ -128,9 +133,12 @@ func createExisting(ctx context.Context, e *env, n int) (time.Duration, error) {
 			name := fmt.Sprintf("existing-%04d", i)
 			// The i-th /24 of 100.64.0.0/10.
 			cidr := netip.PrefixFrom(netip.AddrFrom4([4]byte{100, byte(64 + i/256), byte(i % 256), 0}), 24)
+			// As the coordinator left them: its cluster-name label, recorded as granted.
 			node := &corev1.Node{
-				ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}},
-				Spec:       corev1.NodeSpec{PodCIDR: cidr.String(), PodCIDRs: []string{cidr.String()}, ProviderID: "talos://metal/" + name},
+				ObjectMeta: metav1.ObjectMeta{Name: name,
+					Labels:      map[string]string{"kubernetes.io/hostname": name, contract.LabelClusterName: "bench"},
+					Annotations: map[string]string{contract.AnnotationGrantedLabels: granted}},
+				Spec: corev1.NodeSpec{PodCIDR: cidr.String(), PodCIDRs: []string{cidr.String()}, ProviderID: "talos://metal/" + name},
 			}
 			created, err := e.admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 			if err != nil {
