@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -11,8 +10,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"k8s.io/klog/v2"
 )
 
@@ -242,7 +239,8 @@ func TestLinkFlap(t *testing.T) {
 		if err := sn.ns.setLink(true); err != nil {
 			t.Fatal(err)
 		}
-		if err := readdV6(sn); err != nil {
+		// The kernel drops IPv6 addresses when a link goes down.
+		if err := sn.ns.ensureAddr(sn.ip6); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -263,31 +261,6 @@ func TestLinkFlap(t *testing.T) {
 	}
 	converge(t, nodes, time.Minute)
 	t.Logf("20 flaps of eth0: Node status exact %v after the last one; pod CIDRs unchanged %v", settled.Round(time.Millisecond), cidrs)
-}
-
-// readdV6 puts the node's IPv6 address back on eth0 (the kernel removes
-// IPv6 addresses when a link goes down).
-func readdV6(sn *simNode) error {
-	h, err := netns.GetFromPath(sn.ns.path)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	nl, err := netlink.NewHandleAt(h)
-	if err != nil {
-		return err
-	}
-	defer nl.Close()
-	l, err := nl.LinkByName("eth0")
-	if err != nil {
-		return err
-	}
-	a, _ := netlink.ParseAddr(sn.ip6.String())
-	a.Flags |= 0x02 // IFA_F_NODAD
-	if err := nl.AddrAdd(l, a); err != nil && !errors.Is(err, syscall.EEXIST) {
-		return err
-	}
-	return nil
 }
 
 // The pure parts of the report.

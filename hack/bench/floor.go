@@ -9,10 +9,8 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"net/netip"
-	"sync"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -53,15 +51,9 @@ func floor(ctx context.Context, e *env, prefix string, n int) (time.Duration, er
 	}
 	csrPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
 
-	errs := make([]error, n)
-	var wg sync.WaitGroup
 	start := time.Now()
-	for i := range n {
-		wg.Go(func() { errs[i] = floorJoin(ctx, clients[i%len(clients)], prefix, i, csrPEM) })
-	}
-	wg.Wait()
-	took := time.Since(start)
-	return took, errors.Join(errs...)
+	err = parallel(n, n, func(i int) error { return floorJoin(ctx, clients[i%len(clients)], prefix, i, csrPEM) })
+	return time.Since(start), err
 }
 
 func floorJoin(ctx context.Context, cs kubernetes.Interface, prefix string, i int, csrPEM []byte) error {

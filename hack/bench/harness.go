@@ -78,7 +78,7 @@ func newEnv(ctx context.Context, logw io.Writer) (*env, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("the benchmark makes network namespaces: run it as root")
 	}
-	root, err := repoRoot()
+	root, err := testcluster.RepoRoot()
 	if err != nil {
 		return nil, err
 	}
@@ -132,24 +132,6 @@ func (e *env) close() {
 		e.watch.stop()
 	}
 	e.cluster.Close()
-}
-
-// repoRoot walks up to the directory holding go.mod and coordinator/deploy.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "coordinator", "deploy", "rbac.yaml")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("run from inside the talos-nodeinit checkout (make bench)")
-		}
-		dir = parent
-	}
 }
 
 // coordinator is a running nodeinit-coordinator binary, as its ServiceAccount.
@@ -268,18 +250,11 @@ func nodeSpec(prefix string, i int) (name string, ip netip.Addr, ip6 netip.Prefi
 // not timed.
 func (e *env) prepare(ctx context.Context, prefix string, from, n int) ([]*simNode, error) {
 	nodes := make([]*simNode, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 8)
-	for k := range n {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			nodes[k], errs[k] = e.prepareNode(ctx, prefix, from+k)
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err := parallel(n, 8, func(k int) (err error) {
+		nodes[k], err = e.prepareNode(ctx, prefix, from+k)
+		return err
+	})
+	if err != nil {
 		for _, sn := range nodes {
 			if sn != nil {
 				sn.close()
@@ -642,4 +617,21 @@ func (s *supervised) stop() {
 	s.mu.Unlock()
 	c.stop()
 	<-s.done
+}
+
+// parallel runs fn(0..n-1) with at most limit running at once, and joins
+// their errors.
+func parallel(n, limit int, fn func(i int) error) error {
+	errs := make([]error, n)
+	sem := make(chan struct{}, limit)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			errs[i] = fn(i)
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

@@ -82,8 +82,11 @@ func run(ctx context.Context, o options) error {
 	}
 	defer e.close()
 	var r strings.Builder
-	fmt.Fprintf(&r, "== join storm: %d nodes%s, %s, %d cores, %s memory, %s\n", o.nodes,
-		map[bool]string{true: fmt.Sprintf(" (+%d existing)", o.existing), false: ""}[o.existing > 0],
+	existing := ""
+	if o.existing > 0 {
+		existing = fmt.Sprintf(" (+%d existing)", o.existing)
+	}
+	fmt.Fprintf(&r, "== join storm: %d nodes%s, %s, %d cores, %s memory, %s\n", o.nodes, existing,
 		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), memTotal(), runtime.Version())
 
 	if o.existing > 0 {

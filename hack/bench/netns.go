@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"runtime"
+	"syscall"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -76,22 +78,30 @@ func (ns *namespace) setup(nl *netlink.Handle, addrs []netip.Prefix) error {
 		return err
 	}
 	for _, p := range addrs {
-		a, err := netlink.ParseAddr(p.String())
-		if err != nil {
+		if err := addAddr(nl, eth0, p); err != nil {
 			return err
-		}
-		if p.Addr().Is6() {
-			a.Flags |= 0x02 // IFA_F_NODAD
-		}
-		if err := nl.AddrAdd(eth0, a); err != nil {
-			return fmt.Errorf("adding %s: %w", p, err)
 		}
 	}
 	return nil
 }
 
-// setLink sets eth0 up or down (the link-flap fault).
-func (ns *namespace) setLink(up bool) error {
+// addAddr puts p on link, IPv6 without duplicate address detection.
+func addAddr(nl *netlink.Handle, link netlink.Link, p netip.Prefix) error {
+	a, err := netlink.ParseAddr(p.String())
+	if err != nil {
+		return err
+	}
+	if p.Addr().Is6() {
+		a.Flags |= 0x02 // IFA_F_NODAD
+	}
+	if err := nl.AddrAdd(link, a); err != nil {
+		return fmt.Errorf("adding %s: %w", p, err)
+	}
+	return nil
+}
+
+// eth0 runs fn with a netlink handle in the namespace and its eth0.
+func (ns *namespace) eth0(fn func(nl *netlink.Handle, eth0 netlink.Link) error) error {
 	h, err := netns.GetFromPath(ns.path)
 	if err != nil {
 		return err
@@ -106,10 +116,27 @@ func (ns *namespace) setLink(up bool) error {
 	if err != nil {
 		return err
 	}
-	if up {
-		return nl.LinkSetUp(l)
-	}
-	return nl.LinkSetDown(l)
+	return fn(nl, l)
+}
+
+// setLink sets eth0 up or down (the link-flap fault).
+func (ns *namespace) setLink(up bool) error {
+	return ns.eth0(func(nl *netlink.Handle, l netlink.Link) error {
+		if up {
+			return nl.LinkSetUp(l)
+		}
+		return nl.LinkSetDown(l)
+	})
+}
+
+// ensureAddr puts p on eth0 unless it is there already.
+func (ns *namespace) ensureAddr(p netip.Prefix) error {
+	return ns.eth0(func(nl *netlink.Handle, l netlink.Link) error {
+		if err := addAddr(nl, l, p); err != nil && !errors.Is(err, syscall.EEXIST) {
+			return err
+		}
+		return nil
+	})
 }
 
 func (ns *namespace) close() { _ = netns.DeleteNamed(ns.name) }

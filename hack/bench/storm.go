@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -123,35 +121,27 @@ func createExisting(ctx context.Context, e *env, n int) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 64)
-	for i := range n {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			name := fmt.Sprintf("existing-%04d", i)
-			// The i-th /24 of 100.64.0.0/10.
-			cidr := netip.PrefixFrom(netip.AddrFrom4([4]byte{100, byte(64 + i/256), byte(i % 256), 0}), 24)
-			// As the coordinator left them: its cluster-name label, recorded as granted.
-			node := &corev1.Node{
-				ObjectMeta: metav1.ObjectMeta{Name: name,
-					Labels:      map[string]string{"kubernetes.io/hostname": name, contract.LabelClusterName: "bench"},
-					Annotations: map[string]string{contract.AnnotationGrantedLabels: granted}},
-				Spec: corev1.NodeSpec{PodCIDR: cidr.String(), PodCIDRs: []string{cidr.String()}, ProviderID: "talos://metal/" + name},
-			}
-			created, err := e.admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			ip := netip.AddrFrom4([4]byte{10, 200, byte(i / 250), byte(i%250 + 1)})
-			created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip.String()}, {Type: corev1.NodeHostName, Address: name}}
-			_, errs[i] = e.admin.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err = parallel(n, 64, func(i int) error {
+		name := fmt.Sprintf("existing-%04d", i)
+		// The i-th /24 of 100.64.0.0/10.
+		cidr := netip.PrefixFrom(netip.AddrFrom4([4]byte{100, byte(64 + i/256), byte(i % 256), 0}), 24)
+		// As the coordinator left them: its cluster-name label, recorded as granted.
+		node := &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: name,
+				Labels:      map[string]string{"kubernetes.io/hostname": name, contract.LabelClusterName: "bench"},
+				Annotations: map[string]string{contract.AnnotationGrantedLabels: granted}},
+			Spec: corev1.NodeSpec{PodCIDR: cidr.String(), PodCIDRs: []string{cidr.String()}, ProviderID: "talos://metal/" + name},
+		}
+		created, err := e.admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		ip := netip.AddrFrom4([4]byte{10, 200, byte(i / 250), byte(i%250 + 1)})
+		created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip.String()}, {Type: corev1.NodeHostName, Address: name}}
+		_, err = e.admin.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		return 0, err
 	}
 	// Wait until the watch has them all, so the storm starts from a synced cache.

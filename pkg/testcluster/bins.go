@@ -22,7 +22,7 @@ func findBinDir() (string, error) {
 	if dir := os.Getenv("KUBE_TOOLS_DIR"); dir != "" {
 		return dir, checkBins(dir)
 	}
-	root, err := repoRoot()
+	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
@@ -46,9 +46,9 @@ func checkBins(dir string) error {
 	return nil
 }
 
-// repoRoot walks up from the working directory to the checkout holding
+// RepoRoot walks up from the working directory to the checkout holding
 // hack/kube-tools (tests run in their package directory).
-func repoRoot() (string, error) {
+func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
