@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -76,6 +77,7 @@ type Coordinator struct {
 	nodes      corelisters.NodeLister
 	csrs       certlisters.CertificateSigningRequestLister
 	csrIndex   cache.Indexer
+	nodeIndex  cache.Indexer
 	nodeQueue  workqueue.TypedRateLimitingInterface[string]
 	csrQueue   workqueue.TypedRateLimitingInterface[string]
 
@@ -90,6 +92,11 @@ type Coordinator struct {
 }
 
 const byNode = "byNode"
+
+// byAddress indexes Nodes by their InternalIP and ExternalIP addresses, so a
+// CSR decision looks up who else claims an address instead of scanning
+// every Node.
+const byAddress = "byAddress"
 
 // New builds a replica; nothing runs until Run.
 func New(cfg Config) (*Coordinator, error) {
@@ -157,6 +164,20 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	c.csrIndex = csrInf.Informer().GetIndexer()
+	if err := nodeInf.Informer().AddIndexers(cache.Indexers{byAddress: func(obj any) ([]string, error) {
+		n, ok := obj.(*corev1.Node)
+		if !ok {
+			return nil, nil
+		}
+		var keys []string
+		for _, ip := range csrcheck.NodeIPs(csrcheck.Node{Name: n.Name, Addresses: n.Status.Addresses}) {
+			keys = append(keys, ip.String())
+		}
+		return keys, nil
+	}}); err != nil {
+		return nil, err
+	}
+	c.nodeIndex = nodeInf.Informer().GetIndexer()
 	_, _ = nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.nodeChanged(obj) },
 		UpdateFunc: func(_, obj any) { c.nodeChanged(obj) },
@@ -222,11 +243,48 @@ func (c *Coordinator) setReady(err error) {
 	c.ready = err
 }
 
+// apiProbe is how often a starting coordinator retries the API server.
+const apiProbe = 500 * time.Millisecond
+
+// waitForAPI returns once the coordinator can list Nodes and CSRs. A process
+// restarted during an API-server outage would otherwise start its informers
+// into client-go's reflector backoff (up to 30 s between tries) and stay
+// behind long after the API server is back. It returns ctx's error.
+func (c *Coordinator) waitForAPI(ctx context.Context) error {
+	logged := false
+	for {
+		_, err := c.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{Limit: 1})
+		if err == nil {
+			_, err = c.client.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{Limit: 1,
+				FieldSelector: fields.OneTermEqualSelector("spec.signerName", certificatesv1.KubeletServingSignerName).String()})
+		}
+		if err == nil {
+			if logged {
+				c.log.Info("the API server answers")
+			}
+			return nil
+		}
+		c.setReady(fmt.Errorf("waiting for the API server: %w", err))
+		if !logged {
+			c.log.Warn("waiting for the API server", "err", err, "retry", apiProbe)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(apiProbe):
+		}
+	}
+}
+
 // Run keeps the informers warm, campaigns for the lease, and leads until
 // ctx ends (nil) or the lease is lost (ErrLostLeadership).
 func (c *Coordinator) Run(ctx context.Context) error {
 	defer c.nodeQueue.ShutDown()
 	defer c.csrQueue.ShutDown()
+	if err := c.waitForAPI(ctx); err != nil {
+		return nil // ctx ended
+	}
 	// The informers stop with informers, which is cancelled before the
 	// Shutdowns below wait for them: on a lost lease the caller's ctx is
 	// still live, and waiting on it would hang the process instead of
@@ -573,7 +631,8 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 const reviewGrace = 30 * time.Second
 
 // approvalInput gathers what approval.Decide needs for csr: the requesting
-// Node, its review and attestation annotations, and every Node's addresses.
+// Node, its review and attestation annotations, and the other Nodes that
+// claim its addresses.
 func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningRequest, now time.Time) (approval.Input, *corev1.Node) {
 	nodeName := csrcheck.NodeName(csr.Spec.Username)
 	in := approval.Input{
@@ -581,27 +640,40 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 		AttestationRequired: c.settings.AttestationRequired(), Timeout: c.settings.CSR.AttestationTimeout.Duration,
 		OnTimeout: c.settings.CSR.OnTimeout, Now: now,
 	}
-	var self *corev1.Node
-	nodes := c.listNodes()
-	known := make([]csrcheck.Node, 0, len(nodes))
-	for _, n := range nodes {
-		known = append(known, csrcheck.Node{Name: n.Name, Addresses: n.Status.Addresses})
-		if n.Name == nodeName {
-			self = n
-			in.Node = &known[len(known)-1]
-			in.Review = n.Annotations[contract.AnnotationCSRReview]
-			if a, err := contract.DecodeAttestation(n.Annotations[contract.AnnotationCSRAttestation]); err == nil {
-				in.Attestation = &a
-			}
-		}
+	self, err := c.nodes.Get(nodeName)
+	if err != nil {
+		self = nil // not registered (yet): Decide says so
 	}
-	in.Owners = csrcheck.Owners(known)
+	if self != nil {
+		in.Node = &csrcheck.Node{Name: self.Name, Addresses: self.Status.Addresses}
+		in.Review = self.Annotations[contract.AnnotationCSRReview]
+		if a, err := contract.DecodeAttestation(self.Annotations[contract.AnnotationCSRAttestation]); err == nil {
+			in.Attestation = &a
+		}
+		in.Owners = c.owners(csrcheck.NodeIPs(*in.Node))
+	}
 	if in.Review != "" && in.Review != csr.Name {
 		if other, err := c.csrs.Get(in.Review); err == nil && pending(other) && csrcheck.NodeName(other.Spec.Username) == nodeName {
 			in.ReviewBusy = true
 		}
 	}
 	return in, self
+}
+
+// owners are the Nodes claiming each of ips: the only addresses whose owners
+// the CSR checks consult are the requesting Node's own.
+func (c *Coordinator) owners(ips []netip.Addr) csrcheck.AddressOwners {
+	owners := csrcheck.AddressOwners{}
+	for _, ip := range ips {
+		objs, _ := c.nodeIndex.ByIndex(byAddress, ip.String())
+		for _, o := range objs {
+			if n, ok := o.(*corev1.Node); ok && !slices.Contains(owners[ip], n.Name) {
+				owners[ip] = append(owners[ip], n.Name)
+			}
+		}
+		slices.Sort(owners[ip])
+	}
+	return owners
 }
 
 // reviewAtInit names the node's pending CSR that needs review now, so the

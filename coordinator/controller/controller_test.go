@@ -16,6 +16,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
@@ -66,12 +67,17 @@ type running struct {
 
 func startCoordinator(t *testing.T, id, settings string) *running {
 	t.Helper()
+	return startCoordinatorAs(t, id, settings, coordinatorIdentity(t))
+}
+
+func startCoordinatorAs(t *testing.T, id, settings string, client kubernetes.Interface) *running {
+	t.Helper()
 	s, err := config.Parse([]byte(settings))
 	if err != nil {
 		t.Fatal(err)
 	}
 	c, err := controller.New(controller.Config{
-		Client: coordinatorIdentity(t), Settings: s, Identity: id,
+		Client: client, Settings: s, Identity: id,
 		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(testWriter{t}, nil)).With("coordinator", id),
 	})
@@ -532,6 +538,54 @@ func TestCSRApprovalAndDenial(t *testing.T) {
 	if c, decided := condition(t, "csr-b-silent"); decided {
 		t.Errorf("an unattested CSR was decided: %+v", c)
 	}
+}
+
+// An address two Nodes claim is certified for neither: the coordinator finds
+// the other claimant through its address index, not by scanning every Node.
+func TestSharedAddressIsDenied(t *testing.T) {
+	startCoordinator(t, "shared", ipamSettings)
+	a := register(t, "own-a", "10.0.5.1")
+	b := register(t, "own-b", "10.0.5.2")
+	a.publish(t, report{providerID: "talos://metal/10.0.5.1"})
+	b.publish(t, report{providerID: "talos://metal/10.0.5.2", externalIPs: []string{"10.0.5.1"}})
+	a.csr(t, "own-a-shared", []string{"own-a"}, []string{"10.0.5.1"})
+	waitFor(t, 10*time.Second, "decision", func() bool { _, ok := condition(t, "own-a-shared"); return ok })
+	if c, _ := condition(t, "own-a-shared"); c.Type != certificatesv1.CertificateDenied || !strings.Contains(c.Message, "also claimed by Node own-b") {
+		t.Errorf("condition %s %q, want Denied naming own-b", c.Type, c.Message)
+	}
+}
+
+// A coordinator whose first lists are refused (here: its RBAC is not bound
+// yet, as after an API-server restart) says so on /readyz, keeps probing,
+// and is ready within a probe of the lists being allowed, instead of sitting
+// in client-go's reflector backoff.
+func TestWaitsForTheAPIServer(t *testing.T) {
+	coordinatorIdentity(t) // the shipped roles exist
+	cfg, err := cluster.ClientIdentity("nodeinit-late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := startCoordinatorAs(t, "late", ipamSettings, kubernetes.NewForConfigOrDie(cfg))
+	waitFor(t, 5*time.Second, "readiness naming the API server", func() bool {
+		err := c.Ready()
+		return err != nil && strings.Contains(err.Error(), "waiting for the API server") && strings.Contains(err.Error(), "forbidden")
+	})
+	time.Sleep(3 * time.Second) // long enough for a reflector to have backed off
+	subject := []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: "nodeinit-late", APIGroup: rbacv1.GroupName}}
+	if _, err := admin().RbacV1().ClusterRoleBindings().Create(t.Context(), &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "nodeinit-late"}, Subjects: subject,
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "nodeinit-coordinator"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin().RbacV1().RoleBindings("kube-system").Create(t.Context(), &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "nodeinit-late", Namespace: "kube-system"}, Subjects: subject,
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "nodeinit-coordinator"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	took := waitFor(t, 3*time.Second, "ready once allowed", func() bool { return c.Ready() == nil })
+	t.Logf("ready %v after its RBAC was bound", took.Round(time.Millisecond))
 }
 
 // The shipped RBAC lets the coordinator do its job and nothing more.
