@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"strings"
 	"syscall"
 	"time"
 
@@ -228,6 +229,7 @@ type simNode struct {
 	certs string
 
 	kubelet   *kubeletsim.Kubelet
+	agent     *controller.Agent // when the agent runs in this process
 	agentStop context.CancelFunc
 	agentDone chan struct{}
 	agentProc *exec.Cmd // when the agent runs as the real binary
@@ -302,8 +304,28 @@ func (e *env) startAgent(sn *simNode) error {
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	sn.agentStop, sn.agentDone = cancel, make(chan struct{})
+	sn.agent, sn.agentStop, sn.agentDone = a, cancel, make(chan struct{})
 	go func() { defer close(sn.agentDone); _ = a.Run(ctx) }()
+	return nil
+}
+
+// waitAgentsUp waits until every in-process agent has its facts, addresses
+// and API connection and waits only for its Node, as an agent does on a
+// booted Talos node before the kubelet registers.
+func waitAgentsUp(ctx context.Context, nodes []*simNode, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for _, sn := range nodes {
+		for {
+			err := sn.agent.Ready()
+			if err != nil && strings.Contains(err.Error(), "to be registered") {
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return fmt.Errorf("agent of %s not waiting for its Node within %v: %v", sn.name, timeout, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 	return nil
 }
 
@@ -398,13 +420,17 @@ func (sn *simNode) close() {
 	}
 }
 
-// storm starts every node's agent and kubelet at once and returns when every
+// storm starts every node's agent and waits until each is up and waiting
+// for its Node; then every kubelet registers at once. It returns when every
 // kubelet has registered (or failed to).
 func (e *env) storm(ctx context.Context, nodes []*simNode) error {
 	for _, sn := range nodes {
 		if err := e.startAgent(sn); err != nil {
 			return err
 		}
+	}
+	if err := waitAgentsUp(ctx, nodes, 2*time.Minute); err != nil {
+		return err
 	}
 	var wg sync.WaitGroup
 	for _, sn := range nodes {
