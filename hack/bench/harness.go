@@ -13,8 +13,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sync"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
