@@ -109,3 +109,38 @@ func TestLoadErrors(t *testing.T) {
 		t.Fatalf("missing certificate: %v", err)
 	}
 }
+
+// stamp is what lets Watch skip rereading: unchanged files keep it, a rewrite
+// or a replacement by rename changes it, and a missing file never matches.
+func TestStamp(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "cert.pem")
+	if err := os.WriteFile(f, []byte("one"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	first := stamp([]string{f})
+	if first == "" || stamp([]string{f}) != first {
+		t.Fatal("an unchanged file must keep its stamp")
+	}
+	time.Sleep(10 * time.Millisecond)
+	if err := os.WriteFile(f, []byte("two"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rewritten := stamp([]string{f})
+	if rewritten == first {
+		t.Error("a rewrite of the same size kept the stamp")
+	}
+	tmp := filepath.Join(dir, "new.pem")
+	if err := os.WriteFile(tmp, []byte("two"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, f); err != nil {
+		t.Fatal(err)
+	}
+	if stamp([]string{f}) == rewritten {
+		t.Error("a replacement by rename kept the stamp")
+	}
+	if stamp([]string{filepath.Join(dir, "missing")}) != "" {
+		t.Error("a missing file must not have a stamp")
+	}
+}
