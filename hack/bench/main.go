@@ -128,7 +128,7 @@ func run(ctx context.Context, o options) error {
 	}
 	cpuBefore := e.cpu(coord)
 
-	step("storm: %d agents and kubelets start at once", o.nodes)
+	step("storm: %d agents start; once all wait for their Node, the kubelets register at once", o.nodes)
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)
 		if err != nil {
@@ -151,7 +151,7 @@ func run(ctx context.Context, o options) error {
 	lat := e.latencies(nodes)
 	lat.print(&r)
 	fmt.Fprintf(&r, "CPU seconds during the storm:")
-	for _, k := range []string{"kube-apiserver", "etcd", "kube-controller-manager", "coordinator", "bench process (agents, kubelets, machined stand-ins)"} {
+	for _, k := range []string{"kube-apiserver", "etcd", "kube-controller-manager", "coordinator", benchProcess} {
 		fmt.Fprintf(&r, " %s %.1f;", k, (cpuAfter[k] - cpuBefore[k]).Seconds())
 	}
 	fmt.Fprintf(&r, "\ncoordinator peak RSS: %.1f MiB\n", float64(coord.usage().PeakRSS)/(1<<20))
@@ -273,13 +273,16 @@ func (e *env) holder(ctx context.Context) string {
 	return *l.Spec.HolderIdentity
 }
 
+// benchProcess names this process's CPU: the simulated nodes.
+const benchProcess = "bench process (agents, kubelets, machined stand-ins)"
+
 // cpu is every component's CPU time so far.
 func (e *env) cpu(c *coordinator) map[string]time.Duration {
 	out := map[string]time.Duration{"coordinator": c.usage().CPU}
 	for name, pid := range e.cluster.PIDs() {
 		out[name] = readProcUsage(pid).CPU
 	}
-	out["bench process (agents, kubelets, machined stand-ins)"] = readProcUsage(os.Getpid()).CPU
+	out[benchProcess] = readProcUsage(os.Getpid()).CPU
 	return out
 }
 
