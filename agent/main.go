@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,6 +20,8 @@ import (
 
 	"github.com/talos-nodeinit/talos-nodeinit/agent/controller"
 	"github.com/talos-nodeinit/talos-nodeinit/agent/explain"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/agentkey"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/envflag"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr"
@@ -93,6 +96,7 @@ func runAgent(args []string, stderr io.Writer) int {
 	factsFrom := fs.String("facts", "machined", "where Talos facts come from: machined, or cmdline (degraded: platform and hostname from the kernel command line, for the static-pod fallback)")
 	cmdline := fs.String("cmdline-file", "/proc/cmdline", "kernel command line, with --facts=cmdline")
 	rulesFile := fs.String("rules-file", DefaultRulesFile, "the rules (Talos CCM transformations) file; a missing file at the default path means no rules")
+	keyFile := fs.String("key-file", agentkey.DefaultFile, "the agent's own ed25519 key, which signs its CSR attestations; created when missing, never replaced")
 	nodeName := fs.String("node-name", "", "node name (default: the kubelet's, from Talos)")
 	exclude := fs.String("exclude-links", "", "comma-separated link name patterns whose addresses are ignored, besides "+strings.Join(netaddr.DefaultExcludedLinks, ","))
 	netns := fs.String("netns", "", "read addresses from the network namespace at this `PATH` (default: the agent's own)")
@@ -144,6 +148,14 @@ func runAgent(args []string, stderr io.Writer) int {
 		return 2
 	}
 
+	key, created, err := agentkey.LoadOrCreate(*keyFile)
+	if err != nil {
+		log.Error("no agent key; not starting", "file", *keyFile, "err", err)
+		return 1
+	}
+	// The public half is public: the coordinator enrols it from the Node.
+	log.Info("agent key", "file", *keyFile, "created", created, "public-key", contract.EncodeAgentKey(key.Public().(ed25519.PublicKey)))
+
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	reg := telemetry.NewRegistry()
@@ -156,7 +168,7 @@ func runAgent(args []string, stderr io.Writer) int {
 	agent, err := controller.New(controller.Config{
 		NodeName: *nodeName, Kubeconfig: *kubeconfig, CredentialsPoll: *credPoll, Facts: facts, NetNS: *netns,
 		Rules: rs, Classifier: netaddr.NewClassifier(extra...), Policy: pol, Version: version.Version,
-		Log: log, Metrics: controller.NewMetrics(reg),
+		Key: key, Log: log, Metrics: controller.NewMetrics(reg),
 	})
 	if err != nil {
 		log.Error("invalid configuration", "err", err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,6 +23,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/agentkey"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/gobuild"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/testcluster"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/testnode"
@@ -87,6 +90,16 @@ func TestRunRefusesInvalidRules(t *testing.T) {
 	}
 	if code, _, errOut := runCmd("run", "--provider-id-policy", "sometimes"); code != 2 || !strings.Contains(errOut, "sometimes") {
 		t.Errorf("bad policy: exit %d, stderr %q", code, errOut)
+	}
+	// A key file that exists but is unusable is never replaced: the
+	// coordinator trusts only the key it enrolled.
+	badKey := writeFile(t, "agent.key", "not a key\n")
+	code, _, errOut = runCmd("run", "--rules-file", "", "--kubeconfig", "/nonexistent", "--key-file", badKey)
+	if code != 1 || !strings.Contains(errOut, badKey) || !strings.Contains(errOut, "delete") {
+		t.Errorf("run with a malformed key file: exit %d, stderr %q; want exit 1 naming the file and the way out", code, errOut)
+	}
+	if data, _ := os.ReadFile(badKey); string(data) != "not a key\n" {
+		t.Error("the malformed key file was replaced")
 	}
 	t.Setenv("NODEINIT_LOG_FORMAT", "xml")
 	if code, _, errOut := runCmd("run"); code != 2 || !strings.Contains(errOut, "xml") {
@@ -198,6 +211,19 @@ func TestBinaryRunAndSIGTERM(t *testing.T) {
 	if !containsAddr(node.Status.Addresses, corev1.NodeExternalIP, "2001:db8:9::20") {
 		t.Errorf("addresses %v", node.Status.Addresses)
 	}
+	// The agent created its key and published the public half.
+	key, err := agentkey.Load(n.KeyFile)
+	if err != nil {
+		t.Fatalf("--key-file %s: %v", n.KeyFile, err)
+	}
+	if st, err := os.Stat(n.KeyFile); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("key file: %v %v, want mode 0600", st, err)
+	}
+	want := contract.EncodeAgentKey(key.Public().(ed25519.PublicKey))
+	if md, err := contract.DecodeMetadata(node.Annotations[contract.AnnotationMetadata]); err != nil || md.AgentKey != want {
+		t.Errorf("metadata %+v (%v): agentKey must be %s", md, err, want)
+	}
+
 	resp, err := http.Get("http://" + metrics + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -225,6 +251,9 @@ func TestBinaryRunAndSIGTERM(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), `"msg":"stopping"`) {
 		t.Errorf("logs lack the stop message:\n%s", logs.String())
+	}
+	if !strings.Contains(logs.String(), want) {
+		t.Errorf("the start-up log does not show the public key %s", want)
 	}
 }
 

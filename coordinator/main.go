@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -133,12 +134,17 @@ func runCoordinator(args []string, stderr io.Writer) int {
 		log.Error("building the client", "err", err)
 		return 1
 	}
+	dyn, err := dynamic.NewForConfig(restCfg)
+	if err != nil {
+		log.Error("building the client", "err", err)
+		return 1
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	reg := telemetry.NewRegistry()
 	coord, err := controller.New(controller.Config{
-		Client: client, Settings: settings, Namespace: *namespace, LeaseName: *leaseName, Identity: *id,
+		Client: client, Dynamic: dyn, Settings: settings, Namespace: *namespace, LeaseName: *leaseName, Identity: *id,
 		LeaseDuration: *leaseDuration, RenewDeadline: *renewDeadline, RetryPeriod: *retryPeriod,
 		NodeWorkers: *nodeWorkers, CSRWorkers: *csrWorkers, Log: log, Metrics: controller.NewMetrics(reg),
 	})

@@ -193,7 +193,7 @@ func waitAll(t *testing.T, cs kubernetes.Interface, prefix string, want int, tim
 // and every node finishes. Then a fresh process rebuilds from Nodes alone.
 func TestFailoverAndRestart(t *testing.T) {
 	admin := kubernetes.NewForConfigOrDie(cluster.Admin())
-	if err := kubeapply.Files(t.Context(), cluster.Admin(), "deploy/rbac.yaml"); err != nil {
+	if err := kubeapply.Files(t.Context(), cluster.Admin(), "deploy/noderecords.yaml", "deploy/rbac.yaml"); err != nil {
 		t.Fatal(err)
 	}
 	sa, err := cluster.ServiceAccountIdentity(t.Context(), "kube-system", "nodeinit-coordinator")

@@ -17,8 +17,10 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/agentkey"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
 )
 
@@ -119,7 +121,42 @@ func TestPatchesApplyAndValidate(t *testing.T) {
 			if !slices.Contains(container["args"].([]any), any("--facts=cmdline")) {
 				t.Errorf("the static pod must run degraded (--facts=cmdline): %v", container["args"])
 			}
+			checkStaticPodKeyDir(t, pods[0], cfg.Machine().Kubelet().ExtraMounts())
 		}
+	}
+}
+
+// checkStaticPodKeyDir: the static pod keeps the agent's key where the
+// extension does, read-write, in a directory the kubelet sees (its hostPath
+// checks run in its own mount namespace).
+func checkStaticPodKeyDir(t *testing.T, pod map[string]any, kubeletMounts []specs.Mount) {
+	t.Helper()
+	dir := filepath.Dir(agentkey.DefaultFile)
+	spec := pod["spec"].(map[string]any)
+	var volume string
+	for _, v := range spec["volumes"].([]any) {
+		v := v.(map[string]any)
+		if hp, ok := v["hostPath"].(map[string]any); ok && hp["path"] == dir && hp["type"] == "DirectoryOrCreate" {
+			volume = v["name"].(string)
+		}
+	}
+	if volume == "" {
+		t.Fatalf("the static pod has no DirectoryOrCreate hostPath volume for %s", dir)
+	}
+	var mounted bool
+	for _, m := range spec["containers"].([]any)[0].(map[string]any)["volumeMounts"].([]any) {
+		m := m.(map[string]any)
+		if m["name"] == volume {
+			mounted = m["mountPath"] == dir && m["readOnly"] != true
+		}
+	}
+	if !mounted {
+		t.Errorf("volume %s must be mounted read-write at %s", volume, dir)
+	}
+	if !slices.ContainsFunc(kubeletMounts, func(m specs.Mount) bool {
+		return m.Source == dir && m.Destination == dir && slices.Contains(m.Options, "rw")
+	}) {
+		t.Errorf("the kubelet does not see %s read-write: extraMounts %v", dir, kubeletMounts)
 	}
 }
 

@@ -11,6 +11,7 @@ package controller
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -56,6 +57,10 @@ type Config struct {
 	Metrics    *Metrics
 	// MinBackoff and MaxBackoff bound retries after API errors (200ms, 30s).
 	MinBackoff, MaxBackoff time.Duration
+	// Key is the agent's own key (pkg/agentkey): its public half goes into
+	// the metadata annotation for the coordinator to enrol, and it signs
+	// every attestation.
+	Key ed25519.PrivateKey
 }
 
 // Agent is one node's run loop.
@@ -66,6 +71,9 @@ type Agent struct {
 
 	mu       sync.Mutex
 	notReady error
+
+	pub      ed25519.PublicKey
+	agentKey string // pub, as published
 
 	// Owned by the loop goroutine.
 	nodeName  string
@@ -84,6 +92,10 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Kubeconfig == "" || cfg.Facts == nil || cfg.Rules == nil {
 		return nil, errors.New("controller: Kubeconfig, Facts and Rules are required")
 	}
+	if len(cfg.Key) != ed25519.PrivateKeySize {
+		return nil, errors.New("controller: Key, the agent's ed25519 key, is required")
+	}
+	pub := cfg.Key.Public().(ed25519.PublicKey)
 	if cfg.Policy == "" {
 		cfg.Policy = desired.ProviderIDFromMetadata
 	}
@@ -107,6 +119,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	return &Agent{
 		cfg: cfg, log: cfg.Log, m: cfg.Metrics, nodeName: cfg.NodeName,
+		pub: pub, agentKey: contract.EncodeAgentKey(pub),
 		notReady: errors.New("starting"), attested: map[string]string{}, lastLog: map[string]string{},
 	}, nil
 }
@@ -276,7 +289,7 @@ func (a *Agent) sync(ctx context.Context) error {
 	}
 	want, ok, err := desired.Compute(desired.Inputs{
 		NodeName: a.nodeName, Talos: *a.facts, Addresses: a.addrs, Classifier: a.cfg.Classifier,
-		Rules: a.cfg.Rules, Policy: a.cfg.Policy, AgentVersion: a.cfg.Version,
+		Rules: a.cfg.Rules, Policy: a.cfg.Policy, AgentVersion: a.cfg.Version, AgentKey: a.agentKey,
 		ProvidedNodeIPs: providedNodeIPs(node),
 	})
 	if err != nil {
@@ -345,8 +358,12 @@ func (a *Agent) patch(ctx context.Context, kind string, body []byte, subresource
 	return nil
 }
 
-// attest answers the coordinator's nodeinit.io/csr-review request.
+// attest answers the coordinator's nodeinit.io/csr-review request. node is
+// nil when the watch has just seen the Node deleted: nothing to answer.
 func (a *Agent) attest(ctx context.Context, node *corev1.Node, want desired.State) error {
+	if node == nil {
+		return nil
+	}
 	name := node.Annotations[contract.AnnotationCSRReview]
 	if name == "" {
 		return nil
@@ -355,8 +372,11 @@ func (a *Agent) attest(ctx context.Context, node *corev1.Node, want desired.Stat
 		a.once("review", name, func() { a.log.Warn("ignoring an invalid csr-review annotation", "err", err) })
 		return nil
 	}
+	// An attestation this key did not sign (an older agent's, or one written
+	// with the kubelet's credential) counts for nothing: it is replaced.
 	prev, prevErr := contract.DecodeAttestation(node.Annotations[contract.AnnotationCSRAttestation])
-	if prevErr == nil && prev.CSR == name && a.attested[name] == prev.RequestSHA256 {
+	ours := prevErr == nil && prev.CSR == name && prev.Verify(a.nodeName, a.pub, prev.SANs) == nil
+	if ours && a.attested[name] == prev.RequestSHA256 {
 		return nil
 	}
 	csr, err := a.client.GetCSR(ctx, name)
@@ -368,11 +388,12 @@ func (a *Agent) attest(ctx context.Context, node *corev1.Node, want desired.Stat
 		return fmt.Errorf("getting CSR %s to attest: %w", name, err)
 	}
 	digest := contract.RequestDigest(csr.Spec.Request)
-	if prevErr == nil && prev.CSR == name && prev.RequestSHA256 == digest {
+	if ours && prev.RequestSHA256 == digest {
 		a.attested = map[string]string{name: digest}
 		return nil
 	}
 	att := csrcheck.Attest(csrcheck.FromCSR(csr), a.nodeName, ownNames(want), a.localIPs())
+	att = att.Sign(a.nodeName, a.cfg.Key)
 	value, err := contract.EncodeAttestation(att)
 	if err != nil {
 		return err
@@ -399,16 +420,20 @@ func ownNames(want desired.State) []string {
 	return names
 }
 
-// localIPs are the addresses on the node's real interfaces right now, plus
-// the cloud public IPs Talos holds on its "external" pseudo-link.
+// localIPs are every address on the node's interfaces right now, plus the
+// cloud public IPs Talos holds on its "external" pseudo-link. Unlike
+// status.addresses they are not filtered by the Classifier: the kubelet may
+// serve on lo, KubeSpan, a down link or a deprecated address, and a CSR
+// naming one of those is still honest.
 func (a *Agent) localIPs() []netip.Addr {
-	var ips []netip.Addr
+	ips := make([]netip.Addr, 0, len(a.addrs)+len(a.facts.ExternalIPs))
 	for _, addr := range a.addrs {
-		if a.cfg.Classifier.Usable(addr) {
-			ips = append(ips, addr.Prefix.Addr().Unmap())
-		}
+		ips = append(ips, addr.Prefix.Addr().Unmap())
 	}
-	return append(ips, a.facts.ExternalIPs...)
+	for _, ip := range a.facts.ExternalIPs {
+		ips = append(ips, ip.Unmap())
+	}
+	return ips
 }
 
 // providedNodeIPs reads the kubelet's --node-ip from its annotation.

@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,7 +23,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/talos-nodeinit/talos-nodeinit/agent/controller"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/agentkey"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck/csrtest"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr"
@@ -98,11 +101,15 @@ func (n *node) startAgent(t *testing.T, rulesYAML string) *agent {
 		t.Fatal(err)
 	}
 	m := controller.NewMetrics(prometheus.NewRegistry())
+	key, _, err := agentkey.LoadOrCreate(n.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
 	a, err := controller.New(controller.Config{
 		Kubeconfig: n.id.Kubeconfig, CredentialsPoll: 200 * time.Millisecond,
 		Facts: (&talos.Reader{Socket: n.Machined.Socket, Log: quiet()}).Watch,
 		NetNS: n.ns.Path, Rules: rs, Classifier: netaddr.NewClassifier(),
-		Policy: desired.ProviderIDTalosFallback, Version: "test", Metrics: m,
+		Policy: desired.ProviderIDTalosFallback, Version: "test", Metrics: m, Key: key,
 		Log: slog.New(slog.NewTextHandler(testWriter{t}, nil)).With("node", n.name),
 	})
 	if err != nil {
@@ -217,7 +224,7 @@ func TestJoinThenSteadyStateWritesNothing(t *testing.T) {
 		t.Errorf("requested-taints = %v (%v)", taints, err)
 	}
 	md, err := contract.DecodeMetadata(node.Annotations[contract.AnnotationMetadata])
-	if err != nil || md.Platform != "metal" || md.Region != "eu-west" || md.AgentVersion != "test" {
+	if err != nil || md.Platform != "metal" || md.Region != "eu-west" || md.AgentVersion != "test" || md.AgentKey == "" {
 		t.Errorf("metadata = %+v (%v)", md, err)
 	}
 	if got, want := node.Spec.ProviderID, "talos://metal/10.0.0.10"; got != want {
@@ -412,6 +419,122 @@ func TestAttestation(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(a.metrics.Attestations.WithLabelValues("reject")); got != 1 {
 		t.Errorf("reject attestations metric = %v, want 1", got)
+	}
+}
+
+// The coordinator trusts an attestation only when it verifies with the key
+// the agent published in its metadata annotation (enrolled on the node's
+// first join): every attestation, approve or reject, is signed with exactly
+// that key, for this node, over exactly the request's SANs.
+func TestAttestationSignedWithPublishedKey(t *testing.T) {
+	n := newNode(t, "sign-node", "10.0.0.17", metal("sign-node"))
+	n.startAgent(t, "")
+	var md contract.Metadata
+	n.waitNode(t, 20*time.Second, "the agent key in the metadata annotation", func(node *corev1.Node) bool {
+		var err error
+		md, err = contract.DecodeMetadata(node.Annotations[contract.AnnotationMetadata])
+		return err == nil && md.AgentKey != ""
+	})
+	pub, err := contract.DecodeAgentKey(md.AgentKey)
+	if err != nil {
+		t.Fatalf("published agent key %q: %v", md.AgentKey, err)
+	}
+	stored, err := agentkey.Load(n.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !pub.Equal(stored.Public()) {
+		t.Errorf("published key %s is not the one in %s", md.AgentKey, n.KeyFile)
+	}
+	_, other, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	requestSANs := func(name string) ([]string, []byte) {
+		t.Helper()
+		csr, err := n.admin.CertificatesV1().CertificateSigningRequests().Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		parsed, err := csrcheck.Parse(csr.Spec.Request)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return contract.RequestSANs(parsed), csr.Spec.Request
+	}
+	for _, c := range []struct {
+		csr  string
+		ips  []string
+		want contract.Verdict
+	}{
+		{"sign-approve", []string{"10.0.0.17", "203.0.113.10"}, contract.VerdictApprove},
+		{"sign-reject", []string{"10.0.0.17", "198.51.100.99"}, contract.VerdictReject},
+	} {
+		createCSR(t, n, c.csr, []string{"sign-node"}, c.ips)
+		att := n.review(t, c.csr)
+		sans, _ := requestSANs(c.csr)
+		if att.Verdict != c.want {
+			t.Errorf("%s: verdict %q (%s), want %q", c.csr, att.Verdict, att.Reason, c.want)
+		}
+		if err := att.Verify(n.name, pub, sans); err != nil {
+			t.Errorf("%s: the attestation does not verify with the published key: %v", c.csr, err)
+		}
+		if att.Verify(n.name, other.Public().(ed25519.PublicKey), sans) == nil {
+			t.Errorf("%s: the attestation verifies with another key", c.csr)
+		}
+		if att.Verify("another-node", pub, sans) == nil {
+			t.Errorf("%s: the attestation verifies for another node", c.csr)
+		}
+	}
+
+	// An approval for the very CSR under review, already there when the
+	// review arrives (as the kubelet's credential could write it) but not
+	// signed by the agent's key, counts for nothing: the agent replaces it
+	// with its own verdict. One patch, so the agent never sees them apart.
+	createCSR(t, n, "sign-forged", []string{"sign-node"}, []string{"10.0.0.17", "198.51.100.99"})
+	sans, request := requestSANs("sign-forged")
+	forged := contract.Attestation{CSR: "sign-forged", RequestSHA256: contract.RequestDigest(request), Verdict: contract.VerdictApprove, SANs: sans}.Sign(n.name, other)
+	value, err := contract.EncodeAttestation(forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q}}}`, contract.AnnotationCSRReview, "sign-forged", contract.AnnotationCSRAttestation, value)
+	if _, err := n.admin.CoreV1().Nodes().Patch(t.Context(), n.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n.waitNode(t, 10*time.Second, "the forged attestation replaced by the agent's", func(node *corev1.Node) bool {
+		att, err := contract.DecodeAttestation(node.Annotations[contract.AnnotationCSRAttestation])
+		return err == nil && att.CSR == "sign-forged" && att.Verdict == contract.VerdictReject && att.Verify(n.name, pub, sans) == nil
+	})
+}
+
+// The kubelet may serve on any address the node holds, whatever the
+// classification for status.addresses says: an address on lo, on an
+// excluded link (KubeSpan), on a link that is down, or a deprecated one is
+// still the node's own, and a CSR naming it is honest.
+func TestAttestationCoversEveryLocalAddress(t *testing.T) {
+	n := newNode(t, "attest-all", "10.0.0.16", metal("attest-all"))
+	n.ns.AddAddr("lo", "10.99.0.1/32")
+	n.ns.AddIFB("kubespan")
+	n.ns.AddAddr("kubespan", "fd00:99::1/128", "nodad")
+	n.ns.AddIFB("eth1")
+	n.ns.AddAddr("eth1", "192.0.2.50/24")
+	n.ns.SetLink("eth1", false)
+	n.ns.AddAddr("eth0", "2001:db8:1:2::99/64", "nodad", "preferred_lft", "0")
+	n.startAgent(t, "")
+	n.waitNode(t, 20*time.Second, "join", func(node *corev1.Node) bool { return hasAddress(node, corev1.NodeExternalIP, "203.0.113.10") })
+
+	for _, c := range []struct{ csr, ip string }{
+		{"attest-all-lo", "10.99.0.1"},
+		{"attest-all-excluded-link", "fd00:99::1"},
+		{"attest-all-link-down", "192.0.2.50"},
+		{"attest-all-deprecated", "2001:db8:1:2::99"},
+	} {
+		createCSR(t, n, c.csr, []string{"attest-all"}, []string{"10.0.0.16", c.ip})
+		if att := n.review(t, c.csr); att.Verdict != contract.VerdictApprove {
+			t.Errorf("a CSR naming %s, which the node holds: verdict %q (%s), want approve", c.ip, att.Verdict, att.Reason)
+		}
 	}
 }
 

@@ -1,11 +1,14 @@
 // Package approval is the coordinator's decision on one kubelet serving CSR,
-// as a pure function: static checks (pkg/csrcheck), then the node agent's
-// attestation bound to this exact request, with a timeout policy for nodes
-// that never attest.
+// as a pure function: static checks against facts nodes cannot forge
+// (pkg/csrcheck), the renewal rule and the flood guard, then the node
+// agent's attestation, signed by the agent key the coordinator enrolled,
+// with a timeout policy for nodes that never attest.
 package approval
 
 import (
+	"crypto/ed25519"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/config"
@@ -23,8 +26,13 @@ const (
 	Retry Action = "Retry"
 	// RequestReview writes nodeinit.io/csr-review: <csr> on the Node.
 	RequestReview Action = "RequestReview"
-	// Wait requeues after Decision.After (the attestation may still come).
+	// Wait requeues after Decision.After (the attestation may still come,
+	// an address may become stable).
 	Wait Action = "Wait"
+	// Hold leaves the CSR pending with an Event until something changes
+	// (an admin re-enrols a key, the flood subsides, a claim is released);
+	// After, when set, rechecks then.
+	Hold Action = "Hold"
 	// TimedOut leaves the CSR pending and says so with an Event.
 	TimedOut Action = "TimedOut"
 )
@@ -35,7 +43,7 @@ type Input struct {
 	Created time.Time
 	// Node is nil when the requesting Node is not in the cache.
 	Node   *csrcheck.Node
-	Owners csrcheck.AddressOwners
+	Facts  csrcheck.Facts
 	Policy csrcheck.Policy
 
 	AttestationRequired bool
@@ -48,7 +56,20 @@ type Input struct {
 	ReviewBusy bool
 	// Attestation is the Node's nodeinit.io/csr-attestation, nil if absent or unreadable.
 	Attestation *contract.Attestation
-	Now         time.Time
+	// EnrolledKey is the agent key in the Node's record (nil: none), and
+	// PublishedKey the one its agent publishes now (for the re-enrol hint).
+	EnrolledKey  ed25519.PublicKey
+	PublishedKey string
+
+	// Renewals is the renewal policy; PreviousSANs the SANs of the Node's
+	// last approved certificate while it is valid (nil otherwise).
+	Renewals     config.RenewalPolicy
+	PreviousSANs []string
+
+	// Pending counts pending serving CSRs (each Node at most twice);
+	// MaxPending is the flood guard's limit.
+	Pending, MaxPending int
+	Now                 time.Time
 }
 
 // Decision is the action with its reason (for the condition and the Event)
@@ -60,44 +81,95 @@ type Decision struct {
 	After    time.Duration
 }
 
+// claimRecheck is how often a CSR waiting on an address claim is rechecked.
+const claimRecheck = 5 * time.Second
+
+// floodRecheck is how often a CSR held by the flood guard is rechecked.
+const floodRecheck = 30 * time.Second
+
 // Decide returns what to do with the CSR now.
 func Decide(in Input) Decision {
-	v := csrcheck.Check(in.CSR, in.Node, in.Owners, in.Policy)
+	v := csrcheck.Check(in.CSR, in.Node, in.Facts, in.Policy)
 	switch v.Decision {
 	case csrcheck.Deny:
 		cat := "check"
-		if len(v.Failures) > 0 {
-			cat = "check:" + v.Failures[0].Check
+		for _, f := range v.Failures {
+			if !f.Retry {
+				cat = "check:" + f.Check
+				break
+			}
 		}
 		return Decision{Action: Deny, Reason: v.Reason(), Category: cat}
 	case csrcheck.Retry:
-		return Decision{Action: Retry, Reason: v.Reason(), Category: "node-unknown"}
+		if in.Node == nil {
+			return Decision{Action: Retry, Reason: v.Reason(), Category: "node-unknown"}
+		}
+		after := v.After
+		if after <= 0 {
+			after = claimRecheck
+		}
+		return Decision{Action: Wait, After: after, Reason: v.Reason(), Category: "address-not-settled"}
+	}
+	sans := contract.RequestSANs(v.Parsed)
+	if in.Renewals == config.RenewSameNames && in.PreviousSANs != nil && !slices.Equal(in.PreviousSANs, sans) {
+		return Decision{Action: Hold, Category: "renewal-names-changed",
+			Reason: fmt.Sprintf("the node's current serving certificate names %v and is still valid; this request names %v. "+
+				"Left pending: approve it by hand (kubectl certificate approve %s) if the change is expected", in.PreviousSANs, sans, in.CSR.Name)}
+	}
+	if in.MaxPending > 0 && in.Pending > in.MaxPending {
+		return Decision{Action: Hold, After: floodRecheck, Category: "flood-guard",
+			Reason: fmt.Sprintf("%d serving CSRs are pending, more than csr.maxPending (%d): automatic approval is paused", in.Pending, in.MaxPending)}
 	}
 	if !in.AttestationRequired {
 		return Decision{Action: Approve, Reason: "static checks passed; attestation not required by policy", Category: "static"}
 	}
+	if in.EnrolledKey == nil {
+		return Decision{Action: Hold, Category: "no-enrolled-key",
+			Reason: "no agent key is enrolled for this node (its agent does not publish one, or the node is not initialized yet)"}
+	}
 	if a := in.Attestation; a != nil && a.CSR == in.CSR.Name {
+		err := a.Verify(csrcheck.NodeName(in.CSR.Username), in.EnrolledKey, sans)
 		switch {
+		case err != nil && in.PublishedKey != "" && in.PublishedKey != contract.EncodeAgentKey(in.EnrolledKey):
+			return Decision{Action: Hold, Category: "agent-key-changed",
+				Reason: fmt.Sprintf("the node's agent now publishes key %s, not the enrolled one (%v); after a reinstall, re-enrol it: "+
+					"kubectl patch noderecord %s --type=merge -p '{\"spec\":{\"agentKey\":%q}}'", in.PublishedKey, err, in.Node.Name, in.PublishedKey)}
+		case err != nil:
+			// Whoever wrote it does not hold the agent key: it changes nothing.
+			return decideWithout(in, "attestation-invalid", fmt.Sprintf("ignored an attestation not signed by the enrolled agent key (%v)", err))
 		case !a.About(in.CSR.Name, in.CSR.PEM):
 			return Decision{Action: Deny, Category: "attestation-mismatch",
 				Reason: fmt.Sprintf("the node's attestation of %s is for another request (sha256 %s, this request is %s)", a.CSR, a.RequestSHA256, contract.RequestDigest(in.CSR.PEM))}
 		case a.Approves(in.CSR.Name, in.CSR.PEM):
-			return Decision{Action: Approve, Reason: "static checks passed and the node attested every SAN: " + a.Reason, Category: "attested"}
+			return Decision{Action: Approve, Reason: "static checks passed and the node's agent attested every SAN with its enrolled key: " + a.Reason, Category: "attested"}
 		default:
 			return Decision{Action: Deny, Reason: "the node's agent rejected it: " + a.Reason, Category: "agent-rejected"}
 		}
 	}
+	return decideWithout(in, "", "")
+}
+
+// decideWithout decides a CSR that has no valid attestation yet: ask for
+// one, wait for it, or time out. note, when set, is said along.
+func decideWithout(in Input, category, note string) Decision {
+	with := func(d Decision) Decision {
+		if note != "" {
+			d.Reason = note + "; " + d.Reason
+			d.Category = category
+		}
+		return d
+	}
 	elapsed := in.Now.Sub(in.Created)
 	if elapsed >= in.Timeout {
 		if in.OnTimeout == config.ApproveOnChecks {
-			return Decision{Action: Approve, Category: "timeout-approved",
-				Reason: fmt.Sprintf("no attestation within %v; approved on the static checks alone, as the policy says", in.Timeout)}
+			return with(Decision{Action: Approve, Category: "timeout-approved",
+				Reason: fmt.Sprintf("no attestation within %v; approved on the static checks alone, as the policy says", in.Timeout)})
 		}
-		return Decision{Action: TimedOut, Category: "timeout-pending",
-			Reason: fmt.Sprintf("no attestation from the node's agent within %v; left pending (is nodeinit-agent running on %s?)", in.Timeout, in.Node.Name)}
+		return with(Decision{Action: TimedOut, Category: "timeout-pending",
+			Reason: fmt.Sprintf("no valid attestation from the node's agent within %v; left pending (is nodeinit-agent running on %s?)", in.Timeout, in.Node.Name)})
 	}
 	if in.Review != in.CSR.Name && !in.ReviewBusy {
-		return Decision{Action: RequestReview, Reason: "static checks passed; asking the node's agent to attest", Category: "review"}
+		return with(Decision{Action: RequestReview, Reason: "static checks passed; asking the node's agent to attest", Category: "review"})
 	}
-	return Decision{Action: Wait, After: in.Timeout - elapsed, Reason: "waiting for the node's attestation", Category: "wait"}
+	return with(Decision{Action: Wait, After: in.Timeout - elapsed, Reason: "waiting for the node's attestation", Category: "wait"})
 }

@@ -1,6 +1,9 @@
 package approval
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -27,16 +30,32 @@ func request(t *testing.T, name string, dns []string, ips ...string) csrcheck.Re
 func TestDecide(t *testing.T) {
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	nodeA := &csrcheck.Node{Name: "node-a", Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}, {Type: corev1.NodeHostName, Address: "node-a"}}}
-	nodeB := csrcheck.Node{Name: "node-b", Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.2"}}}
-	owners := csrcheck.Owners([]csrcheck.Node{*nodeA, nodeB})
+	facts := csrcheck.Facts{
+		Claims: map[netip.Addr]string{netip.MustParseAddr("10.0.0.1"): "node-a", netip.MustParseAddr("10.0.0.2"): "node-b"},
+		Seen:   map[netip.Addr]time.Duration{netip.MustParseAddr("10.0.0.1"): time.Minute},
+		Names:  map[string]string{"node-a": "node-a", "node-b": "node-b"},
+	}
+	policy := csrcheck.Policy{NodeNetworks: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, ClusterDomain: "cluster.local", MinStable: 3 * time.Second}
+	pub, key, _ := ed25519.GenerateKey(rand.Reader)
+	otherPub, otherKey, _ := ed25519.GenerateKey(rand.Reader)
 	good := request(t, "csr-good", []string{"node-a"}, "10.0.0.1")
 	other := request(t, "csr-good", []string{"node-a"}, "10.0.0.1") // same name, another request
+	sign := func(r csrcheck.Request, a contract.Attestation, k ed25519.PrivateKey) *contract.Attestation {
+		parsed, err := csrcheck.Parse(r.PEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.SANs = contract.RequestSANs(parsed)
+		a = a.Sign("node-a", k)
+		return &a
+	}
 	attest := func(r csrcheck.Request, v contract.Verdict, reason string) *contract.Attestation {
-		return &contract.Attestation{CSR: r.Name, RequestSHA256: contract.RequestDigest(r.PEM), Verdict: v, Reason: reason}
+		return sign(r, contract.Attestation{CSR: r.Name, RequestSHA256: contract.RequestDigest(r.PEM), Verdict: v, Reason: reason}, key)
 	}
 	base := func(r csrcheck.Request) Input {
-		return Input{CSR: r, Created: now.Add(-10 * time.Second), Node: nodeA, Owners: owners, AttestationRequired: true,
-			Timeout: time.Minute, OnTimeout: config.StayPending, Now: now}
+		return Input{CSR: r, Created: now.Add(-10 * time.Second), Node: nodeA, Facts: facts, Policy: policy, AttestationRequired: true,
+			Timeout: time.Minute, OnTimeout: config.StayPending, Now: now, EnrolledKey: pub, PublishedKey: contract.EncodeAgentKey(pub),
+			Renewals: config.RenewSameNames}
 	}
 	for _, tc := range []struct {
 		name     string
@@ -70,7 +89,7 @@ func TestDecide(t *testing.T) {
 			in.Attestation = a
 			return in
 		}, Wait, ""},
-		{"no attestation by the timeout: stays pending", func() Input { in := base(good); in.Created = now.Add(-2 * time.Minute); return in }, TimedOut, "no attestation"},
+		{"no attestation by the timeout: stays pending", func() Input { in := base(good); in.Created = now.Add(-2 * time.Minute); return in }, TimedOut, "no valid attestation"},
 		{"no attestation by the timeout, approve policy", func() Input {
 			in := base(good)
 			in.Created, in.OnTimeout = now.Add(-2*time.Minute), config.ApproveOnChecks
@@ -83,6 +102,77 @@ func TestDecide(t *testing.T) {
 			in.Attestation = attest(in.CSR, contract.VerdictApprove, "forged")
 			return in
 		}, Deny, "10.0.0.2"},
+		{"attestation written with the kubelet credential (unsigned) changes nothing", func() Input {
+			in := base(good)
+			in.Review = good.Name
+			a := *attest(good, contract.VerdictApprove, "forged")
+			a.Signature = ""
+			in.Attestation = &a
+			return in
+		}, Wait, "not signed"},
+		{"forged rejection of an honest CSR changes nothing", func() Input {
+			in := base(good)
+			in.Review = good.Name
+			in.Attestation = sign(good, contract.Attestation{CSR: good.Name, RequestSHA256: contract.RequestDigest(good.PEM), Verdict: contract.VerdictReject}, otherKey)
+			return in
+		}, Wait, "enrolled agent key"},
+		{"attestation signed by another key, no timeout approval either", func() Input {
+			in := base(good)
+			in.Created, in.OnTimeout = now.Add(-2*time.Minute), config.StayPending
+			in.Attestation = attest(good, contract.VerdictApprove, "ok")
+			in.EnrolledKey = otherPub
+			in.PublishedKey = contract.EncodeAgentKey(otherPub)
+			return in
+		}, TimedOut, "not signed by the enrolled agent key"},
+		{"signature over other SANs", func() Input {
+			in := base(good)
+			in.Review = good.Name
+			a := *attest(good, contract.VerdictApprove, "ok")
+			a.SANs = []string{"dns:node-a", "ip:10.0.0.1", "ip:10.96.0.1"}
+			in.Attestation = &a
+			return in
+		}, Wait, "SANs"},
+		{"agent key changed after a reinstall: held with the re-enrol command", func() Input {
+			in := base(good)
+			in.Attestation = sign(good, contract.Attestation{CSR: good.Name, RequestSHA256: contract.RequestDigest(good.PEM), Verdict: contract.VerdictApprove}, otherKey)
+			in.PublishedKey = contract.EncodeAgentKey(otherPub)
+			return in
+		}, Hold, "kubectl patch noderecord node-a"},
+		{"no enrolled key: held", func() Input { in := base(good); in.EnrolledKey = nil; return in }, Hold, "no agent key"},
+		{"renewal with the same names approves", func() Input {
+			in := base(good)
+			in.PreviousSANs = []string{"dns:node-a", "ip:10.0.0.1"}
+			in.Attestation = attest(good, contract.VerdictApprove, "ok")
+			return in
+		}, Approve, "attested"},
+		{"renewal with other names is held", func() Input {
+			in := base(good)
+			in.PreviousSANs = []string{"dns:node-a", "ip:10.0.0.7"}
+			in.Attestation = attest(good, contract.VerdictApprove, "ok")
+			return in
+		}, Hold, "still valid"},
+		{"renewal with other names, checks policy", func() Input {
+			in := base(good)
+			in.PreviousSANs, in.Renewals = []string{"dns:node-a", "ip:10.0.0.7"}, config.RenewOnChecks
+			in.Attestation = attest(good, contract.VerdictApprove, "ok")
+			return in
+		}, Approve, "attested"},
+		{"flood guard holds", func() Input {
+			in := base(good)
+			in.Pending, in.MaxPending = 101, 100
+			in.Attestation = attest(good, contract.VerdictApprove, "ok")
+			return in
+		}, Hold, "paused"},
+		{"address not stable yet: wait", func() Input {
+			in := base(good)
+			in.Facts.Seen = map[netip.Addr]time.Duration{netip.MustParseAddr("10.0.0.1"): time.Second}
+			return in
+		}, Wait, "less than 3s"},
+		{"address claimed by another node first: wait, never deny the honest node", func() Input {
+			in := base(good)
+			in.Facts.Claims = map[netip.Addr]string{netip.MustParseAddr("10.0.0.1"): "node-b"}
+			return in
+		}, Wait, "recorded as Node node-b's"},
 		{"another node's name", func() Input { return base(request(t, "csr-n", []string{"node-a", "node-b"})) }, Deny, "node-b"},
 		{"wildcard", func() Input { return base(request(t, "csr-w", []string{"*.node-a"})) }, Deny, "wildcard"},
 		{"upper-case KUBERNETES", func() Input { return base(request(t, "csr-k", []string{"node-a", "KUBERNETES"})) }, Deny, "KUBERNETES"},

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
@@ -25,7 +26,23 @@ type Config struct {
 	// ClusterName fills node.cloudprovider.kubernetes.io/clustername (Talos CCM compatibility); empty: not set.
 	ClusterName string `yaml:"clusterName,omitempty"`
 	// RequireProviderID holds initialization until spec.providerID is set.
-	RequireProviderID bool   `yaml:"requireProviderID,omitempty"`
+	RequireProviderID bool `yaml:"requireProviderID,omitempty"`
+	// NodeNetworks are the networks node addresses come from. Only
+	// addresses inside them are recorded as a Node's, reserved, certified in
+	// serving certificates, or carved for IPv6 pod segments. Default: the
+	// private ranges (RFC 1918, RFC 6598, fc00::/7).
+	NodeNetworks []string `yaml:"nodeNetworks,omitempty"`
+	// MaxNodeAddresses caps the addresses recorded per Node (default 16).
+	MaxNodeAddresses int `yaml:"maxNodeAddresses,omitempty"`
+	// AdoptExisting lets the coordinator take over Nodes that were
+	// initialized before it kept a record of them (a migration from Talos
+	// CCM or an earlier version): it records their addresses and enrols
+	// their agent key then (trust on first use), and never removes what it
+	// did not set itself. Off by default: adoption is the admin's decision.
+	AdoptExisting bool `yaml:"adoptExisting,omitempty"`
+	// ClusterDomain is the cluster's DNS domain (default cluster.local):
+	// no serving certificate names anything under it.
+	ClusterDomain string `yaml:"clusterDomain,omitempty"`
 	IPAM              IPAM   `yaml:"ipam"`
 	Grants            Grants `yaml:"grants"`
 	CSR               CSR    `yaml:"csr"`
@@ -74,8 +91,36 @@ type CSR struct {
 	AttestationTimeout  Duration      `yaml:"attestationTimeout,omitempty"`
 	OnTimeout           TimeoutAction `yaml:"onTimeout,omitempty"`
 	MaxDuration         Duration      `yaml:"maxDuration,omitempty"`
-	AllowedIPRanges     []string      `yaml:"allowedIPRanges,omitempty"`
+	// AllowedDNSNames are DNS SANs allowed besides the node name: "{node}"
+	// is the node name, a "*" label one label ("{node}.nodes.example.com",
+	// "*.eu-west-1.compute.internal").
+	AllowedDNSNames []string `yaml:"allowedDNSNames,omitempty"`
+	// MinAddressAge is how long an address must have been on its Node,
+	// observed continuously by the coordinator, before it is certified (default 3s).
+	MinAddressAge Duration `yaml:"minAddressAge,omitempty"`
+	// Renewals: sameNames (default) approves a CSR from a Node whose last
+	// approved certificate is still valid only with the same SANs; checks
+	// applies the checks alone.
+	Renewals RenewalPolicy `yaml:"renewals,omitempty"`
+	// MaxPending stops automatic approval while more serving CSRs are
+	// pending (each Node counted at most twice); 0: the number of Nodes + 100.
+	MaxPending int `yaml:"maxPending,omitempty"`
+	// AllowedIPRanges was replaced by the top-level nodeNetworks.
+	AllowedIPRanges []string `yaml:"allowedIPRanges,omitempty"`
 }
+
+// RenewalPolicy says how a Node with a valid serving certificate renews.
+type RenewalPolicy string
+
+const (
+	RenewSameNames RenewalPolicy = "sameNames"
+	RenewOnChecks  RenewalPolicy = "checks"
+)
+
+// DefaultNodeNetworks are the private ranges: bare-metal and NAT'd nodes.
+// Nodes with public addresses (Hetzner, AWS public IPs, global IPv6)
+// add their ranges.
+var DefaultNodeNetworks = []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7"}
 
 // Duration reads "90s", "2m".
 type Duration struct{ time.Duration }
@@ -164,6 +209,21 @@ func (c *Config) defaults() {
 	if c.CSR.OnTimeout == "" {
 		c.CSR.OnTimeout = StayPending
 	}
+	if c.NodeNetworks == nil {
+		c.NodeNetworks = DefaultNodeNetworks
+	}
+	if c.MaxNodeAddresses == 0 {
+		c.MaxNodeAddresses = 16
+	}
+	if c.ClusterDomain == "" {
+		c.ClusterDomain = "cluster.local"
+	}
+	if c.CSR.MinAddressAge.Duration == 0 {
+		c.CSR.MinAddressAge.Duration = 3 * time.Second
+	}
+	if c.CSR.Renewals == "" {
+		c.CSR.Renewals = RenewSameNames
+	}
 }
 
 func (c *Config) validate() error {
@@ -173,6 +233,21 @@ func (c *Config) validate() error {
 	}
 	if _, err := c.CSRPolicy(); err != nil {
 		errs = append(errs, fmt.Errorf("csr: %w", err))
+	}
+	if len(c.CSR.AllowedIPRanges) > 0 {
+		errs = append(errs, errors.New("csr.allowedIPRanges was replaced by the top-level nodeNetworks (the networks node addresses come from); move the ranges there"))
+	}
+	if c.CSR.Renewals != RenewSameNames && c.CSR.Renewals != RenewOnChecks {
+		errs = append(errs, fmt.Errorf("csr.renewals %q: want %s or %s", c.CSR.Renewals, RenewSameNames, RenewOnChecks))
+	}
+	if c.MaxNodeAddresses < 1 || c.MaxNodeAddresses > 64 {
+		errs = append(errs, fmt.Errorf("maxNodeAddresses %d: want 1 to 64", c.MaxNodeAddresses))
+	}
+	if c.CSR.MaxPending < 0 {
+		errs = append(errs, fmt.Errorf("csr.maxPending %d: want 0 (automatic) or more", c.CSR.MaxPending))
+	}
+	if c.CSR.MinAddressAge.Duration < 0 {
+		errs = append(errs, fmt.Errorf("csr.minAddressAge %v is negative", c.CSR.MinAddressAge.Duration))
 	}
 	if c.CSR.OnTimeout != StayPending && c.CSR.OnTimeout != ApproveOnChecks {
 		errs = append(errs, fmt.Errorf("csr.onTimeout %q: want %s or %s", c.CSR.OnTimeout, StayPending, ApproveOnChecks))
@@ -227,15 +302,65 @@ func (c *Config) Allocator() (*ipam.Allocator, error) {
 
 // CSRPolicy is the static-check policy.
 func (c *Config) CSRPolicy() (csrcheck.Policy, error) {
-	p := csrcheck.Policy{MaxDuration: c.CSR.MaxDuration.Duration}
-	for _, s := range c.CSR.AllowedIPRanges {
+	p := csrcheck.Policy{MaxDuration: c.CSR.MaxDuration.Duration, ClusterDomain: strings.ToLower(c.ClusterDomain), MinStable: c.CSR.MinAddressAge.Duration}
+	var errs []error
+	nets, err := c.Networks()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	p.NodeNetworks = nets
+	if bad := validationIsDNS(p.ClusterDomain); bad != nil {
+		errs = append(errs, fmt.Errorf("clusterDomain %q is not a DNS name", c.ClusterDomain))
+	}
+	for _, pat := range c.CSR.AllowedDNSNames {
+		if err := csrcheck.CheckPattern(pat, p.ClusterDomain); err != nil {
+			errs = append(errs, fmt.Errorf("allowedDNSNames: %w", err))
+		}
+		p.DNSPatterns = append(p.DNSPatterns, strings.ToLower(pat))
+	}
+	return p, errors.Join(errs...)
+}
+
+// Networks parses nodeNetworks.
+func (c *Config) Networks() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range c.NodeNetworks {
 		r, err := netip.ParsePrefix(s)
 		if err != nil {
-			return p, fmt.Errorf("allowedIPRanges: %w", err)
+			return nil, fmt.Errorf("nodeNetworks: %w", err)
 		}
-		p.AllowedIPRanges = append(p.AllowedIPRanges, r)
+		if r != r.Masked() {
+			return nil, fmt.Errorf("nodeNetworks: %s has host bits set (want %s)", r, r.Masked())
+		}
+		out = append(out, r)
 	}
-	return p, nil
+	return out, nil
+}
+
+// Reserved are the configured ranges no Node address may be recorded in or
+// certified for: the service CIDRs and the pod pools. The coordinator adds
+// what it learns from the cluster (ServiceCIDR objects, the API server's
+// endpoints, allocated pod CIDRs).
+func (c *Config) Reserved() []csrcheck.Reserved {
+	var out []csrcheck.Reserved
+	for _, s := range c.IPAM.ServiceCIDRs {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, csrcheck.Reserved{Prefix: p.Masked(), Why: "a service CIDR"})
+		}
+	}
+	for _, s := range []string{c.IPAM.IPv4Pool, c.IPAM.IPv6Pool} {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, csrcheck.Reserved{Prefix: p.Masked(), Why: "a pod pool"})
+		}
+	}
+	return out
+}
+
+func validationIsDNS(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return validation.IsDNS1123Subdomain(s)
 }
 
 // AttestationRequired reports the CSR policy's main switch.

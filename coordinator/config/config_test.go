@@ -84,7 +84,8 @@ csr:
   attestationTimeout: 30s
   onTimeout: approve
   maxDuration: 720h
-  allowedIPRanges: [10.0.0.0/8]
+  allowedDNSNames: ["{node}.nodes.example.com"]
+nodeNetworks: [10.0.0.0/8]
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +96,7 @@ csr:
 	if ok, _ := c.Grants.MayGrantLabel("node-role.kubernetes.io/web", ""); ok {
 		t.Error("a configured allow list replaces the default one")
 	}
-	if p, err := c.CSRPolicy(); err != nil || p.MaxDuration != 720*time.Hour || len(p.AllowedIPRanges) != 1 {
+	if p, err := c.CSRPolicy(); err != nil || p.MaxDuration != 720*time.Hour || len(p.NodeNetworks) != 1 || len(p.DNSPatterns) != 1 || p.ClusterDomain != "cluster.local" {
 		t.Errorf("csr policy %+v %v", p, err)
 	}
 	if _, err := c.Allocator(); err != nil {
@@ -108,7 +109,16 @@ csr:
 		{"ipam: {ipv4Pool: 10.0.0.0/16, ipv4MaskSize: 8}", "ipam"},
 		{"csr: {onTimeout: maybe}", "onTimeout"},
 		{"csr: {attestationTimeout: soon}", "soon"},
-		{"csr: {allowedIPRanges: [x]}", "allowedIPRanges"},
+		{"csr: {allowedIPRanges: [10.0.0.0/8]}", "replaced by the top-level nodeNetworks"},
+		{"nodeNetworks: [x]", "nodeNetworks"},
+		{"nodeNetworks: [10.0.0.1/8]", "host bits"},
+		{"csr: {allowedDNSNames: ['*.com']}", "allowedDNSNames"},
+		{"csr: {allowedDNSNames: ['{node}.svc']}", ".svc"},
+		{"csr: {allowedDNSNames: ['kubernetes.{node}.example.com']}", "API server"},
+		{"csr: {renewals: never}", "renewals"},
+		{"csr: {maxPending: -1}", "maxPending"},
+		{"maxNodeAddresses: 1000", "maxNodeAddresses"},
+		{"clusterDomain: 'bad domain'", "clusterDomain"},
 		{"grants: {labels: {allow: ['a*b']}}", "trailing"},
 		{"ipma: {}", "ipma"},
 	} {

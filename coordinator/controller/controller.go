@@ -10,19 +10,17 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -35,10 +33,9 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
-	"github.com/talos-nodeinit/talos-nodeinit/coordinator/approval"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/config"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/finalize"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/ipam"
 )
@@ -51,7 +48,9 @@ const FieldManager = "nodeinit-coordinator"
 
 // Config is what the coordinator runs with. Zero durations take defaults.
 type Config struct {
-	Client   kubernetes.Interface
+	Client kubernetes.Interface
+	// Dynamic reads and writes NodeRecords (same credentials as Client).
+	Dynamic  dynamic.Interface
 	Settings *config.Config
 	// Lease in Namespace; Identity is this replica's name (pod name).
 	Namespace, LeaseName, Identity            string
@@ -71,6 +70,15 @@ type Coordinator struct {
 	m        *Metrics
 	policy   csrcheck.Policy
 	recorder record.EventRecorder
+
+	// What the coordinator decides from besides its configuration: its own
+	// records, cluster objects nodes cannot write, and its own observations.
+	records        *records.Store
+	facts          *clusterFacts
+	observer       *observer
+	networks       []netip.Prefix
+	configReserved []csrcheck.Reserved
+	reservedBy     map[netip.Addr]int // observed Node addresses reserved in the allocator, by how many Nodes
 
 	factory    informers.SharedInformerFactory
 	csrFactory informers.SharedInformerFactory
@@ -93,15 +101,13 @@ type Coordinator struct {
 
 const byNode = "byNode"
 
-// byAddress indexes Nodes by their InternalIP and ExternalIP addresses, so a
-// CSR decision looks up who else claims an address instead of scanning
-// every Node.
-const byAddress = "byAddress"
+// byHostname indexes Nodes by their Hostname addresses.
+const byHostname = "byHostname"
 
 // New builds a replica; nothing runs until Run.
 func New(cfg Config) (*Coordinator, error) {
-	if cfg.Client == nil || cfg.Settings == nil {
-		return nil, errors.New("controller: Client and Settings are required")
+	if cfg.Client == nil || cfg.Dynamic == nil || cfg.Settings == nil {
+		return nil, errors.New("controller: Client, Dynamic and Settings are required")
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
@@ -133,8 +139,14 @@ func New(cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
+	networks, err := cfg.Settings.Networks()
+	if err != nil {
+		return nil, err
+	}
 	c := &Coordinator{
 		cfg: cfg, client: cfg.Client, settings: cfg.Settings, log: cfg.Log, m: cfg.Metrics, policy: policy,
+		records: records.NewStore(cfg.Dynamic), facts: newClusterFacts(cfg.Client), observer: newObserver(cfg.Settings.MaxNodeAddresses),
+		networks: networks, configReserved: cfg.Settings.Reserved(), reservedBy: map[netip.Addr]int{},
 		lastSaid: map[string]string{}, ready: errors.New("starting"),
 		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes"}),
@@ -164,30 +176,41 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	c.csrIndex = csrInf.Informer().GetIndexer()
-	if err := nodeInf.Informer().AddIndexers(cache.Indexers{byAddress: func(obj any) ([]string, error) {
-		n, ok := obj.(*corev1.Node)
-		if !ok {
-			return nil, nil
-		}
-		var keys []string
-		for _, ip := range csrcheck.NodeIPs(csrcheck.Node{Name: n.Name, Addresses: n.Status.Addresses}) {
-			keys = append(keys, ip.String())
-		}
-		return keys, nil
-	}}); err != nil {
+	if err := nodeInf.Informer().AddIndexers(cache.Indexers{byHostname: hostnames}); err != nil {
 		return nil, err
 	}
 	c.nodeIndex = nodeInf.Informer().GetIndexer()
 	_, _ = nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.nodeChanged(obj) },
 		UpdateFunc: func(_, obj any) { c.nodeChanged(obj) },
-		DeleteFunc: func(obj any) { c.nodeChanged(obj) },
+		DeleteFunc: func(obj any) {
+			if n, ok := obj.(*corev1.Node); ok {
+				obj = cache.DeletedFinalStateUnknown{Key: n.Name, Obj: n}
+			}
+			c.nodeChanged(obj)
+		},
 	})
 	_, _ = csrInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.enqueueCSR(obj) },
 		UpdateFunc: func(_, obj any) { c.enqueueCSR(obj) },
 	})
+	// A record an admin changed (a re-enrolled key) resyncs its Node's CSRs.
+	_, _ = c.records.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, obj any) { c.recordChanged(obj) },
+		DeleteFunc: func(obj any) { c.recordChanged(obj) },
+	})
 	return c, nil
+}
+
+func (c *Coordinator) recordChanged(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return
+	}
+	objs, _ := c.csrIndex.ByIndex(byNode, key)
+	for _, o := range objs {
+		c.enqueueCSR(o)
+	}
 }
 
 func (c *Coordinator) nodeChanged(obj any) {
@@ -195,17 +218,31 @@ func (c *Coordinator) nodeChanged(obj any) {
 	if err != nil {
 		return
 	}
-	if node, ok := obj.(*corev1.Node); ok {
-		// Every Node's addresses are reserved as soon as they are seen, so no
-		// node is handed a segment holding another node's address.
-		c.mu.Lock()
-		if c.alloc != nil {
-			for _, ip := range finalize.Addresses(node) {
-				c.alloc.Reserve(ip)
+	var added, removed []netip.Addr
+	switch o := obj.(type) {
+	case *corev1.Node:
+		added, removed = c.observer.observe(o, time.Now())
+	case cache.DeletedFinalStateUnknown:
+		removed = c.observer.forget(key)
+	}
+	// A Node's addresses (at most maxNodeAddresses) are reserved while it
+	// reports them, so no node is handed a segment holding another node's
+	// address; withdrawn ones are released.
+	c.mu.Lock()
+	for _, ip := range added {
+		if c.reservedBy[ip]++; c.reservedBy[ip] == 1 && c.alloc != nil {
+			c.alloc.Reserve(ip)
+		}
+	}
+	for _, ip := range removed {
+		if c.reservedBy[ip]--; c.reservedBy[ip] <= 0 {
+			delete(c.reservedBy, ip)
+			if c.alloc != nil {
+				c.alloc.Unreserve(ip)
 			}
 		}
-		c.mu.Unlock()
 	}
+	c.mu.Unlock()
 	c.nodeQueue.Add(key)
 	// The node's review/attestation may have changed: its pending CSRs resync.
 	objs, _ := c.csrIndex.ByIndex(byNode, key)
@@ -259,6 +296,10 @@ func (c *Coordinator) waitForAPI(ctx context.Context) error {
 				FieldSelector: fields.OneTermEqualSelector("spec.signerName", certificatesv1.KubeletServingSignerName).String()})
 		}
 		if err == nil {
+			// Without its records the coordinator cannot decide anything safely.
+			err = c.records.Installed(ctx)
+		}
+		if err == nil {
 			if logged {
 				c.log.Info("the API server answers")
 			}
@@ -290,13 +331,24 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	// still live, and waiting on it would hang the process instead of
 	// letting it exit and restart as a standby.
 	informers, stopInformers := context.WithCancel(ctx)
+	// Listed before the informers start, so the handlers see them.
+	c.facts.factory.Discovery().V1().EndpointSlices().Informer()
+	c.facts.factory.Networking().V1().ServiceCIDRs().Informer()
 	c.factory.Start(informers.Done())
 	c.csrFactory.Start(informers.Done())
+	c.facts.factory.Start(informers.Done())
+	var recordsDone sync.WaitGroup
+	recordsDone.Go(func() { c.records.Informer().Run(informers.Done()) })
+	defer recordsDone.Wait()
 	defer c.factory.Shutdown()
 	defer c.csrFactory.Shutdown()
+	defer c.facts.factory.Shutdown()
 	defer stopInformers()
 	if !cache.WaitForCacheSync(ctx.Done(), c.factory.Core().V1().Nodes().Informer().HasSynced,
-		c.csrFactory.Certificates().V1().CertificateSigningRequests().Informer().HasSynced) {
+		c.csrFactory.Certificates().V1().CertificateSigningRequests().Informer().HasSynced,
+		c.records.Informer().HasSynced,
+		c.facts.factory.Discovery().V1().EndpointSlices().Informer().HasSynced,
+		c.facts.factory.Networking().V1().ServiceCIDRs().Informer().HasSynced) {
 		return ctx.Err()
 	}
 	c.setReady(nil) // a synced standby is ready to take over
@@ -392,10 +444,8 @@ func (c *Coordinator) rebuild() error {
 		}
 	}
 	nodes := c.listNodes()
-	for _, n := range nodes {
-		for _, ip := range finalize.Addresses(n) {
-			alloc.Reserve(ip)
-		}
+	for ip := range c.reservedBy {
+		alloc.Reserve(ip)
 	}
 	for _, n := range nodes {
 		cidrs, err := finalize.PodCIDRs(n)
@@ -461,266 +511,3 @@ func (c *Coordinator) forget(kind, name string) {
 	}
 }
 
-func (c *Coordinator) syncNode(ctx context.Context, name string) error {
-	node, err := c.nodes.Get(name)
-	if apierrors.IsNotFound(err) {
-		// Released only now that the object is gone.
-		c.mu.Lock()
-		if len(c.alloc.Owned(name)) > 0 {
-			c.alloc.Release(name)
-			c.poolMetrics()
-			c.log.Info("released pod CIDRs of a deleted node", "node", name)
-			defer c.retryWaitingForCIDRs()
-		}
-		c.mu.Unlock()
-		c.forget("node", name)
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	rep := finalize.Read(node)
-	if len(rep.Problems) > 0 {
-		c.say(node, "node", name, corev1.EventTypeWarning, "MalformedAgentReport", "ignored: "+strings.Join(rep.Problems, "; "))
-	}
-	uninitialized := finalize.Uninitialized(node)
-	var waiting []string
-	if uninitialized {
-		waiting = finalize.Waiting(node, rep, c.settings.RequireProviderID)
-	}
-	existing, err := finalize.PodCIDRs(node)
-	if err != nil {
-		c.say(node, "node", name, corev1.EventTypeWarning, "InvalidPodCIDR", err.Error())
-		return nil
-	}
-
-	var cidrs []netip.Prefix
-	req := finalize.Request(node, rep, c.hasV4, c.hasV6)
-	if c.settings.IPAMEnabled() && len(existing) == 0 && len(waiting) == 0 {
-		// Every Node's addresses, this one's included, were reserved by
-		// nodeChanged (and by rebuild) before this sync could run.
-		c.mu.Lock()
-		cidrs, err = c.alloc.Allocate(name, req)
-		c.poolMetrics()
-		c.mu.Unlock()
-		if err != nil {
-			c.m.Allocations.WithLabelValues(poolOf(req, netip.Prefix{}), "error").Inc()
-			c.say(node, "node", name, corev1.EventTypeWarning, "PodCIDRAllocationFailed", err.Error())
-			return fmt.Errorf("allocating pod CIDRs for %s: %w", name, err)
-		}
-	}
-	if len(waiting) > 0 {
-		// Nothing is written before the node can be initialized: then CIDRs,
-		// labels, taints and the taint removal go in one patch.
-		return nil
-	}
-	initialize := uninitialized
-	var review string
-	if initialize {
-		review = c.reviewAtInit(name)
-	}
-	plan, err := finalize.Compute(node, rep, finalize.Inputs{
-		Grants: c.settings.Grants, ClusterName: c.settings.ClusterName, CIDRs: cidrs, Initialize: initialize, Review: review,
-	})
-	if err != nil {
-		return err
-	}
-	if len(plan.Refused) > 0 {
-		c.m.GrantsRefused.WithLabelValues("request").Add(float64(len(plan.Refused)))
-		c.say(node, "node", name, corev1.EventTypeWarning, "GrantRefused", strings.Join(plan.Refused, "; "))
-	}
-	if plan.Patch == nil {
-		return nil
-	}
-	if _, err := c.client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, plan.Patch, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
-		c.m.NodeWrites.WithLabelValues("finalize", "error").Inc()
-		if apierrors.IsNotFound(err) {
-			return nil // deleted meanwhile; the delete event releases
-		}
-		return fmt.Errorf("patching node %s: %w", name, err)
-	}
-	c.m.NodeWrites.WithLabelValues("finalize", "ok").Inc()
-	if review != "" {
-		c.m.NodeWrites.WithLabelValues("review", "ok").Inc()
-	}
-	if len(cidrs) > 0 {
-		for _, p := range cidrs {
-			c.m.Allocations.WithLabelValues(poolOf(req, p), "ok").Inc()
-		}
-		if !initialize { // the Initialized Event names them
-			c.recorder.Eventf(node, corev1.EventTypeNormal, "PodCIDRAssigned", "pod CIDRs %v", cidrs)
-		}
-	}
-	if initialize {
-		took := time.Since(node.CreationTimestamp.Time)
-		c.m.NodeInitTime.Observe(took.Seconds())
-		c.recorder.Eventf(node, corev1.EventTypeNormal, "Initialized", "initialized %v after registration: pod CIDRs %v, granted labels %v", took.Round(time.Millisecond), cidrs, plan.Granted)
-		c.log.Info("node initialized", "node", name, "podCIDRs", cidrs, "granted", plan.Granted, "after", took)
-	} else {
-		c.log.Info("node updated", "node", name, "patch", string(plan.Patch))
-	}
-	return nil
-}
-
-// retryWaitingForCIDRs requeues the Nodes still without pod CIDRs: freed
-// segments may be what they wait for.
-func (c *Coordinator) retryWaitingForCIDRs() {
-	for _, n := range c.listNodes() {
-		if len(n.Spec.PodCIDRs) == 0 && n.Spec.PodCIDR == "" {
-			c.nodeQueue.Add(n.Name)
-		}
-	}
-}
-
-func poolOf(req ipam.Request, p netip.Prefix) string {
-	switch {
-	case p.IsValid() && p.Addr().Is4():
-		return "ipv4"
-	case p.IsValid() && req.IPv6Prefix.IsValid() && req.IPv6Prefix.Overlaps(p):
-		return "node-prefix"
-	case p.IsValid():
-		return "ipv6"
-	case req.IPv6Prefix.IsValid():
-		return "node-prefix"
-	}
-	return "pool"
-}
-
-func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
-	csr, err := c.csrs.Get(name)
-	if apierrors.IsNotFound(err) {
-		c.forget("csr", name)
-		return nil
-	}
-	if err != nil || !pending(csr) {
-		return err
-	}
-	in, node := c.approvalInput(csr, time.Now())
-	nodeName := csrcheck.NodeName(csr.Spec.Username)
-	d := approval.Decide(in)
-	switch d.Action {
-	case approval.Approve, approval.Deny:
-		return c.decide(ctx, csr, d)
-	case approval.Retry:
-		return fmt.Errorf("CSR %s: %s", name, d.Reason)
-	case approval.RequestReview:
-		if age := in.Now.Sub(in.Created); node != nil && finalize.Uninitialized(node) && age < reviewGrace {
-			// The initializing patch carries the review request; if the
-			// node is not initialized within the grace, ask on its own.
-			c.csrQueue.AddAfter(name, reviewGrace-age)
-			return nil
-		}
-		patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, contract.AnnotationCSRReview, name)
-		if _, err := c.client.CoreV1().Nodes().Patch(ctx, nodeName, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
-			c.m.NodeWrites.WithLabelValues("review", "error").Inc()
-			return fmt.Errorf("asking node %s to attest CSR %s: %w", nodeName, name, err)
-		}
-		c.m.NodeWrites.WithLabelValues("review", "ok").Inc()
-		c.csrQueue.AddAfter(name, in.Timeout-in.Now.Sub(in.Created))
-	case approval.Wait:
-		c.csrQueue.AddAfter(name, d.After)
-	case approval.TimedOut:
-		c.say(csr, "csr", name, corev1.EventTypeWarning, "AttestationTimeout", d.Reason)
-		c.m.CSRDecisions.WithLabelValues(string(d.Action), d.Category).Inc()
-	}
-	return nil
-}
-
-// reviewGrace is how long a CSR from an uninitialized node waits for the
-// initializing patch to carry its review request.
-const reviewGrace = 30 * time.Second
-
-// approvalInput gathers what approval.Decide needs for csr: the requesting
-// Node, its review and attestation annotations, and the other Nodes that
-// claim its addresses.
-func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningRequest, now time.Time) (approval.Input, *corev1.Node) {
-	nodeName := csrcheck.NodeName(csr.Spec.Username)
-	in := approval.Input{
-		CSR: csrcheck.FromCSR(csr), Created: csr.CreationTimestamp.Time, Policy: c.policy,
-		AttestationRequired: c.settings.AttestationRequired(), Timeout: c.settings.CSR.AttestationTimeout.Duration,
-		OnTimeout: c.settings.CSR.OnTimeout, Now: now,
-	}
-	self, err := c.nodes.Get(nodeName)
-	if err != nil {
-		self = nil // not registered (yet): Decide says so
-	}
-	if self != nil {
-		in.Node = &csrcheck.Node{Name: self.Name, Addresses: self.Status.Addresses}
-		in.Review = self.Annotations[contract.AnnotationCSRReview]
-		if a, err := contract.DecodeAttestation(self.Annotations[contract.AnnotationCSRAttestation]); err == nil {
-			in.Attestation = &a
-		}
-		in.Owners = c.owners(csrcheck.NodeIPs(*in.Node))
-	}
-	if in.Review != "" && in.Review != csr.Name {
-		if other, err := c.csrs.Get(in.Review); err == nil && pending(other) && csrcheck.NodeName(other.Spec.Username) == nodeName {
-			in.ReviewBusy = true
-		}
-	}
-	return in, self
-}
-
-// owners are the Nodes claiming each of ips: the only addresses whose owners
-// the CSR checks consult are the requesting Node's own.
-func (c *Coordinator) owners(ips []netip.Addr) csrcheck.AddressOwners {
-	owners := csrcheck.AddressOwners{}
-	for _, ip := range ips {
-		objs, _ := c.nodeIndex.ByIndex(byAddress, ip.String())
-		for _, o := range objs {
-			if n, ok := o.(*corev1.Node); ok && !slices.Contains(owners[ip], n.Name) {
-				owners[ip] = append(owners[ip], n.Name)
-			}
-		}
-		slices.Sort(owners[ip])
-	}
-	return owners
-}
-
-// reviewAtInit names the node's pending CSR that needs review now, so the
-// initializing patch can ask for it; "" when none does.
-func (c *Coordinator) reviewAtInit(name string) string {
-	objs, _ := c.csrIndex.ByIndex(byNode, name)
-	var newest *certificatesv1.CertificateSigningRequest
-	for _, o := range objs {
-		if csr, ok := o.(*certificatesv1.CertificateSigningRequest); ok && pending(csr) &&
-			(newest == nil || csr.CreationTimestamp.After(newest.CreationTimestamp.Time)) {
-			newest = csr
-		}
-	}
-	if newest == nil {
-		return ""
-	}
-	if in, _ := c.approvalInput(newest, time.Now()); approval.Decide(in).Action == approval.RequestReview {
-		return newest.Name
-	}
-	return ""
-}
-
-func (c *Coordinator) decide(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, d approval.Decision) error {
-	cond := certificatesv1.CertificateSigningRequestCondition{
-		Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "NodeinitApproved", Message: d.Reason,
-		LastUpdateTime: metav1.Now(),
-	}
-	typ := corev1.EventTypeNormal
-	if d.Action == approval.Deny {
-		cond.Type, cond.Reason, typ = certificatesv1.CertificateDenied, "NodeinitDenied", corev1.EventTypeWarning
-	}
-	update := csr.DeepCopy()
-	update.Status.Conditions = append(update.Status.Conditions, cond)
-	if _, err := c.client.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, update, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
-		c.m.NodeWrites.WithLabelValues("approval", "error").Inc()
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("%s CSR %s: %w", d.Action, csr.Name, err)
-	}
-	c.m.NodeWrites.WithLabelValues("approval", "ok").Inc()
-	c.m.CSRDecisions.WithLabelValues(string(d.Action), d.Category).Inc()
-	if d.Action == approval.Deny {
-		// An approval is recorded in the CSR's condition, as
-		// kube-controller-manager's approver does: one Event fewer per join.
-		c.recorder.Event(csr, typ, cond.Reason, d.Reason)
-	}
-	c.log.Info("CSR decided", "csr", csr.Name, "requestor", csr.Spec.Username, "decision", d.Action, "reason", d.Reason)
-	return nil
-}

@@ -2,6 +2,8 @@ package controller_test
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -20,7 +22,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/config"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/controller"
@@ -44,10 +48,10 @@ var rbacOnce sync.Once
 
 // coordinatorIdentity installs the shipped RBAC and returns the
 // ServiceAccount's credentials: the coordinator gets nothing more.
-func coordinatorIdentity(t testing.TB) *kubernetes.Clientset {
+func coordinatorIdentity(t testing.TB) *rest.Config {
 	t.Helper()
 	var err error
-	rbacOnce.Do(func() { err = kubeapply.Files(t.Context(), cluster.Admin(), "../deploy/rbac.yaml") })
+	rbacOnce.Do(func() { err = kubeapply.Files(t.Context(), cluster.Admin(), "../deploy/noderecords.yaml", "../deploy/rbac.yaml") })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +59,7 @@ func coordinatorIdentity(t testing.TB) *kubernetes.Clientset {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return kubernetes.NewForConfigOrDie(cfg)
+	return cfg
 }
 
 func admin() *kubernetes.Clientset { return kubernetes.NewForConfigOrDie(cluster.Admin()) }
@@ -70,14 +74,14 @@ func startCoordinator(t *testing.T, id, settings string) *running {
 	return startCoordinatorAs(t, id, settings, coordinatorIdentity(t))
 }
 
-func startCoordinatorAs(t *testing.T, id, settings string, client kubernetes.Interface) *running {
+func startCoordinatorAs(t *testing.T, id, settings string, cfg *rest.Config) *running {
 	t.Helper()
 	s, err := config.Parse([]byte(settings))
 	if err != nil {
 		t.Fatal(err)
 	}
 	c, err := controller.New(controller.Config{
-		Client: client, Settings: s, Identity: id,
+		Client: kubernetes.NewForConfigOrDie(cfg), Dynamic: dynamic.NewForConfigOrDie(cfg), Settings: s, Identity: id,
 		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(testWriter{t}, nil)).With("coordinator", id),
 	})
@@ -120,6 +124,8 @@ type simNode struct {
 	id      *testcluster.NodeIdentity
 	kubelet *kubeletsim.Kubelet
 	self    *kubernetes.Clientset
+	// key is the node agent's own key; the test plays the agent with it.
+	key ed25519.PrivateKey
 }
 
 func register(t testing.TB, name, ip string) *simNode {
@@ -133,7 +139,8 @@ func register(t testing.TB, name, ip string) *simNode {
 		t.Fatal(err)
 	}
 	t.Cleanup(k.Stop)
-	return &simNode{name: name, ip: netip.MustParseAddr(ip), id: id, kubelet: k, self: kubernetes.NewForConfigOrDie(id.Config())}
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	return &simNode{name: name, ip: netip.MustParseAddr(ip), id: id, kubelet: k, self: kubernetes.NewForConfigOrDie(id.Config()), key: key}
 }
 
 type report struct {
@@ -161,7 +168,8 @@ func (n *simNode) publish(t testing.TB, r report) {
 	}
 	ann := map[string]string{}
 	if !r.noMetadata {
-		ann[contract.AnnotationMetadata], _ = contract.EncodeMetadata(contract.Metadata{Platform: "metal", Hostname: n.name})
+		ann[contract.AnnotationMetadata], _ = contract.EncodeMetadata(contract.Metadata{Platform: "metal", Hostname: n.name,
+			AgentKey: contract.EncodeAgentKey(n.key.Public().(ed25519.PublicKey))})
 	}
 	ann[contract.AnnotationPrefixes], _ = contract.EncodePrefixes(prefixes)
 	ann[contract.AnnotationRequestedLabels], _ = contract.EncodeRequestedLabels(r.requested)
@@ -241,6 +249,7 @@ func podCIDRs(t testing.TB, node *corev1.Node) []netip.Prefix {
 }
 
 const ipamSettings = `
+nodeNetworks: [10.0.0.0/8, "2001:db8::/32"]
 ipam:
   ipv4Pool: 10.244.0.0/16
   ipv6Pool: fd00:10:244::/64
@@ -248,6 +257,7 @@ ipam:
 requireProviderID: true
 csr:
   attestationTimeout: 3s
+  minAddressAge: 1s
 `
 
 func TestAllocationAndInitialization(t *testing.T) {
@@ -470,7 +480,10 @@ func (n *simNode) attest(t testing.TB, csrName string, digest string) {
 	if digest != "" {
 		att.RequestSHA256 = digest
 	}
-	v, err := contract.EncodeAttestation(att)
+	if parsed, err := csrcheck.Parse(csr.Spec.Request); err == nil {
+		att.SANs = contract.RequestSANs(parsed)
+	}
+	v, err := contract.EncodeAttestation(att.Sign(n.name, n.key))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -540,18 +553,31 @@ func TestCSRApprovalAndDenial(t *testing.T) {
 	}
 }
 
-// An address two Nodes claim is certified for neither: the coordinator finds
-// the other claimant through its address index, not by scanning every Node.
-func TestSharedAddressIsDenied(t *testing.T) {
+// An address is recorded for the Node that claimed it first: a node that
+// lists it later neither takes it nor blocks the honest node's certificate;
+// its own CSR for it stays pending with an Event.
+func TestFirstClaimKeepsItsAddress(t *testing.T) {
 	startCoordinator(t, "shared", ipamSettings)
 	a := register(t, "own-a", "10.0.5.1")
-	b := register(t, "own-b", "10.0.5.2")
 	a.publish(t, report{providerID: "talos://metal/10.0.5.1"})
+	waitFor(t, 10*time.Second, "own-a initialized", func() bool { return initialized(get(t, "own-a")) })
+	b := register(t, "own-b", "10.0.5.2")
 	b.publish(t, report{providerID: "talos://metal/10.0.5.2", externalIPs: []string{"10.0.5.1"}})
+	waitFor(t, 10*time.Second, "AddressNotRecorded Event", func() bool { return len(events(t, "own-b", "AddressNotRecorded")) > 0 })
+
 	a.csr(t, "own-a-shared", []string{"own-a"}, []string{"10.0.5.1"})
+	a.attest(t, "own-a-shared", "")
 	waitFor(t, 10*time.Second, "decision", func() bool { _, ok := condition(t, "own-a-shared"); return ok })
-	if c, _ := condition(t, "own-a-shared"); c.Type != certificatesv1.CertificateDenied || !strings.Contains(c.Message, "also claimed by Node own-b") {
-		t.Errorf("condition %s %q, want Denied naming own-b", c.Type, c.Message)
+	if c, _ := condition(t, "own-a-shared"); c.Type != certificatesv1.CertificateApproved {
+		t.Errorf("the first claimant's CSR: %s %q, want Approved", c.Type, c.Message)
+	}
+	b.csr(t, "own-b-shared", []string{"own-b"}, []string{"10.0.5.1"})
+	waitFor(t, 10*time.Second, "AddressNotSettled Event", func() bool { return len(events(t, "own-b-shared", "AddressNotSettled")) > 0 })
+	if msg := events(t, "own-b-shared", "AddressNotSettled")[0].Message; !strings.Contains(msg, "recorded as Node own-a's address") {
+		t.Errorf("Event %q does not name the holder", msg)
+	}
+	if c, decided := condition(t, "own-b-shared"); decided {
+		t.Errorf("the later claimant's CSR was decided: %+v", c)
 	}
 }
 
@@ -565,7 +591,7 @@ func TestWaitsForTheAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := startCoordinatorAs(t, "late", ipamSettings, kubernetes.NewForConfigOrDie(cfg))
+	c := startCoordinatorAs(t, "late", ipamSettings, cfg)
 	waitFor(t, 5*time.Second, "readiness naming the API server", func() bool {
 		err := c.Ready()
 		return err != nil && strings.Contains(err.Error(), "waiting for the API server") && strings.Contains(err.Error(), "forbidden")
@@ -580,6 +606,12 @@ func TestWaitsForTheAPIServer(t *testing.T) {
 	}
 	if _, err := admin().RbacV1().RoleBindings("kube-system").Create(t.Context(), &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "nodeinit-late", Namespace: "kube-system"}, Subjects: subject,
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "nodeinit-coordinator"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin().RbacV1().RoleBindings("default").Create(t.Context(), &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "nodeinit-late", Namespace: "default"}, Subjects: subject,
 		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "nodeinit-coordinator"},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -617,7 +649,13 @@ func TestRBAC(t *testing.T) {
 		{authorizationv1.ResourceAttributes{Verb: "create", Resource: "events", Namespace: "default"}, true},
 		{authorizationv1.ResourceAttributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system", Name: "nodeinit-coordinator"}, true},
 
+		{authorizationv1.ResourceAttributes{Verb: "update", Group: "nodeinit.io", Resource: "noderecords", Name: "any"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "list", Group: "networking.k8s.io", Resource: "servicecidrs"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "watch", Group: "discovery.k8s.io", Resource: "endpointslices", Namespace: "default"}, true},
+
 		{authorizationv1.ResourceAttributes{Verb: "delete", Resource: "nodes", Name: "any"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "delete", Group: "nodeinit.io", Resource: "noderecords", Name: "any"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "list", Group: "discovery.k8s.io", Resource: "endpointslices", Namespace: "kube-system"}, false},
 		{authorizationv1.ResourceAttributes{Verb: "create", Resource: "nodes"}, false},
 		{authorizationv1.ResourceAttributes{Verb: "update", Resource: "nodes", Name: "any"}, false},
 		{authorizationv1.ResourceAttributes{Verb: "patch", Resource: "nodes", Subresource: "status", Name: "any"}, false},

@@ -12,6 +12,11 @@ type Metrics struct {
 	NodeInitTime   prometheus.Histogram
 	NodeWrites     *prometheus.CounterVec
 	RebuildSeconds prometheus.Gauge
+	// Trust-model series: reports ignored, addresses not recorded, the flood guard.
+	MalformedReports *prometheus.CounterVec
+	AddressesRefused prometheus.Counter
+	FloodGuard       prometheus.Gauge
+	PendingCSRs      prometheus.Gauge
 }
 
 // NewMetrics registers the series with reg (nil: unregistered).
@@ -35,14 +40,27 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 14),
 		}),
 		NodeWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nodeinit_coordinator_writes_total", Help: "Writes by kind (finalize, review, approval) and result.",
+			Name: "nodeinit_coordinator_writes_total", Help: "Writes by kind (finalize, review, approval, record) and result.",
 		}, []string{"kind", "result"}),
 		RebuildSeconds: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "nodeinit_coordinator_rebuild_seconds", Help: "Time the last leadership start took to rebuild the allocator from all Nodes.",
 		}),
+		MalformedReports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodeinit_coordinator_malformed_reports_total", Help: "Agent reports (Node annotations) that could not be decoded; nothing was changed for them.",
+		}, []string{"annotation"}),
+		AddressesRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nodeinit_coordinator_addresses_refused_total", Help: "Node addresses not recorded as the Node's (outside nodeNetworks, reserved, another Node's, over the cap).",
+		}),
+		FloodGuard: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nodeinit_coordinator_csr_flood_guard", Help: "1 while automatic serving-CSR approval is paused because too many CSRs are pending.",
+		}),
+		PendingCSRs: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nodeinit_coordinator_pending_serving_csrs", Help: "Pending kubelet-serving CSRs as the flood guard counts them (each Node at most twice).",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Leader, m.Allocations, m.PoolSegments, m.CSRDecisions, m.GrantsRefused, m.NodeInitTime, m.NodeWrites, m.RebuildSeconds)
+		reg.MustRegister(m.Leader, m.Allocations, m.PoolSegments, m.CSRDecisions, m.GrantsRefused, m.NodeInitTime, m.NodeWrites, m.RebuildSeconds,
+			m.MalformedReports, m.AddressesRefused, m.FloodGuard, m.PendingCSRs)
 	}
 	return m
 }

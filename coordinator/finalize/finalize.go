@@ -131,13 +131,17 @@ func PodCIDRs(node *corev1.Node) ([]netip.Prefix, error) {
 }
 
 // Request is the allocation a Node needs: IPv4 when there is a pool, and
-// IPv6 from its first reported prefix that holds one of its addresses, or
-// else from the IPv6 pool.
-func Request(node *corev1.Node, r Reported, ipv4, ipv6Pool bool) ipam.Request {
+// IPv6 from its first reported prefix that lies inside the node networks
+// and holds an address recorded as the Node's own (claimed), or else from
+// the IPv6 pool. A node cannot obtain a segment of another node's prefix by
+// reporting it: the prefix must hold one of its own recorded addresses.
+func Request(claimed []netip.Addr, r Reported, networks []netip.Prefix, ipv4, ipv6Pool bool) ipam.Request {
 	req := ipam.Request{IPv4: ipv4, IPv6: ipv6Pool}
-	addrs := Addresses(node)
 	for _, p := range r.Prefixes {
-		for _, ip := range addrs {
+		if !slices.ContainsFunc(networks, func(n netip.Prefix) bool { return n.Bits() <= p.Bits() && n.Contains(p.Addr()) }) {
+			continue
+		}
+		for _, ip := range claimed {
 			if p.Contains(ip) {
 				req.IPv6, req.IPv6Prefix, req.IPv6Addr = true, p, ip
 				return req
@@ -159,6 +163,9 @@ type Inputs struct {
 	// (the csr-review annotation): a CSR that arrived before initialization
 	// costs no separate review write.
 	Review string
+	// PreviousLabels and PreviousTaints are what the coordinator's own
+	// record says it set before: only those are ever removed.
+	PreviousLabels, PreviousTaints []string
 }
 
 // Plan is the patch, and the requests refused (for Events).
@@ -166,13 +173,24 @@ type Plan struct {
 	// Patch is a JSON merge patch conditional on the Node's resourceVersion; nil: nothing to do.
 	Patch   []byte
 	Refused []string
-	// Granted are the label keys the coordinator now owns on the Node.
-	Granted []string
+	// Granted are the label keys, and GrantedTaints the taints
+	// ("key:effect"), the coordinator now owns on the Node: its record
+	// must say so before the patch is written.
+	Granted, GrantedTaints []string
+	// Want are the labels (and values) the coordinator wants on the Node.
+	Want map[string]string
 }
 
+// coordinatorLabels are set from the coordinator's configuration and the
+// platform metadata only; a request for one never overrides them.
+var coordinatorLabels = []string{contract.LabelClusterName, contract.LabelPlatform, contract.LabelLifecycle}
+
+// TaintKey names a taint in a record.
+func TaintKey(key string, effect corev1.TaintEffect) string { return key + ":" + string(effect) }
+
 // Compute returns the one patch that brings the Node to what the
-// coordinator wants. Labels it granted earlier (granted-labels) and no
-// longer wants are removed; nothing else is touched.
+// coordinator wants. Labels and taints its record says it granted earlier
+// and it no longer wants are removed; nothing else is touched.
 func Compute(node *corev1.Node, r Reported, in Inputs) (Plan, error) {
 	var plan Plan
 	want := map[string]string{}
@@ -188,6 +206,10 @@ func Compute(node *corev1.Node, r Reported, in Inputs) (Plan, error) {
 		want[contract.LabelClusterName] = in.ClusterName
 	}
 	for _, k := range slices.Sorted(maps.Keys(r.RequestedLabels)) {
+		if slices.Contains(coordinatorLabels, k) {
+			plan.Refused = append(plan.Refused, fmt.Sprintf("label %s is set by the coordinator from its configuration and the platform metadata; a node may not request it", k))
+			continue
+		}
 		if ok, why := in.Grants.MayGrantLabel(k, r.RequestedLabels[k]); ok {
 			want[k] = r.RequestedLabels[k]
 		} else {
@@ -200,28 +222,19 @@ func Compute(node *corev1.Node, r Reported, in Inputs) (Plan, error) {
 			labels[k] = v
 		}
 	}
-	if prev, err := contract.DecodeKeys(contract.AnnotationGrantedLabels, node.Annotations[contract.AnnotationGrantedLabels]); err == nil {
-		for _, k := range prev {
-			if _, still := want[k]; !still {
-				if _, present := node.Labels[k]; present {
-					labels[k] = nil
-				}
+	for _, k := range in.PreviousLabels {
+		if _, still := want[k]; !still {
+			if _, present := node.Labels[k]; present {
+				labels[k] = nil
 			}
 		}
 	}
-	plan.Granted = slices.Sorted(maps.Keys(want))
+	plan.Granted, plan.Want = slices.Sorted(maps.Keys(want)), want
 	metadata := map[string]any{}
 	if len(labels) > 0 {
 		metadata["labels"] = labels
 	}
-	granted, err := contract.EncodeKeys(plan.Granted)
-	if err != nil {
-		return Plan{}, err
-	}
 	annotations := map[string]any{}
-	if cur, ok := node.Annotations[contract.AnnotationGrantedLabels]; (ok || len(plan.Granted) > 0) && cur != granted {
-		annotations[contract.AnnotationGrantedLabels] = granted
-	}
 	if in.Review != "" && node.Annotations[contract.AnnotationCSRReview] != in.Review {
 		annotations[contract.AnnotationCSRReview] = in.Review
 	}
@@ -242,15 +255,25 @@ func Compute(node *corev1.Node, r Reported, in Inputs) (Plan, error) {
 		taints = slices.DeleteFunc(taints, func(t corev1.Taint) bool { return t.Key == contract.TaintUninitialized })
 		changed = len(taints) != len(node.Spec.Taints)
 	}
+	wantTaints := map[string]bool{}
 	for _, t := range r.RequestedTaints {
 		if ok, why := in.Grants.MayGrantTaint(t); !ok {
 			plan.Refused = append(plan.Refused, why)
 			continue
 		}
+		wantTaints[TaintKey(t.Key, t.Effect)] = true
 		if !slices.ContainsFunc(taints, func(x corev1.Taint) bool { return x.Key == t.Key && x.Effect == t.Effect }) {
 			taints, changed = append(taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect}), true
 		}
 	}
+	for _, k := range in.PreviousTaints {
+		if !wantTaints[k] {
+			before := len(taints)
+			taints = slices.DeleteFunc(taints, func(x corev1.Taint) bool { return TaintKey(x.Key, x.Effect) == k })
+			changed = changed || len(taints) != before
+		}
+	}
+	plan.GrantedTaints = slices.Sorted(maps.Keys(wantTaints))
 	if changed {
 		spec["taints"] = taints
 	}
@@ -265,6 +288,7 @@ func Compute(node *corev1.Node, r Reported, in Inputs) (Plan, error) {
 	if len(spec) > 0 {
 		patch["spec"] = spec
 	}
+	var err error
 	plan.Patch, err = json.Marshal(patch)
 	return plan, err
 }

@@ -105,8 +105,8 @@ func TestNothingToDoIsNoPatch(t *testing.T) {
 	node.Spec.Taints = nil
 	node.Spec.PodCIDRs, node.Spec.PodCIDR = []string{"10.244.1.0/24"}, "10.244.1.0/24"
 	node.Labels = map[string]string{"node-role.kubernetes.io/web": "", contract.LabelPlatform: "metal", contract.LabelLifecycle: "spot"}
-	node.Annotations[contract.AnnotationGrantedLabels], _ = contract.EncodeKeys([]string{"node-role.kubernetes.io/web", contract.LabelPlatform, contract.LabelLifecycle})
-	plan, err := Compute(node, Read(node), Inputs{Grants: grants(t), CIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.9.0/24")}})
+	plan, err := Compute(node, Read(node), Inputs{Grants: grants(t), CIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.9.0/24")},
+		PreviousLabels: []string{"node-role.kubernetes.io/web", contract.LabelPlatform, contract.LabelLifecycle}})
 	if err != nil || plan.Patch != nil {
 		t.Fatalf("steady state must not patch: %s %v", plan.Patch, err)
 	}
@@ -115,8 +115,7 @@ func TestNothingToDoIsNoPatch(t *testing.T) {
 func TestRemovesOnlyLabelsItGranted(t *testing.T) {
 	node := reportedNode(t, map[string]string{}, nil)
 	node.Labels = map[string]string{"node-role.kubernetes.io/web": "", "node-role.kubernetes.io/db": "", contract.LabelPlatform: "metal", contract.LabelLifecycle: "spot"}
-	node.Annotations[contract.AnnotationGrantedLabels], _ = contract.EncodeKeys([]string{"node-role.kubernetes.io/web", contract.LabelPlatform, contract.LabelLifecycle})
-	plan, err := Compute(node, Read(node), Inputs{Grants: grants(t)})
+	plan, err := Compute(node, Read(node), Inputs{Grants: grants(t), PreviousLabels: []string{"node-role.kubernetes.io/web", contract.LabelPlatform, contract.LabelLifecycle}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,13 +147,22 @@ func TestWaitingAndMalformedReports(t *testing.T) {
 func TestRequestPicksThePrefixHoldingAnAddress(t *testing.T) {
 	node := reportedNode(t, nil, nil)
 	r := Read(node)
-	req := Request(node, r, true, false)
+	nets := []netip.Prefix{netip.MustParsePrefix("2001:db8::/32")}
+	claimed := Addresses(node)
+	req := Request(claimed, r, nets, true, false)
 	if !req.IPv4 || !req.IPv6 || req.IPv6Prefix != netip.MustParsePrefix("2001:db8:1:2::/64") || req.IPv6Addr != netip.MustParseAddr("2001:db8:1:2::10") {
 		t.Errorf("request %+v", req)
 	}
 	r.Prefixes = []netip.Prefix{netip.MustParsePrefix("2001:db8:9::/64")} // holds no address of the node
-	if req := Request(node, r, true, false); req.IPv6 {
+	if req := Request(claimed, r, nets, true, false); req.IPv6 {
 		t.Errorf("a prefix holding none of the node's addresses must not be used: %+v", req)
+	}
+	r = Read(node)
+	if req := Request(claimed[:1], r, nets, true, false); req.IPv6 {
+		t.Errorf("a prefix holding an address not recorded as the node's must not be used: %+v", req)
+	}
+	if req := Request(claimed, r, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, true, false); req.IPv6 {
+		t.Errorf("a prefix outside the node networks must not be used: %+v", req)
 	}
 }
 
@@ -199,5 +207,44 @@ func TestInitializationCarriesReview(t *testing.T) {
 	}
 	if strings.Contains(string(plan.Patch), contract.AnnotationCSRReview) {
 		t.Errorf("patch %s repeats a review already requested", plan.Patch)
+	}
+}
+
+
+// The node's annotations are attacker-controlled: a node naming an admin's
+// label in its old granted-labels annotation, or requesting the cluster
+// name, changes nothing.
+func TestNodeWrittenBookkeepingIsIgnored(t *testing.T) {
+	node := reportedNode(t, map[string]string{contract.LabelClusterName: "other", contract.LabelPlatform: "aws"}, nil)
+	node.Spec.Taints = nil
+	node.Labels = map[string]string{"node-restriction.kubernetes.io/pool": "gold", "node-role.kubernetes.io/db": "", contract.LabelClusterName: "prod",
+		contract.LabelPlatform: "metal", contract.LabelLifecycle: "spot"}
+	node.Annotations[contract.AnnotationGrantedLabels] = `{"v":1,"keys":["node-restriction.kubernetes.io/pool","node-role.kubernetes.io/db"]}`
+	plan, err := Compute(node, Read(node), Inputs{Grants: grants(t), ClusterName: "prod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.Patch != nil {
+		t.Errorf("patched from node-written bookkeeping: %s", plan.Patch)
+	}
+	if len(plan.Refused) != 2 || !strings.Contains(strings.Join(plan.Refused, "|"), "clustername is set by the coordinator") {
+		t.Errorf("refused %v: want the cluster name and platform requests refused", plan.Refused)
+	}
+	if plan.Want[contract.LabelClusterName] != "prod" {
+		t.Errorf("cluster name %q, want the configured prod", plan.Want[contract.LabelClusterName])
+	}
+}
+
+func TestRemovesOnlyTaintsItGranted(t *testing.T) {
+	node := reportedNode(t, nil, nil)
+	node.Spec.Taints = []corev1.Taint{{Key: "dedicated", Effect: corev1.TaintEffectNoSchedule}, {Key: "admin", Effect: corev1.TaintEffectNoExecute}}
+	plan, err := Compute(node, Read(node), Inputs{Grants: grants(t), PreviousTaints: []string{"dedicated:NoSchedule"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p patch
+	_ = json.Unmarshal(plan.Patch, &p)
+	if len(p.Spec.Taints) != 1 || p.Spec.Taints[0].Key != "admin" {
+		t.Errorf("taints %v: want only the granted, no longer requested taint removed", p.Spec.Taints)
 	}
 }

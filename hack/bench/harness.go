@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/talos-nodeinit/talos-nodeinit/agent/controller"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/agentkey"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/kubeapply"
@@ -104,7 +105,7 @@ func (e *env) setup(ctx context.Context, root string) error {
 			return fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 		}
 	}
-	if err := kubeapply.Files(ctx, e.cluster.Admin(), filepath.Join(root, "coordinator/deploy/rbac.yaml")); err != nil {
+	if err := kubeapply.Files(ctx, e.cluster.Admin(), filepath.Join(root, "coordinator/deploy/noderecords.yaml"), filepath.Join(root, "coordinator/deploy/rbac.yaml")); err != nil {
 		return err
 	}
 	sa, err := e.cluster.ServiceAccountIdentity(ctx, "kube-system", "nodeinit-coordinator")
@@ -227,6 +228,7 @@ type simNode struct {
 	md    *talostest.Machined
 	id    *testcluster.NodeIdentity
 	certs string
+	key   string // the agent's key file, kept across agent restarts
 
 	kubelet   *kubeletsim.Kubelet
 	agent     *controller.Agent // when the agent runs in this process
@@ -289,6 +291,7 @@ func (e *env) prepareNode(ctx context.Context, prefix string, i int) (*simNode, 
 		return nil, err
 	}
 	sn.certs = filepath.Join(e.dir, "nodes", sn.name)
+	sn.key = filepath.Join(e.dir, "agent-keys", sn.name+".key")
 	return sn, nil
 }
 
@@ -296,9 +299,13 @@ func (e *env) prepareNode(ctx context.Context, prefix string, i int) (*simNode, 
 // configuration `nodeinit-agent run` builds from its flags.
 func (e *env) startAgent(sn *simNode) error {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	key, _, err := agentkey.LoadOrCreate(sn.key)
+	if err != nil {
+		return err
+	}
 	a, err := controller.New(controller.Config{
 		Kubeconfig: sn.id.Kubeconfig, Facts: (&talos.Reader{Socket: sn.md.Socket, Log: quiet}).Watch,
-		NetNS: sn.ns.path, Rules: e.rules, Policy: desired.ProviderIDTalosFallback, Version: "bench", Log: quiet,
+		NetNS: sn.ns.path, Rules: e.rules, Policy: desired.ProviderIDTalosFallback, Version: "bench", Log: quiet, Key: key,
 	})
 	if err != nil {
 		return err
@@ -332,7 +339,7 @@ func waitAgentsUp(ctx context.Context, nodes []*simNode, timeout time.Duration) 
 // agentArgs are the flags that point the real agent binary at this node.
 func (e *env) agentArgs(sn *simNode) []string {
 	return []string{"run", "--kubeconfig", sn.id.Kubeconfig, "--machined-socket", sn.md.Socket, "--netns", sn.ns.path,
-		"--rules-file", e.rulesFile, "--provider-id-policy", string(desired.ProviderIDTalosFallback)}
+		"--rules-file", e.rulesFile, "--provider-id-policy", string(desired.ProviderIDTalosFallback), "--key-file", sn.key}
 }
 
 // startAgentProcess runs the real nodeinit-agent binary for this node.

@@ -213,7 +213,7 @@ func run(n int, scenarioFile string, keep bool, timeout time.Duration) error {
 	}
 
 	fmt.Println("==> applying coordinator/deploy (RBAC, admission policy) and starting the coordinator as its ServiceAccount")
-	if err := kubeapply.Files(ctx, cluster.Admin(), "coordinator/deploy/rbac.yaml", "coordinator/deploy/admission-policy.yaml"); err != nil {
+	if err := kubeapply.Files(ctx, cluster.Admin(), "coordinator/deploy/noderecords.yaml", "coordinator/deploy/rbac.yaml", "coordinator/deploy/admission-policy.yaml"); err != nil {
 		return err
 	}
 	sa, err := cluster.ServiceAccountIdentity(ctx, "kube-system", "nodeinit-coordinator")
@@ -264,7 +264,8 @@ func run(n int, scenarioFile string, keep bool, timeout time.Duration) error {
 		}
 		if err := kids.start(filepath.Join(dir, "nodeinit-agent"), filepath.Join(dir, "agent-"+node.Name+".log"),
 			"run", "--kubeconfig", id.Kubeconfig, "--machined-socket", md.Socket, "--netns", path,
-			"--rules-file", rulesFile, "--provider-id-policy", "talos-fallback"); err != nil {
+			"--rules-file", rulesFile, "--provider-id-policy", "talos-fallback",
+			"--key-file", filepath.Join(dir, "nodes", node.Name, "agent.key")); err != nil {
 			return err
 		}
 		cfg := kubeletsim.Config{NodeName: node.Name, NodeIPs: []netip.Addr{nodeIP}, Identity: id.Config(), CertDir: filepath.Join(dir, "nodes", node.Name, "pki")}

@@ -14,6 +14,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/extensions"
 	"github.com/siderolabs/talos/pkg/machinery/extensions/services"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/agentkey"
 )
 
 // `make extension` output passes Talos machinery's own validators, holds
@@ -58,10 +60,20 @@ func TestExtensionImage(t *testing.T) {
 	if spec.Name != "nodeinit-agent" || spec.Restart != services.RestartAlways {
 		t.Errorf("service spec %+v", spec)
 	}
+	// Read-only, except the agent's key directory, which only this service mounts.
+	keyDir := filepath.Dir(agentkey.DefaultFile)
+	var keyMount bool
 	for _, m := range spec.Container.Mounts {
+		if m.Destination == keyDir {
+			keyMount = m.Source == keyDir && slices.Contains(m.Options, "rw")
+			continue
+		}
 		if !slices.Contains(m.Options, "ro") {
 			t.Errorf("mount %s is not read-only", m.Destination)
 		}
+	}
+	if !keyMount {
+		t.Errorf("no read-write bind mount of %s for the agent's key: %+v", keyDir, spec.Container.Mounts)
 	}
 	if st, err := os.Stat(filepath.Join(out, "arm64", BinaryPath)); err != nil || st.Mode().Perm() != 0o755 {
 		t.Errorf("arm64 binary: %v %v", st, err)

@@ -24,6 +24,11 @@ type Attestation struct {
 	RequestSHA256 string  `json:"sha256"`
 	Verdict       Verdict `json:"verdict"`
 	Reason        string  `json:"reason,omitempty"`
+	// SANs are the request's SANs (RequestSANs), covered by the signature.
+	SANs []string `json:"sans,omitempty"`
+	// Signature is the agent key's ed25519 signature (base64) over the node
+	// name, CSR, digest, verdict and SANs; see Sign and Verify.
+	Signature string `json:"sig,omitempty"`
 }
 
 type attestationWire struct {
@@ -62,6 +67,12 @@ func (a Attestation) check() error {
 	}
 	if a.Verdict != VerdictApprove && a.Verdict != VerdictReject {
 		return fmt.Errorf("verdict %q: must be %q or %q", a.Verdict, VerdictApprove, VerdictReject)
+	}
+	if len(a.SANs) > 256 {
+		return fmt.Errorf("%d SANs, limit 256", len(a.SANs))
+	}
+	if len(a.Signature) > 128 {
+		return fmt.Errorf("signature is %d bytes, limit 128", len(a.Signature))
 	}
 	if len(a.Reason) > maxFieldBytes {
 		return fmt.Errorf("reason is %d bytes, limit %d", len(a.Reason), maxFieldBytes)

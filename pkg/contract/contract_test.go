@@ -1,6 +1,8 @@
 package contract
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
 	"errors"
 	"net/netip"
 	"reflect"
@@ -113,7 +115,7 @@ func TestAttestationBindsNameAndRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := DecodeAttestation(s)
-	if err != nil || got != a {
+	if err != nil || !reflect.DeepEqual(got, a) {
 		t.Fatalf("round trip: %+v %v", got, err)
 	}
 	cases := []struct {
@@ -217,6 +219,47 @@ func TestNodeMaySetLabel(t *testing.T) {
 	for _, c := range cases {
 		if got := NodeMaySetLabel(c.key); got != c.want {
 			t.Errorf("NodeMaySetLabel(%q) = %v, want %v", c.key, got, c.want)
+		}
+	}
+}
+
+func TestAttestationSignature(t *testing.T) {
+	pub, key, _ := ed25519.GenerateKey(rand.Reader)
+	otherPub, _, _ := ed25519.GenerateKey(rand.Reader)
+	sans := []string{"dns:n1", "ip:10.0.0.1"}
+	a := Attestation{CSR: "csr-1", RequestSHA256: RequestDigest([]byte("req")), Verdict: VerdictApprove, SANs: sans}.Sign("n1", key)
+	if err := a.Verify("n1", pub, sans); err != nil {
+		t.Fatalf("a good signature: %v", err)
+	}
+	enc, _ := EncodeAttestation(a)
+	if back, err := DecodeAttestation(enc); err != nil || back.Verify("n1", pub, sans) != nil {
+		t.Fatalf("the signature does not survive the annotation: %v", err)
+	}
+	for name, c := range map[string]struct {
+		a    Attestation
+		node string
+		pub  ed25519.PublicKey
+		sans []string
+	}{
+		"another key":                         {a, "n1", otherPub, sans},
+		"another node":                        {a, "n2", pub, sans},
+		"other SANs":                          {a, "n1", pub, []string{"dns:n1", "ip:10.96.0.1"}},
+		"verdict flipped":                     {func() Attestation { b := a; b.Verdict = VerdictReject; return b }(), "n1", pub, sans},
+		"another CSR":                         {func() Attestation { b := a; b.CSR = "csr-2"; return b }(), "n1", pub, sans},
+		"another request":                     {func() Attestation { b := a; b.RequestSHA256 = RequestDigest([]byte("x")); return b }(), "n1", pub, sans},
+		"unsigned (the kubelet credential's)": {func() Attestation { b := a; b.Signature = ""; return b }(), "n1", pub, sans},
+		"garbage signature":                   {func() Attestation { b := a; b.Signature = "!!"; return b }(), "n1", pub, sans},
+	} {
+		if err := c.a.Verify(c.node, c.pub, c.sans); err == nil {
+			t.Errorf("%s: verified", name)
+		}
+	}
+	if _, err := DecodeAgentKey(EncodeAgentKey(pub)); err != nil {
+		t.Error(err)
+	}
+	for _, bad := range []string{"", "ed25519:", "rsa:AAAA", "ed25519:!!", "ed25519:AAAA"} {
+		if _, err := DecodeAgentKey(bad); err == nil {
+			t.Errorf("agent key %q accepted", bad)
 		}
 	}
 }

@@ -16,6 +16,9 @@ type Metadata struct {
 	Spot         bool   `json:"spot,omitempty"`
 	InternalDNS  string `json:"internalDNS,omitempty"`
 	ExternalDNS  string `json:"externalDNS,omitempty"`
+	// AgentKey is the agent's own public key (EncodeAgentKey), enrolled by
+	// the coordinator on the node's first join.
+	AgentKey string `json:"agentKey,omitempty"`
 	// AgentVersion is the version of the agent that wrote the annotation.
 	AgentVersion string `json:"agentVersion,omitempty"`
 }
@@ -45,7 +48,7 @@ func DecodeMetadata(value string) (Metadata, error) {
 	for name, v := range map[string]string{
 		"platform": m.Platform, "hostname": m.Hostname, "region": m.Region, "zone": m.Zone,
 		"instanceType": m.InstanceType, "instanceId": m.InstanceID, "providerId": m.ProviderID,
-		"internalDNS": m.InternalDNS, "externalDNS": m.ExternalDNS, "agentVersion": m.AgentVersion,
+		"internalDNS": m.InternalDNS, "externalDNS": m.ExternalDNS, "agentVersion": m.AgentVersion, "agentKey": m.AgentKey,
 	} {
 		if len(v) > maxFieldBytes {
 			return Metadata{}, fmt.Errorf("%s: field %s is %d bytes, limit %d", AnnotationMetadata, name, len(v), maxFieldBytes)

@@ -60,22 +60,52 @@ func FromCSR(csr *certificatesv1.CertificateSigningRequest) Request {
 	}
 }
 
-// Node is what the checks know about the requesting Node.
+// Node is what the checks know about the requesting Node: its name (from the
+// authenticated identity) and its status.addresses, which the node writes
+// itself and which therefore only ever narrow what may be certified.
 type Node struct {
 	Name      string
 	Addresses []corev1.NodeAddress
 }
 
-// AddressOwners maps each address claimed by a Node to the Node's name, over
-// all Nodes. An IP claimed by another Node may not be certified.
-type AddressOwners map[netip.Addr][]string
+// Reserved is a range no serving certificate may name, and why.
+type Reserved struct {
+	Prefix netip.Prefix
+	Why    string
+}
+
+// Facts are what the coordinator knows from sources nodes cannot write: its
+// configuration, its own records, and cluster objects (Services,
+// ServiceCIDRs, the API server's endpoints, Node names).
+type Facts struct {
+	// Reserved ranges: service CIDRs, pod pools, allocated pod CIDRs, the
+	// API server's endpoints.
+	Reserved []Reserved
+	// Claims maps an address to the Node the coordinator recorded it for
+	// first (its NodeRecord).
+	Claims map[netip.Addr]string
+	// Seen is how long the coordinator has observed each of the requesting
+	// Node's addresses continuously.
+	Seen map[netip.Addr]time.Duration
+	// Names maps every Node's name and Hostname (lower-case) to that Node.
+	Names map[string]string
+}
 
 // Policy holds the operator's limits.
 type Policy struct {
 	// MaxDuration caps spec.expirationSeconds; 0 means no cap.
 	MaxDuration time.Duration
-	// AllowedIPRanges, when set, must contain every IP SAN.
-	AllowedIPRanges []netip.Prefix
+	// NodeNetworks must contain every IP SAN.
+	NodeNetworks []netip.Prefix
+	// DNSPatterns are the DNS SANs allowed besides the node's name: "{node}"
+	// stands for the node name, and a "*" label for exactly one label.
+	DNSPatterns []string
+	// ClusterDomain is the cluster's DNS domain ("cluster.local"); no name
+	// under it, under .svc, or "kubernetes*" is ever certified.
+	ClusterDomain string
+	// MinStable is how long an address must have been observed
+	// continuously on the Node before it is certified.
+	MinStable time.Duration
 }
 
 // Decision is the outcome of Check.
@@ -89,10 +119,13 @@ const (
 	Retry Decision = "Retry"
 )
 
-// Failure is one failed check.
+// Failure is one failed check. A Retry failure is a fact that may still
+// come true (an address not yet recorded or not yet stable), not a reason
+// to deny.
 type Failure struct {
 	Check  string
 	Reason string
+	Retry  bool
 }
 
 // Verdict is the result of Check.
@@ -101,6 +134,8 @@ type Verdict struct {
 	Failures []Failure
 	// Parsed is the parsed request when it could be parsed.
 	Parsed *x509.CertificateRequest
+	// After is when a Retry verdict may turn (0: unknown, use backoff).
+	After time.Duration
 }
 
 // Reason joins the failures into one line for a condition or an Event.
@@ -117,7 +152,7 @@ type input struct {
 	req    Request
 	csr    *x509.CertificateRequest
 	node   Node
-	owners AddressOwners
+	facts  Facts
 	policy Policy
 }
 
@@ -125,6 +160,14 @@ type check struct {
 	name string
 	fn   func(input) error
 }
+
+// retryError marks a failure that may resolve by itself.
+type retryError struct {
+	msg   string
+	after time.Duration
+}
+
+func (e retryError) Error() string { return e.msg }
 
 // identityChecks need only the CSR object; requestChecks need the parsed
 // request and the Node.
@@ -150,17 +193,17 @@ var requestChecks = []check{
 // Check runs every static check. node is nil when the requesting Node is not
 // known (yet): the verdict is then Retry, unless the CSR is already invalid on
 // its own, which is a Deny.
-func Check(req Request, node *Node, owners AddressOwners, policy Policy) Verdict {
-	in := input{req: req, owners: owners, policy: policy}
+func Check(req Request, node *Node, facts Facts, policy Policy) Verdict {
+	in := input{req: req, facts: facts, policy: policy}
 	var v Verdict
 	for _, c := range identityChecks {
 		if err := c.fn(in); err != nil {
-			v.Failures = append(v.Failures, Failure{c.name, err.Error()})
+			v.Failures = append(v.Failures, Failure{Check: c.name, Reason: err.Error()})
 		}
 	}
 	csr, err := Parse(req.PEM)
 	if err != nil {
-		v.Failures = append(v.Failures, Failure{"parse", err.Error()})
+		v.Failures = append(v.Failures, Failure{Check: "parse", Reason: err.Error()})
 	}
 	v.Parsed, in.csr = csr, csr
 	switch {
@@ -169,18 +212,28 @@ func Check(req Request, node *Node, owners AddressOwners, policy Policy) Verdict
 		return v
 	case node == nil:
 		v.Decision = Retry
-		v.Failures = []Failure{{"node", fmt.Sprintf("Node %q is not known yet", strings.TrimPrefix(req.Username, NodeUserPrefix))}}
+		v.Failures = []Failure{{Check: "node", Reason: fmt.Sprintf("Node %q is not known yet", strings.TrimPrefix(req.Username, NodeUserPrefix)), Retry: true}}
 		return v
 	}
 	in.node = *node
 	for _, c := range requestChecks {
-		if err := c.fn(in); err != nil {
-			v.Failures = append(v.Failures, Failure{c.name, err.Error()})
+		err := c.fn(in)
+		if err == nil {
+			continue
 		}
+		var retry retryError
+		if errors.As(err, &retry) {
+			v.After = max(v.After, retry.after)
+		}
+		v.Failures = append(v.Failures, Failure{Check: c.name, Reason: err.Error(), Retry: errors.As(err, &retry)})
 	}
 	v.Decision = Approve
-	if len(v.Failures) > 0 {
-		v.Decision = Deny
+	for _, f := range v.Failures {
+		if !f.Retry {
+			v.Decision = Deny
+			return v
+		}
+		v.Decision = Retry
 	}
 	return v
 }
@@ -318,52 +371,128 @@ func checkNoEmailOrURI(in input) error {
 	return nil
 }
 
-// NodeNames are the DNS names a Node may certify: its name and its
-// Hostname, InternalDNS and ExternalDNS addresses, lower-cased.
-func NodeNames(node Node) []string {
-	names := []string{strings.ToLower(node.Name)}
-	for _, a := range node.Addresses {
-		switch a.Type {
-		case corev1.NodeHostName, corev1.NodeInternalDNS, corev1.NodeExternalDNS:
-			names = append(names, strings.ToLower(a.Address))
-		}
-	}
-	return names
-}
-
-// CheckDNSName says whether one DNS SAN may be certified for a node with
-// these names. Names must be plain ASCII DNS names: no wildcard, no trailing
-// dot, no IDNA or Unicode (which could fold to ASCII, like the Kelvin sign).
-// The comparison is ASCII case-insensitive.
+// CheckDNSName says whether one DNS SAN is a plain name in allowed. Names
+// must be plain ASCII DNS names: no wildcard, no trailing dot, no IDNA or
+// Unicode (which could fold to ASCII, like the Kelvin sign). The comparison
+// is ASCII case-insensitive.
 func CheckDNSName(name string, allowed []string) error {
-	for _, r := range name {
-		if r > 0x7f {
-			return fmt.Errorf("DNS SAN %q is not ASCII", name)
-		}
+	if err := checkDNSSyntax(name); err != nil {
+		return err
 	}
-	switch {
-	case strings.Contains(name, "*"):
-		return fmt.Errorf("DNS SAN %q is a wildcard", name)
-	case strings.HasSuffix(name, "."):
-		return fmt.Errorf("DNS SAN %q has a trailing dot", name)
-	case strings.HasPrefix(strings.ToLower(name), "xn--") || strings.Contains(strings.ToLower(name), ".xn--"):
-		return fmt.Errorf("DNS SAN %q is an IDNA name", name)
-	}
-	lower := strings.ToLower(name)
-	if errs := validation.IsDNS1123Subdomain(lower); len(errs) > 0 {
-		return fmt.Errorf("DNS SAN %q is not a valid DNS name", name)
-	}
-	if !slices.Contains(allowed, lower) {
+	if !slices.Contains(allowed, strings.ToLower(name)) {
 		return fmt.Errorf("DNS SAN %q is not a name of this node", name)
 	}
 	return nil
 }
 
+func checkDNSSyntax(name string) error {
+	for _, r := range name {
+		if r > 0x7f {
+			return fmt.Errorf("DNS SAN %q is not ASCII", name)
+		}
+	}
+	lower := strings.ToLower(name)
+	switch {
+	case strings.Contains(name, "*"):
+		return fmt.Errorf("DNS SAN %q is a wildcard", name)
+	case strings.HasSuffix(name, "."):
+		return fmt.Errorf("DNS SAN %q has a trailing dot", name)
+	case strings.HasPrefix(lower, "xn--") || strings.Contains(lower, ".xn--"):
+		return fmt.Errorf("DNS SAN %q is an IDNA name", name)
+	}
+	if errs := validation.IsDNS1123Subdomain(lower); len(errs) > 0 {
+		return fmt.Errorf("DNS SAN %q is not a valid DNS name", name)
+	}
+	return nil
+}
+
+// ClusterInternal reports why a DNS name belongs to the cluster itself (the
+// API server's Service names, anything under .svc or the cluster domain,
+// localhost), or "" when it does not. Such names are never certified for a
+// node: the CA that signs kubelet serving certificates is the one pods
+// trust for the API server.
+func ClusterInternal(name, clusterDomain string) string {
+	n := strings.ToLower(name)
+	switch {
+	case n == "kubernetes" || strings.HasPrefix(n, "kubernetes."):
+		return "names the API server's Service"
+	case n == "svc" || strings.HasSuffix(n, ".svc") || strings.Contains(n, ".svc."):
+		return "is a Service name (.svc)"
+	case clusterDomain != "" && (n == clusterDomain || strings.HasSuffix(n, "."+clusterDomain)):
+		return "is under the cluster domain " + clusterDomain
+	case n == "localhost" || strings.HasSuffix(n, ".localhost"):
+		return "is localhost"
+	}
+	return ""
+}
+
+// MatchDNSPattern reports whether name matches pattern for node: "{node}"
+// in the pattern stands for the node name, and a label "*" for exactly one
+// label. Both are compared lower-case.
+func MatchDNSPattern(pattern, node, name string) bool {
+	p := strings.Split(strings.ToLower(strings.ReplaceAll(pattern, "{node}", node)), ".")
+	n := strings.Split(strings.ToLower(name), ".")
+	if len(p) != len(n) {
+		return false
+	}
+	for i := range p {
+		if p[i] != n[i] && (p[i] != "*" || n[i] == "") {
+			return false
+		}
+	}
+	return true
+}
+
+// CheckPattern validates an allowed-DNS-name pattern: a DNS name once
+// "{node}" is substituted, "*" only as a whole label and never in the last
+// two labels (no "*.com"), and not cluster-internal.
+func CheckPattern(pattern, clusterDomain string) error {
+	sample := strings.ReplaceAll(pattern, "{node}", "node")
+	labels := strings.Split(sample, ".")
+	for i, l := range labels {
+		if strings.Contains(l, "*") && (l != "*" || i >= len(labels)-2) {
+			return fmt.Errorf("pattern %q: \"*\" must be a whole label and not one of the last two", pattern)
+		}
+	}
+	if errs := validation.IsDNS1123Subdomain(strings.ReplaceAll(strings.ToLower(sample), "*", "x")); len(errs) > 0 {
+		return fmt.Errorf("pattern %q is not a DNS name: %s", pattern, strings.Join(errs, "; "))
+	}
+	if why := ClusterInternal(strings.ReplaceAll(sample, "*", "x"), clusterDomain); why != "" {
+		return fmt.Errorf("pattern %q %s", pattern, why)
+	}
+	return nil
+}
+
+// CheckDNSSAN says whether one DNS SAN may be certified for node. It decides
+// from the policy and from Node names only, never from the node's own
+// status: the node's name, or a name matching an admin pattern, and never a
+// cluster-internal name or another Node's name or hostname.
+func CheckDNSSAN(name, node string, facts Facts, policy Policy) error {
+	if err := checkDNSSyntax(name); err != nil {
+		return err
+	}
+	lower := strings.ToLower(name)
+	if why := ClusterInternal(lower, policy.ClusterDomain); why != "" {
+		return fmt.Errorf("DNS SAN %q %s", name, why)
+	}
+	if owner := facts.Names[lower]; owner != "" && owner != node {
+		return fmt.Errorf("DNS SAN %q is Node %s's name", name, owner)
+	}
+	if lower == strings.ToLower(node) {
+		return nil
+	}
+	for _, p := range policy.DNSPatterns {
+		if MatchDNSPattern(p, node, lower) {
+			return nil
+		}
+	}
+	return fmt.Errorf("DNS SAN %q is not the node's name and matches no allowed pattern (csr.allowedDNSNames)", name)
+}
+
 func checkDNSNames(in input) error {
-	allowed := NodeNames(in.node)
 	var errs []error
 	for _, name := range in.csr.DNSNames {
-		if err := CheckDNSName(name, allowed); err != nil {
+		if err := CheckDNSSAN(name, in.node.Name, in.facts, in.policy); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -379,7 +508,7 @@ func checkHasDNSName(in input) error {
 	return nil
 }
 
-// NodeIPs are the addresses a Node may certify: its InternalIP and ExternalIP addresses.
+// NodeIPs are the Node's InternalIP and ExternalIP addresses, as it reports them.
 func NodeIPs(node Node) []netip.Addr {
 	var ips []netip.Addr
 	for _, a := range node.Addresses {
@@ -393,24 +522,46 @@ func NodeIPs(node Node) []netip.Addr {
 	return ips
 }
 
-// CheckIP says whether one IP SAN may be certified for node: it is one of the
-// node's addresses, is claimed by no other Node, is a unicast address, and
-// is inside the allowed ranges when the policy sets them.
-func CheckIP(ip netip.Addr, node string, nodeIPs []netip.Addr, owners AddressOwners, allowed []netip.Prefix) error {
+// Certifiable says whether an address may ever be named in a node's serving
+// certificate, whoever asks: a routable unicast address inside the node
+// networks and outside every reserved range.
+func Certifiable(ip netip.Addr, networks []netip.Prefix, reserved []Reserved) error {
 	ip = ip.Unmap()
 	switch {
-	case ip.IsUnspecified(), ip.IsLoopback(), ip.IsMulticast(), ip.IsLinkLocalUnicast(), ip.IsLinkLocalMulticast():
+	case !ip.IsValid(), ip.IsUnspecified(), ip.IsLoopback(), ip.IsMulticast(), ip.IsLinkLocalUnicast(), ip.IsLinkLocalMulticast(), ip.IsInterfaceLocalMulticast():
 		return fmt.Errorf("IP SAN %s is not a routable unicast address", ip)
-	case !slices.Contains(nodeIPs, ip):
-		return fmt.Errorf("IP SAN %s is not an address of Node %s", ip, node)
+	case !slices.ContainsFunc(networks, func(p netip.Prefix) bool { return p.Contains(ip) }):
+		return fmt.Errorf("IP SAN %s is outside the node networks (nodeNetworks)", ip)
 	}
-	for _, owner := range owners[ip] {
-		if owner != node {
-			return fmt.Errorf("IP SAN %s is also claimed by Node %s", ip, owner)
+	for _, r := range reserved {
+		if r.Prefix.Contains(ip) {
+			return fmt.Errorf("IP SAN %s is in %s (%s)", ip, r.Prefix, r.Why)
 		}
 	}
-	if len(allowed) > 0 && !slices.ContainsFunc(allowed, func(p netip.Prefix) bool { return p.Contains(ip) }) {
-		return fmt.Errorf("IP SAN %s is outside the allowed ranges", ip)
+	return nil
+}
+
+// CheckIP says whether one IP SAN may be certified for node: certifiable,
+// one of the node's addresses, recorded by the coordinator as this node's
+// (an address another Node claimed first stays that Node's), and observed
+// continuously for the policy's minimum time.
+func CheckIP(ip netip.Addr, node string, nodeIPs []netip.Addr, facts Facts, policy Policy) error {
+	ip = ip.Unmap()
+	if err := Certifiable(ip, policy.NodeNetworks, facts.Reserved); err != nil {
+		return err
+	}
+	if !slices.Contains(nodeIPs, ip) {
+		return fmt.Errorf("IP SAN %s is not an address of Node %s", ip, node)
+	}
+	switch owner := facts.Claims[ip]; {
+	case owner == "":
+		return retryError{msg: fmt.Sprintf("IP SAN %s is not yet recorded as Node %s's address", ip, node)}
+	case owner != node:
+		return retryError{msg: fmt.Sprintf("IP SAN %s is recorded as Node %s's address; it stays pending while %s holds it", ip, owner, owner)}
+	}
+	if seen := facts.Seen[ip]; seen < policy.MinStable {
+		return retryError{msg: fmt.Sprintf("IP SAN %s has been on Node %s for %v, less than %v", ip, node, seen.Round(time.Millisecond), policy.MinStable),
+			after: policy.MinStable - seen}
 	}
 	return nil
 }
@@ -418,17 +569,29 @@ func CheckIP(ip netip.Addr, node string, nodeIPs []netip.Addr, owners AddressOwn
 func checkIPAddresses(in input) error {
 	nodeIPs := NodeIPs(in.node)
 	var errs []error
+	var retry retryError
 	for _, raw := range in.csr.IPAddresses {
 		ip, ok := netip.AddrFromSlice(raw)
 		if !ok {
 			errs = append(errs, fmt.Errorf("IP SAN %v is malformed", raw))
 			continue
 		}
-		if err := CheckIP(ip, in.node.Name, nodeIPs, in.owners, in.policy.AllowedIPRanges); err != nil {
+		err := CheckIP(ip, in.node.Name, nodeIPs, in.facts, in.policy)
+		var r retryError
+		if errors.As(err, &r) {
+			retry.msg = strings.TrimPrefix(retry.msg+", "+r.msg, ", ")
+			retry.after = max(retry.after, r.after)
+		} else if err != nil {
 			errs = append(errs, err)
 		}
 	}
-	return joinErrs(errs)
+	if len(errs) > 0 {
+		return joinErrs(errs)
+	}
+	if retry.msg != "" {
+		return retry
+	}
+	return nil
 }
 
 // joinErrs joins errors into one line (errors.Join uses newlines, which do
@@ -442,17 +605,4 @@ func joinErrs(errs []error) error {
 		msgs[i] = e.Error()
 	}
 	return errors.New(strings.Join(msgs, ", "))
-}
-
-// Owners builds the address index from every Node's addresses.
-func Owners(nodes []Node) AddressOwners {
-	owners := AddressOwners{}
-	for _, n := range nodes {
-		for _, ip := range NodeIPs(n) {
-			if !slices.Contains(owners[ip], n.Name) {
-				owners[ip] = append(owners[ip], n.Name)
-			}
-		}
-	}
-	return owners
 }

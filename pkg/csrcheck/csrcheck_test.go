@@ -90,8 +90,22 @@ var (
 		{Type: corev1.NodeExternalDNS, Address: "node-a.example.com"},
 		{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, // a hostile node may claim anything
 	}}
-	nodeB   = Node{Name: "node-b", Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.2"}, {Type: corev1.NodeHostName, Address: "node-b"}}}
-	sharedB = Node{Name: "node-b", Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "2001:db8::a"}}}
+	// What the coordinator knows about node-a from sources nodes cannot
+	// write: its records claim its two addresses, observed for a minute.
+	factsA = Facts{
+		Claims: map[netip.Addr]string{netip.MustParseAddr("10.0.0.1"): "node-a", netip.MustParseAddr("2001:db8::a"): "node-a", netip.MustParseAddr("10.0.0.2"): "node-b"},
+		Seen:   map[netip.Addr]time.Duration{netip.MustParseAddr("10.0.0.1"): time.Minute, netip.MustParseAddr("2001:db8::a"): time.Minute},
+		Names:  map[string]string{"node-a": "node-a", "node-b": "node-b", "b.example.com": "node-b"},
+		Reserved: []Reserved{
+			{netip.MustParsePrefix("10.96.0.0/12"), "service CIDR"},
+			{netip.MustParsePrefix("10.244.0.0/16"), "pod pool"},
+		},
+	}
+	policyA = Policy{
+		MaxDuration: 365 * 24 * time.Hour, ClusterDomain: "cluster.local", MinStable: 10 * time.Second,
+		NodeNetworks: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8::/32")},
+		DNSPatterns:  []string{"{node}.example.com"},
+	}
 )
 
 func goodRequest(t testing.TB, c tmpl) Request {
@@ -111,8 +125,6 @@ func goodRequest(t testing.TB, c tmpl) Request {
 
 func TestCheck(t *testing.T) {
 	good := tmpl{dns: []string{"node-a"}, ips: []string{"10.0.0.1", "2001:db8::a"}}
-	owners := Owners([]Node{nodeA, nodeB})
-	policy := Policy{MaxDuration: 365 * 24 * time.Hour}
 	many := make([]string, 10000)
 	for i := range many {
 		many[i] = fmt.Sprintf("n%d.example.com", i)
@@ -122,8 +134,8 @@ func TestCheck(t *testing.T) {
 		name     string
 		req      func() Request
 		node     *Node
-		owners   AddressOwners
-		policy   Policy
+		facts    *Facts
+		policy   *Policy
 		want     Decision
 		check    string // the check that must fail
 		inReason string
@@ -135,14 +147,18 @@ func TestCheck(t *testing.T) {
 			return r
 		}, want: Approve},
 		{name: "upper-case own name is the same name", req: func() Request { return goodRequest(t, tmpl{dns: []string{"NODE-A", "Node-A.Example.com"}}) }, want: Approve},
+		{name: "IP not observed long enough waits", req: func() Request { return goodRequest(t, good) },
+			facts: &Facts{Claims: factsA.Claims, Seen: map[netip.Addr]time.Duration{netip.MustParseAddr("10.0.0.1"): time.Second, netip.MustParseAddr("2001:db8::a"): time.Minute}}, want: Retry, check: "ip-addresses", inReason: "less than 10s"},
+		{name: "IP not yet recorded waits", req: func() Request { return goodRequest(t, good) },
+			facts: &Facts{Seen: factsA.Seen}, want: Retry, check: "ip-addresses", inReason: "not yet recorded"},
 
 		{name: "IP-only CSR", req: func() Request { return goodRequest(t, tmpl{ips: []string{"10.0.0.1"}}) }, want: Deny, check: "needs-dns-name", inReason: "no DNS name"},
 		{name: "IP-only CSR with a foreign IP", req: func() Request { return goodRequest(t, tmpl{ips: []string{"10.0.0.2"}}) }, want: Deny, check: "ip-addresses", inReason: "10.0.0.2 is not an address of Node node-a"},
-		{name: "DNS SAN naming another node", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a", "node-b"}}) }, want: Deny, check: "dns-names", inReason: `"node-b" is not a name of this node`},
+		{name: "DNS SAN naming another node", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a", "node-b"}}) }, want: Deny, check: "dns-names", inReason: `"node-b" is Node node-b's name`},
 		{name: "KUBERNETES.default.svc", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a", "KUBERNETES.default.svc"}}) }, want: Deny, check: "dns-names", inReason: "KUBERNETES.default.svc"},
 		{name: "kubernetes.default.svc.cluster.local", req: func() Request {
 			return goodRequest(t, tmpl{dns: []string{"kubernetes.default.svc.cluster.local"}})
-		}, want: Deny, check: "dns-names", inReason: "not a name of this node"},
+		}, want: Deny, check: "dns-names", inReason: "names the API server's Service"},
 		{name: "Kelvin sign folding to k", req: func() Request { return goodRequest(t, tmpl{rawDNS: []string{"node-a", "\u212a8s"}}) }, want: Deny, check: "parse", inReason: "malformed"},
 		{name: "unicode look-alike of own name", req: func() Request { return goodRequest(t, tmpl{rawDNS: []string{"nоde-a"}}) }, want: Deny, check: "parse", inReason: "malformed"},
 		{name: "IDNA name", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a", "xn--nde-a-9ve"}}) }, want: Deny, check: "dns-names", inReason: "IDNA"},
@@ -171,12 +187,12 @@ func TestCheck(t *testing.T) {
 			r.Usages = []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature}
 			return r
 		}, want: Deny, check: "usages", inReason: "server auth"},
-		{name: "IP owned by another node", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a"}, ips: []string{"2001:db8::a"}}) },
-			owners: Owners([]Node{nodeA, sharedB}), want: Deny, check: "ip-addresses", inReason: "also claimed by Node node-b"},
+		{name: "IP recorded for another node stays pending", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a"}, ips: []string{"2001:db8::a"}}) },
+			facts: &Facts{Claims: map[netip.Addr]string{netip.MustParseAddr("2001:db8::a"): "node-b"}}, want: Retry, check: "ip-addresses", inReason: "recorded as Node node-b's address"},
 		{name: "IP not on the node", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a"}, ips: []string{"192.0.2.99"}}) }, want: Deny, check: "ip-addresses", inReason: "192.0.2.99"},
 		{name: "loopback the node claims", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a"}, ips: []string{"127.0.0.1"}}) }, want: Deny, check: "ip-addresses", inReason: "not a routable"},
-		{name: "IP outside allowed ranges", req: func() Request { return goodRequest(t, good) },
-			policy: Policy{AllowedIPRanges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}, want: Deny, check: "ip-addresses", inReason: "outside the allowed ranges"},
+		{name: "IP outside the node networks", req: func() Request { return goodRequest(t, good) },
+			policy: &Policy{NodeNetworks: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}, want: Deny, check: "ip-addresses", inReason: "outside the node networks"},
 		{name: "duration over the policy", req: func() Request {
 			r := goodRequest(t, good)
 			huge := int32(1 << 30)
@@ -216,15 +232,14 @@ func TestCheck(t *testing.T) {
 					node = c.node
 				}
 			}
-			o := owners
-			if c.owners != nil {
-				o = c.owners
+			f, p := factsA, policyA
+			if c.facts != nil {
+				f = *c.facts
 			}
-			p := policy
-			if c.policy.MaxDuration != 0 || c.policy.AllowedIPRanges != nil {
-				p = c.policy
+			if c.policy != nil {
+				p = *c.policy
 			}
-			v := Check(c.req(), node, o, p)
+			v := Check(c.req(), node, f, p)
 			if v.Decision != c.want {
 				t.Fatalf("decision %s, want %s (%s)", v.Decision, c.want, v.Reason())
 			}
@@ -249,17 +264,118 @@ func FuzzCheck(f *testing.F) {
 	f.Add(good.PEM, "system:node:node-a", []byte("server auth"))
 	f.Add([]byte("-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n"), "system:node:x", []byte{})
 	f.Add([]byte{}, "", []byte("client auth"))
-	owners := Owners([]Node{nodeA, nodeB})
 	f.Fuzz(func(t *testing.T, data []byte, user string, usage []byte) {
 		req := Request{
 			Username: user, Groups: []string{NodesGroup}, SignerName: certificatesv1.KubeletServingSignerName,
 			Usages: []certificatesv1.KeyUsage{certificatesv1.KeyUsage(usage), certificatesv1.UsageServerAuth, certificatesv1.UsageDigitalSignature},
 			PEM:    data,
 		}
-		v := Check(req, &nodeA, owners, Policy{})
+		v := Check(req, &nodeA, factsA, policyA)
 		if v.Decision == Approve && (NodeName(user) != "node-a" || v.Parsed == nil) {
 			t.Fatalf("approved a request from %q", user)
 		}
-		_ = Check(req, nil, owners, Policy{})
+		if v.Decision == Approve {
+			for _, n := range v.Parsed.DNSNames {
+				if ClusterInternal(n, "cluster.local") != "" {
+					t.Fatalf("approved cluster-internal name %q", n)
+				}
+			}
+		}
+		_ = Check(req, nil, factsA, policyA)
 	})
+}
+
+
+// TestForgedNodeRefusals: everything on the Node object is forged. Each row
+// is a SAN an attacker holding node-a's kubelet credential put both in its
+// own status.addresses and in its CSR; every one must be refused whatever
+// the status says.
+func TestForgedNodeRefusals(t *testing.T) {
+	forged := func(addrs ...corev1.NodeAddress) *Node {
+		return &Node{Name: "node-a", Addresses: append([]corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}}, addrs...)}
+	}
+	ip := func(a string) corev1.NodeAddress { return corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a} }
+	dns := func(a string) corev1.NodeAddress { return corev1.NodeAddress{Type: corev1.NodeInternalDNS, Address: a} }
+	claimed := func(ips ...string) Facts {
+		f := factsA
+		f.Claims, f.Seen = map[netip.Addr]string{}, map[netip.Addr]time.Duration{}
+		for _, s := range ips {
+			f.Claims[netip.MustParseAddr(s)], f.Seen[netip.MustParseAddr(s)] = "node-a", time.Hour
+		}
+		f.Reserved = append(f.Reserved, Reserved{netip.MustParsePrefix("10.0.0.100/32"), "API server endpoint"})
+		return f
+	}
+	for _, c := range []struct {
+		name  string
+		dns   []string
+		ip    string
+		node  *Node
+		facts Facts
+		want  string
+	}{
+		{"kubernetes", []string{"node-a", "kubernetes"}, "", forged(dns("kubernetes")), claimed(), "API server's Service"},
+		{"kubernetes.default", []string{"node-a", "kubernetes.default"}, "", forged(dns("kubernetes.default")), claimed(), "API server's Service"},
+		{"kubernetes.default.svc", []string{"node-a", "kubernetes.default.svc"}, "", forged(dns("kubernetes.default.svc")), claimed(), "API server's Service"},
+		{"kubernetes.default.svc.cluster.local", []string{"node-a", "kubernetes.default.svc.cluster.local"}, "", forged(dns("kubernetes.default.svc.cluster.local")), claimed(), "API server's Service"},
+		{"other service", []string{"node-a", "vault.secrets.svc"}, "", forged(dns("vault.secrets.svc")), claimed(), ".svc"},
+		{"under the cluster domain", []string{"node-a", "x.cluster.local"}, "", forged(dns("x.cluster.local")), claimed(), "cluster domain"},
+		{"localhost", []string{"node-a", "localhost"}, "", forged(dns("localhost")), claimed(), "localhost"},
+		{"another node's name", []string{"node-a", "node-b"}, "", forged(corev1.NodeAddress{Type: corev1.NodeHostName, Address: "node-b"}), claimed(), "Node node-b's name"},
+		{"another node's hostname", []string{"node-a", "b.example.com"}, "", forged(dns("b.example.com")), claimed(), "Node node-b's name"},
+		{"a name only in its own status", []string{"node-a", "mail.example.org"}, "", forged(dns("mail.example.org")), claimed(), "matches no allowed pattern"},
+		{"pattern for another node", []string{"node-a", "node-c.example.com"}, "", forged(dns("node-c.example.com")), claimed(), "matches no allowed pattern"},
+		{"the kubernetes Service IP", []string{"node-a"}, "10.96.0.1", forged(ip("10.96.0.1")), claimed("10.96.0.1"), "service CIDR"},
+		{"the DNS Service IP", []string{"node-a"}, "10.96.0.10", forged(ip("10.96.0.10")), claimed("10.96.0.10"), "service CIDR"},
+		{"an IP in the pod pool", []string{"node-a"}, "10.244.3.7", forged(ip("10.244.3.7")), claimed("10.244.3.7"), "pod pool"},
+		{"the API server's endpoint", []string{"node-a"}, "10.0.0.100", forged(ip("10.0.0.100")), claimed("10.0.0.100"), "API server endpoint"},
+		{"outside the node networks", []string{"node-a"}, "8.8.8.8", forged(ip("8.8.8.8")), claimed("8.8.8.8"), "outside the node networks"},
+		{"loopback", []string{"node-a"}, "127.0.0.1", forged(ip("127.0.0.1")), claimed("127.0.0.1"), "not a routable"},
+		{"link-local", []string{"node-a"}, "169.254.169.254", forged(ip("169.254.169.254")), claimed(), "not a routable"},
+		{"IPv6 link-local", []string{"node-a"}, "fe80::1", forged(ip("fe80::1")), claimed(), "not a routable"},
+		{"multicast", []string{"node-a"}, "ff02::1", forged(ip("ff02::1")), claimed(), "not a routable"},
+		{"unspecified", []string{"node-a"}, "0.0.0.0", forged(ip("0.0.0.0")), claimed(), "not a routable"},
+		{"mapped service IP", []string{"node-a"}, "::ffff:10.96.0.1", forged(ip("::ffff:10.96.0.1")), claimed("10.96.0.1"), "service CIDR"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ips := []string{}
+			if c.ip != "" {
+				ips = append(ips, c.ip)
+			}
+			v := Check(goodRequest(t, tmpl{dns: c.dns, ips: ips}), c.node, c.facts, policyA)
+			if v.Decision != Deny {
+				t.Fatalf("decision %s, want Deny (%s)", v.Decision, v.Reason())
+			}
+			if !strings.Contains(v.Reason(), c.want) {
+				t.Fatalf("reason %q lacks %q", v.Reason(), c.want)
+			}
+		})
+	}
+}
+
+func TestDNSPatterns(t *testing.T) {
+	for _, c := range []struct {
+		pattern, node, name string
+		want                bool
+	}{
+		{"{node}.nodes.example.com", "n1", "n1.nodes.example.com", true},
+		{"{node}.nodes.example.com", "n1", "n2.nodes.example.com", false},
+		{"{node}.nodes.example.com", "n1", "x.n1.nodes.example.com", false},
+		{"*.eu-west-1.compute.internal", "n1", "ip-10-0-0-1.eu-west-1.compute.internal", true},
+		{"*.eu-west-1.compute.internal", "n1", "a.b.eu-west-1.compute.internal", false},
+		{"{node}.EXAMPLE.com", "n1", "N1.example.COM", true},
+	} {
+		if got := MatchDNSPattern(c.pattern, c.node, c.name); got != c.want {
+			t.Errorf("MatchDNSPattern(%q, %q, %q) = %v, want %v", c.pattern, c.node, c.name, got, c.want)
+		}
+	}
+	for _, bad := range []string{"*", "*.com", "x.*", "a*.example.com", "{node}.svc", "*.default.svc.cluster.local", "kubernetes.{node}.example.com", "{node}.cluster.local", "bad_name.example.com"} {
+		if err := CheckPattern(bad, "cluster.local"); err == nil {
+			t.Errorf("pattern %q accepted", bad)
+		}
+	}
+	for _, good := range []string{"{node}.nodes.example.com", "*.eu-west-1.compute.internal", "{node}"} {
+		if err := CheckPattern(good, "cluster.local"); err != nil {
+			t.Errorf("pattern %q refused: %v", good, err)
+		}
+	}
 }

@@ -49,6 +49,9 @@ type Inputs struct {
 	Rules        *rules.Rules
 	Policy       ProviderIDPolicy
 	AgentVersion string
+	// AgentKey is the agent's public key (contract.EncodeAgentKey), published
+	// in the metadata annotation for the coordinator to enrol.
+	AgentKey string
 	// ProvidedNodeIPs are the kubelet's --node-ip, from the Node's
 	// alpha.kubernetes.io/provided-node-ip annotation; used when Talos's
 	// NodeIP resource is not known.
@@ -110,7 +113,8 @@ func Compute(in Inputs) (State, bool, error) {
 	meta := contract.Metadata{
 		Platform: eff.Platform, Hostname: eff.Hostname, Region: eff.Region, Zone: eff.Zone,
 		InstanceType: eff.InstanceType, InstanceID: eff.InstanceID, ProviderID: eff.ProviderID,
-		Spot: eff.Spot, InternalDNS: eff.InternalDNS, ExternalDNS: eff.ExternalDNS, AgentVersion: in.AgentVersion,
+		Spot: eff.Spot, InternalDNS: eff.InternalDNS, ExternalDNS: eff.ExternalDNS,
+		AgentKey: in.AgentKey, AgentVersion: in.AgentVersion,
 	}
 	var err error
 	set := func(key string, value string, e error) {

@@ -33,6 +33,7 @@ func inputs(t *testing.T, ruleDoc string) Inputs {
 			{Prefix: netip.MustParsePrefix("2001:db8:1:2::5/64"), Link: "eth0", LinkUp: true, Permanent: true},
 		},
 		Classifier: netaddr.NewClassifier(), Rules: r, Policy: ProviderIDFromMetadata, AgentVersion: "v0.0.0-test",
+		AgentKey: "ed25519:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
 	}
 }
 
@@ -80,6 +81,10 @@ func TestComputeJoin(t *testing.T) {
 	}
 	if st.ProviderID != "" {
 		t.Fatalf("metal without a provider ID got %q under the metadata policy", st.ProviderID)
+	}
+	md, err := contract.DecodeMetadata(st.Annotations[contract.AnnotationMetadata])
+	if err != nil || md.AgentKey != "ed25519:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=" {
+		t.Fatalf("metadata %+v (%v): the agent's public key must be published for the coordinator to enrol", md, err)
 	}
 }
 

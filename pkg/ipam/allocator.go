@@ -164,6 +164,63 @@ func (a *Allocator) Reserve(addr netip.Addr) {
 	}
 }
 
+// Unreserve forgets an address Reserve recorded (the Node withdrew it). A
+// segment it kept out of circulation returns to its pool unless a node holds
+// it or it holds another reserved address or a service CIDR.
+func (a *Allocator) Unreserve(addr netip.Addr) {
+	addr = addr.Unmap()
+	if !a.reserved[addr] {
+		return
+	}
+	delete(a.reserved, addr)
+	pools := []*pool{a.v4, a.v6}
+	if addr.Is6() {
+		k := slash64(addr)
+		a.reservedBy64[k] = slices.DeleteFunc(a.reservedBy64[k], func(x netip.Addr) bool { return x == addr })
+		pools = append(pools, a.setsBy64[k]...)
+	}
+	for _, p := range pools {
+		if p == nil {
+			continue
+		}
+		if i := p.index(addr); i >= 0 && p.isUsed(i) {
+			seg := p.segment(i)
+			if _, held := a.byCIDR[seg]; !held && !a.holdsReserved(seg) {
+				p.unmark(i)
+			}
+		}
+	}
+}
+
+// Holder returns the node holding a CIDR that contains addr, and the CIDR;
+// "" when none does.
+func (a *Allocator) Holder(addr netip.Addr) (string, netip.Prefix) {
+	addr = addr.Unmap()
+	if addr.Is6() {
+		for _, c := range append(slices.Clone(a.heldBy64[slash64(addr)]), a.wideHeld...) {
+			if c.Contains(addr) {
+				return a.byCIDR[c], c
+			}
+		}
+		return "", netip.Prefix{}
+	}
+	if a.v4 != nil && a.v4.prefix.Contains(addr) {
+		seg := a.v4.segment(a.v4.index(addr))
+		if n, ok := a.byCIDR[seg]; ok {
+			return n, seg
+		}
+	}
+	for c, n := range a.byCIDR {
+		if c.Addr().Is4() && c.Contains(addr) {
+			return n, c
+		}
+	}
+	return "", netip.Prefix{}
+}
+
+// Reserved reports whether addr is reserved.
+func (a *Allocator) Reserved(addr netip.Addr) bool { return a.reserved[addr.Unmap()] }
+
 func (a *Allocator) allPools() []*pool {
 	ps := make([]*pool, 0, len(a.sets)+2)
 	for _, p := range []*pool{a.v4, a.v6} {

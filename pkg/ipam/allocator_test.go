@@ -255,3 +255,33 @@ func TestUsage(t *testing.T) {
 		t.Fatalf("usage = %+v", got)
 	}
 }
+
+// A withdrawn reservation gives its segment back: a node listing addresses
+// across the pool, then withdrawing them, leaves the pool as it was.
+func TestUnreserveReturnsSegments(t *testing.T) {
+	a, err := New(Config{IPv4Pool: netip.MustParsePrefix("10.244.0.0/22"), IPv4MaskSize: 24})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addrs []netip.Addr
+	for i := range 4 {
+		addrs = append(addrs, netip.AddrFrom4([4]byte{10, 244, byte(i), 9}))
+		a.Reserve(addrs[i])
+	}
+	if _, err := a.Allocate("victim", Request{IPv4: true}); err == nil {
+		t.Fatal("allocated from a fully reserved pool")
+	}
+	a.Unreserve(addrs[0])
+	a.Unreserve(addrs[0]) // twice is harmless
+	got, err := a.Allocate("victim", Request{IPv4: true})
+	if err != nil || got[0] != netip.MustParsePrefix("10.244.0.0/24") {
+		t.Fatalf("after withdrawing 10.244.0.9: %v, %v; want 10.244.0.0/24", got, err)
+	}
+	// A held segment stays held when an address inside it is withdrawn.
+	a.Reserve(netip.MustParseAddr("10.244.0.20"))
+	a.Unreserve(netip.MustParseAddr("10.244.0.20"))
+	a.Unreserve(addrs[1])
+	if got, err := a.Allocate("second", Request{IPv4: true}); err != nil || got[0] != netip.MustParsePrefix("10.244.1.0/24") {
+		t.Fatalf("second: %v, %v; want 10.244.1.0/24, never the victim's", got, err)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -93,6 +94,38 @@ func Apply(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructu
 		if _, err := target.Patch(ctx, obj.GetName(), types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: "kubeapply", Force: &force}); err != nil {
 			return fmt.Errorf("applying %s %s: %w", strings.ToLower(gvk.Kind), obj.GetName(), err)
 		}
+		if gvk.Kind == "CustomResourceDefinition" {
+			// Later objects may be of its kind: wait until it is served.
+			if err := established(ctx, target, obj.GetName()); err != nil {
+				return err
+			}
+			mapper.Reset()
+		}
 	}
 	return nil
+}
+
+// established waits for a CustomResourceDefinition's Established condition.
+func established(ctx context.Context, crds dynamic.ResourceInterface, name string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		u, err := crds.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		for _, c := range conds {
+			if m, ok := c.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("CustomResourceDefinition %s is not established after 30s", name)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

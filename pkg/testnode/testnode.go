@@ -7,6 +7,7 @@ package testnode
 
 import (
 	"net/netip"
+	"path/filepath"
 	"testing"
 
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
@@ -34,13 +35,16 @@ type Node struct {
 	Machined *talostest.Machined
 	Identity *testcluster.NodeIdentity
 	Kubelet  *kubeletsim.Kubelet
+	// KeyFile is where the node's agent keeps its key (not yet created): the
+	// same file for every agent started on the node, as on a real node.
+	KeyFile string
 }
 
 // New builds the node and registers it with the cluster.
 func New(t testing.TB, c *testcluster.Cluster, spec Spec) *Node {
 	t.Helper()
 	ctx := t.Context()
-	n := &Node{Spec: spec, NS: netnstest.New(t)}
+	n := &Node{Spec: spec, NS: netnstest.New(t), KeyFile: filepath.Join(t.TempDir(), "nodeinit", "agent.key")}
 	n.NS.AddIFB("eth0")
 	n.NS.AddAddr("eth0", netip.PrefixFrom(spec.NodeIP, 24).String())
 	for _, a := range spec.Addresses {
@@ -80,5 +84,5 @@ func New(t testing.TB, c *testcluster.Cluster, spec Spec) *Node {
 
 // AgentArgs are the nodeinit-agent flags that point it at this node.
 func (n *Node) AgentArgs() []string {
-	return []string{"--kubeconfig", n.Identity.Kubeconfig, "--machined-socket", n.Machined.Socket, "--netns", n.NS.Path}
+	return []string{"--kubeconfig", n.Identity.Kubeconfig, "--machined-socket", n.Machined.Socket, "--netns", n.NS.Path, "--key-file", n.KeyFile}
 }

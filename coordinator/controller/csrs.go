@@ -1,0 +1,307 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/approval"
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/finalize"
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
+)
+
+// heldReasons name the Event for each reason a CSR is held pending.
+var heldReasons = map[string]string{
+	"renewal-names-changed": "RenewalNamesChanged",
+	"flood-guard":           "ApprovalPaused",
+	"no-enrolled-key":       "NoEnrolledAgentKey",
+	"agent-key-changed":     "AgentKeyChanged",
+	"address-not-settled":   "AddressNotSettled",
+	"attestation-invalid":   "AttestationIgnored",
+}
+
+func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
+	csr, err := c.csrs.Get(name)
+	if apierrors.IsNotFound(err) {
+		c.forget("csr", name)
+		return nil
+	}
+	if err != nil || !pending(csr) {
+		return err
+	}
+	in, node := c.approvalInput(csr, time.Now())
+	nodeName := csrcheck.NodeName(csr.Spec.Username)
+	d := approval.Decide(in)
+	if reason, ok := heldReasons[d.Category]; ok {
+		c.say(csr, "csr", name, corev1.EventTypeWarning, reason, d.Reason)
+	}
+	c.m.FloodGuard.Set(0)
+	if d.Category == "flood-guard" {
+		c.m.FloodGuard.Set(1)
+	}
+	switch d.Action {
+	case approval.Approve, approval.Deny:
+		return c.decide(ctx, csr, d)
+	case approval.Retry:
+		return fmt.Errorf("CSR %s: %s", name, d.Reason)
+	case approval.RequestReview:
+		if age := in.Now.Sub(in.Created); node != nil && finalize.Uninitialized(node) && age < reviewGrace {
+			// The initializing patch carries the review request; if the
+			// node is not initialized within the grace, ask on its own.
+			c.csrQueue.AddAfter(name, reviewGrace-age)
+			return nil
+		}
+		patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, contract.AnnotationCSRReview, name)
+		if _, err := c.client.CoreV1().Nodes().Patch(ctx, nodeName, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+			c.m.NodeWrites.WithLabelValues("review", "error").Inc()
+			return fmt.Errorf("asking node %s to attest CSR %s: %w", nodeName, name, err)
+		}
+		c.m.NodeWrites.WithLabelValues("review", "ok").Inc()
+		c.csrQueue.AddAfter(name, in.Timeout-in.Now.Sub(in.Created))
+	case approval.Wait:
+		c.csrQueue.AddAfter(name, d.After)
+	case approval.Hold:
+		if d.After > 0 {
+			c.csrQueue.AddAfter(name, d.After)
+		}
+	case approval.TimedOut:
+		c.say(csr, "csr", name, corev1.EventTypeWarning, "AttestationTimeout", d.Reason)
+		c.m.CSRDecisions.WithLabelValues(string(d.Action), d.Category).Inc()
+	}
+	return nil
+}
+
+// reviewGrace is how long a CSR from an uninitialized node waits for the
+// initializing patch to carry its review request.
+const reviewGrace = 30 * time.Second
+
+// approvalInput gathers what approval.Decide needs for csr, from sources
+// nodes cannot write (the record, cluster objects, the coordinator's own
+// observations) and, as requests and attestations only, the Node.
+func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningRequest, now time.Time) (approval.Input, *corev1.Node) {
+	nodeName := csrcheck.NodeName(csr.Spec.Username)
+	in := approval.Input{
+		CSR: csrcheck.FromCSR(csr), Created: csr.CreationTimestamp.Time, Policy: c.policy,
+		AttestationRequired: c.settings.AttestationRequired(), Timeout: c.settings.CSR.AttestationTimeout.Duration,
+		OnTimeout: c.settings.CSR.OnTimeout, Renewals: c.settings.CSR.Renewals, Now: now,
+	}
+	in.Pending, in.MaxPending = c.pendingCount()
+	self, err := c.nodes.Get(nodeName)
+	if err != nil {
+		return in, nil // not registered (yet): Decide says so
+	}
+	in.Node = &csrcheck.Node{Name: self.Name, Addresses: self.Status.Addresses}
+	in.Review = self.Annotations[contract.AnnotationCSRReview]
+	if a, err := contract.DecodeAttestation(self.Annotations[contract.AnnotationCSRAttestation]); err == nil {
+		in.Attestation = &a
+	}
+	if md, err := contract.DecodeMetadata(self.Annotations[contract.AnnotationMetadata]); err == nil {
+		in.PublishedKey = md.AgentKey
+	}
+	in.Facts = csrcheck.Facts{Reserved: c.reservedFor(self), Claims: map[netip.Addr]string{}, Seen: c.observer.seen(self.Name, self.UID, now)}
+	if parsed, err := csrcheck.Parse(csr.Spec.Request); err == nil {
+		in.Facts.Names = c.names(parsed.DNSNames)
+		for _, raw := range parsed.IPAddresses {
+			ip, ok := netip.AddrFromSlice(raw)
+			if !ok {
+				continue
+			}
+			ip = ip.Unmap()
+			if owner := c.records.Owner(ip); owner != "" {
+				in.Facts.Claims[ip] = owner
+			}
+			if holder, cidr := c.podCIDRHolder(ip); holder != "" {
+				in.Facts.Reserved = append(in.Facts.Reserved, csrcheck.Reserved{Prefix: cidr, Why: "Node " + holder + "'s pod CIDR"})
+			}
+		}
+	}
+	rec, _ := c.records.Get(nodeName)
+	if rec != nil && rec.Spec.NodeUID == string(self.UID) {
+		if rec.Spec.AgentKey != "" {
+			in.EnrolledKey, _ = contract.DecodeAgentKey(rec.Spec.AgentKey)
+		}
+		in.PreviousSANs = c.previousSANs(rec, csr.Name, now)
+	}
+	if in.Review != "" && in.Review != csr.Name {
+		if other, err := c.csrs.Get(in.Review); err == nil && pending(other) && csrcheck.NodeName(other.Spec.Username) == nodeName {
+			in.ReviewBusy = true
+		}
+	}
+	return in, self
+}
+
+// previousSANs are the SANs of the node's last approved certificate while
+// it is valid, for the renewal rule; nil when there is none, when csr is
+// that certificate's own request, or when that request was not approved.
+func (c *Coordinator) previousSANs(rec *records.Record, csr string, now time.Time) []string {
+	s := rec.Spec.Serving
+	if s == nil || s.CSR == csr || now.After(s.ValidUntil) {
+		return nil
+	}
+	if prev, err := c.csrs.Get(s.CSR); err == nil && !approved(prev) {
+		return nil
+	}
+	return s.SANs
+}
+
+func approved(csr *certificatesv1.CertificateSigningRequest) bool {
+	for _, cond := range csr.Status.Conditions {
+		if cond.Type == certificatesv1.CertificateApproved {
+			return true
+		}
+	}
+	return false
+}
+
+// pendingCount counts pending serving CSRs, each Node at most twice (one
+// node filing CSRs in a loop cannot pause approval for everyone), and the
+// flood guard's limit.
+func (c *Coordinator) pendingCount() (count, limit int) {
+	for _, node := range c.csrIndex.ListIndexFuncValues(byNode) {
+		objs, _ := c.csrIndex.ByIndex(byNode, node)
+		n := 0
+		for _, o := range objs {
+			if csr, ok := o.(*certificatesv1.CertificateSigningRequest); ok && pending(csr) && n < 2 {
+				n++
+			}
+		}
+		count += n
+	}
+	limit = c.settings.CSR.MaxPending
+	if limit == 0 {
+		limit = len(c.nodeIndex.ListKeys()) + 100
+	}
+	c.m.PendingCSRs.Set(float64(count))
+	return count, limit
+}
+
+// podCIDRHolder is the Node whose allocated pod CIDR holds ip.
+func (c *Coordinator) podCIDRHolder(ip netip.Addr) (string, netip.Prefix) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.alloc == nil {
+		return "", netip.Prefix{}
+	}
+	return c.alloc.Holder(ip)
+}
+
+// servingUnderReview is the record of the certificate the initializing
+// patch asks the agent to attest: approved, it needs no further write.
+func (c *Coordinator) servingUnderReview(name string) *records.Serving {
+	csr, err := c.csrs.Get(name)
+	if err != nil {
+		return nil
+	}
+	parsed, err := csrcheck.Parse(csr.Spec.Request)
+	if err != nil {
+		return nil
+	}
+	return &records.Serving{CSR: name, SANs: contract.RequestSANs(parsed), ValidUntil: time.Now().Add(c.certDuration(csr)).UTC().Truncate(time.Second)}
+}
+
+// certDuration is how long the certificate csr asks for will be valid at most.
+func (c *Coordinator) certDuration(csr *certificatesv1.CertificateSigningRequest) time.Duration {
+	d := c.settings.CSR.MaxDuration.Duration
+	if e := csr.Spec.ExpirationSeconds; e != nil && time.Duration(*e)*time.Second < d {
+		d = time.Duration(*e) * time.Second
+	}
+	return d
+}
+
+// reviewAtInit names the node's pending CSR that needs review now, so the
+// initializing patch can ask for it; "" when none does. At initialization
+// the node's addresses are not recorded yet, so the static checks are
+// those that do not depend on the record.
+func (c *Coordinator) reviewAtInit(name string) string {
+	objs, _ := c.csrIndex.ByIndex(byNode, name)
+	var newest *certificatesv1.CertificateSigningRequest
+	for _, o := range objs {
+		if csr, ok := o.(*certificatesv1.CertificateSigningRequest); ok && pending(csr) &&
+			(newest == nil || csr.CreationTimestamp.After(newest.CreationTimestamp.Time)) {
+			newest = csr
+		}
+	}
+	if newest == nil {
+		return ""
+	}
+	in, _ := c.approvalInput(newest, time.Now())
+	switch d := approval.Decide(in); {
+	case d.Action == approval.RequestReview, d.Action == approval.Wait && d.Category == "address-not-settled":
+		return newest.Name
+	}
+	return ""
+}
+
+// recordServing keeps the record's serving SANs true after a decision:
+// set on an approval of another CSR than the one recorded, cleared on a
+// denial of the recorded one.
+func (c *Coordinator) recordServing(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, d approval.Decision) error {
+	nodeName := csrcheck.NodeName(csr.Spec.Username)
+	rec, err := c.records.Get(nodeName)
+	if err != nil || rec == nil {
+		return err
+	}
+	next := rec.Spec
+	switch {
+	case d.Action == approval.Approve && (rec.Spec.Serving == nil || rec.Spec.Serving.CSR != csr.Name):
+		next.Serving = c.servingUnderReview(csr.Name)
+	case d.Action == approval.Deny && rec.Spec.Serving != nil && rec.Spec.Serving.CSR == csr.Name:
+		next.Serving = nil
+	default:
+		return nil
+	}
+	if _, err := c.records.Put(ctx, &records.Record{Name: nodeName, ResourceVersion: rec.ResourceVersion, Spec: next}); err != nil {
+		c.m.NodeWrites.WithLabelValues("record", "error").Inc()
+		return err
+	}
+	c.m.NodeWrites.WithLabelValues("record", "ok").Inc()
+	return nil
+}
+
+func (c *Coordinator) decide(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, d approval.Decision) error {
+	cond := certificatesv1.CertificateSigningRequestCondition{
+		Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "NodeinitApproved", Message: d.Reason,
+		LastUpdateTime: metav1.Now(),
+	}
+	typ := corev1.EventTypeNormal
+	if d.Action == approval.Deny {
+		cond.Type, cond.Reason, typ = certificatesv1.CertificateDenied, "NodeinitDenied", corev1.EventTypeWarning
+	}
+	if d.Action == approval.Approve {
+		// The record names the certificate before it exists, so a crash
+		// between the two never leaves an unrecorded certificate.
+		if err := c.recordServing(ctx, csr, d); err != nil {
+			return err
+		}
+	}
+	update := csr.DeepCopy()
+	update.Status.Conditions = append(update.Status.Conditions, cond)
+	if _, err := c.client.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, update, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+		c.m.NodeWrites.WithLabelValues("approval", "error").Inc()
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("%s CSR %s: %w", d.Action, csr.Name, err)
+	}
+	c.m.NodeWrites.WithLabelValues("approval", "ok").Inc()
+	c.m.CSRDecisions.WithLabelValues(string(d.Action), d.Category).Inc()
+	if d.Action == approval.Deny {
+		// An approval is recorded in the CSR's condition, as
+		// kube-controller-manager's approver does: one Event fewer per join.
+		c.recorder.Event(csr, typ, cond.Reason, d.Reason)
+		if err := c.recordServing(ctx, csr, d); err != nil {
+			c.log.Warn("could not clear the record's serving certificate", "csr", csr.Name, "err", err)
+		}
+	}
+	c.log.Info("CSR decided", "csr", csr.Name, "requestor", csr.Spec.Username, "decision", d.Action, "reason", d.Reason)
+	return nil
+}

@@ -1,0 +1,274 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/finalize"
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/ipam"
+)
+
+// syncNode brings one Node to what the coordinator wants. It decides from
+// its configuration, its NodeRecord and cluster objects; the agent's
+// annotations are requests the policy bounds. The record is written before
+// the Node, so it always says what the coordinator set.
+func (c *Coordinator) syncNode(ctx context.Context, name string) error {
+	node, err := c.nodes.Get(name)
+	if apierrors.IsNotFound(err) {
+		return c.nodeGone(ctx, name)
+	}
+	if err != nil {
+		return err
+	}
+	rec, err := c.records.Get(name)
+	if err != nil {
+		return err
+	}
+	rep := finalize.Read(node)
+	if len(rep.Problems) > 0 {
+		// Never act on partial data: nothing the coordinator owns changes.
+		for _, p := range rep.Problems {
+			key, _, _ := strings.Cut(p, ":")
+			c.m.MalformedReports.WithLabelValues(key).Inc()
+		}
+		c.say(node, "node", name, corev1.EventTypeWarning, "MalformedAgentReport",
+			"nothing changed for this node until its agent's report can be read: "+strings.Join(rep.Problems, "; "))
+		return nil
+	}
+	uninitialized := finalize.Uninitialized(node)
+	if rec == nil && !uninitialized && !c.settings.AdoptExisting {
+		c.say(node, "node", name, corev1.EventTypeWarning, "NotAdopted",
+			"this Node was initialized before nodeinit-coordinator kept a record of it; it is left alone. "+
+				"Set adoptExisting: true in the coordinator's configuration to adopt it (nothing set by others is ever removed)")
+		return nil
+	}
+	var waiting []string
+	if uninitialized {
+		waiting = finalize.Waiting(node, rep, c.settings.RequireProviderID)
+	}
+	existing, err := finalize.PodCIDRs(node)
+	if err != nil {
+		c.say(node, "node", name, corev1.EventTypeWarning, "InvalidPodCIDR", err.Error())
+		return nil
+	}
+
+	now := time.Now()
+	var prev records.Spec
+	if rec != nil {
+		prev = rec.Spec
+		if prev.NodeUID != "" && prev.NodeUID != string(node.UID) {
+			// The Node was re-created: what was recorded for the old object
+			// (grants, claims, the last certificate) is gone with it. The
+			// enrolled key stays: it belongs to the machine, not the object.
+			prev = records.Spec{AgentKey: prev.AgentKey, AgentKeyEnrolled: prev.AgentKeyEnrolled}
+		}
+	}
+	claims, refused := records.NextClaims(prev.Addresses, nodeAddresses(node, c.settings.MaxNodeAddresses), c.otherOwners(node), c.claimPolicy(node), now)
+	if len(refused) > 0 {
+		c.m.AddressesRefused.Add(float64(len(refused)))
+		c.say(node, "node", name, corev1.EventTypeWarning, "AddressNotRecorded",
+			"not recorded as this Node's (never certified, never used for its pod CIDRs): "+strings.Join(refused, "; "))
+	}
+
+	var cidrs []netip.Prefix
+	req := finalize.Request(records.ClaimedIPs(claims), rep, c.networks, c.hasV4, c.hasV6)
+	if c.settings.IPAMEnabled() && len(existing) == 0 && len(waiting) == 0 {
+		// Every observed Node address (this one's too) was reserved by
+		// nodeChanged before this sync could run.
+		c.mu.Lock()
+		cidrs, err = c.alloc.Allocate(name, req)
+		c.poolMetrics()
+		c.mu.Unlock()
+		if err != nil {
+			c.m.Allocations.WithLabelValues(poolOf(req, netip.Prefix{}), "error").Inc()
+			c.say(node, "node", name, corev1.EventTypeWarning, "PodCIDRAllocationFailed", err.Error())
+			return fmt.Errorf("allocating pod CIDRs for %s: %w", name, err)
+		}
+	}
+	if len(waiting) > 0 {
+		// Nothing is written before the node can be initialized: then the
+		// record, and CIDRs, labels, taints and the taint removal in one patch.
+		return nil
+	}
+	initialize := uninitialized
+	var review string
+	if initialize {
+		review = c.reviewAtInit(name)
+	}
+	plan, err := finalize.Compute(node, rep, finalize.Inputs{
+		Grants: c.settings.Grants, ClusterName: c.settings.ClusterName, CIDRs: cidrs, Initialize: initialize, Review: review,
+		PreviousLabels: prev.GrantedLabels, PreviousTaints: prev.GrantedTaints,
+	})
+	if err != nil {
+		return err
+	}
+	if len(plan.Refused) > 0 {
+		c.m.GrantsRefused.WithLabelValues("request").Add(float64(len(plan.Refused)))
+		c.say(node, "node", name, corev1.EventTypeWarning, "GrantRefused", strings.Join(plan.Refused, "; "))
+	}
+
+	next := prev
+	next.NodeUID = string(node.UID)
+	next.Adopted = prev.Adopted || (rec == nil && !uninitialized)
+	next.Addresses = claims
+	next.GrantedLabels = grantedNow(prev.GrantedLabels, plan.Granted, func(k string) bool {
+		v, ok := node.Labels[k]
+		return ok && v == plan.Want[k]
+	})
+	next.GrantedTaints = grantedNow(prev.GrantedTaints, plan.GrantedTaints, func(k string) bool {
+		return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return finalize.TaintKey(t.Key, t.Effect) == k })
+	})
+	if next.AgentKey == "" && rep.Metadata != nil && rep.Metadata.AgentKey != "" {
+		if _, err := contract.DecodeAgentKey(rep.Metadata.AgentKey); err == nil {
+			// Trust on first use: the key is enrolled on the node's first join.
+			next.AgentKey, next.AgentKeyEnrolled = rep.Metadata.AgentKey, &now
+			c.log.Info("enrolled the node agent's key", "node", name, "key", next.AgentKey, "adopted", next.Adopted)
+		}
+	}
+	if review != "" {
+		next.Serving = c.servingUnderReview(review)
+	}
+	if rec == nil || !next.Equal(rec.Spec) {
+		put := &records.Record{Name: name, Spec: next}
+		if rec != nil {
+			put.ResourceVersion = rec.ResourceVersion
+		}
+		if _, err := c.records.Put(ctx, put); err != nil {
+			c.m.NodeWrites.WithLabelValues("record", "error").Inc()
+			return err
+		}
+		c.m.NodeWrites.WithLabelValues("record", "ok").Inc()
+		if rec == nil && next.Adopted {
+			c.recorder.Eventf(node, corev1.EventTypeNormal, "Adopted", "adopted: recorded addresses %v; labels and taints set by others are never removed", records.ClaimedIPs(claims))
+		}
+	}
+	if plan.Patch == nil {
+		return nil
+	}
+	if _, err := c.client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, plan.Patch, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+		c.m.NodeWrites.WithLabelValues("finalize", "error").Inc()
+		if apierrors.IsNotFound(err) {
+			return nil // deleted meanwhile; the delete event releases
+		}
+		return fmt.Errorf("patching node %s: %w", name, err)
+	}
+	c.m.NodeWrites.WithLabelValues("finalize", "ok").Inc()
+	if review != "" {
+		c.m.NodeWrites.WithLabelValues("review", "ok").Inc()
+	}
+	if len(cidrs) > 0 {
+		for _, p := range cidrs {
+			c.m.Allocations.WithLabelValues(poolOf(req, p), "ok").Inc()
+		}
+		if !initialize { // the Initialized Event names them
+			c.recorder.Eventf(node, corev1.EventTypeNormal, "PodCIDRAssigned", "pod CIDRs %v", cidrs)
+		}
+	}
+	if initialize {
+		took := time.Since(node.CreationTimestamp.Time)
+		c.m.NodeInitTime.Observe(took.Seconds())
+		c.recorder.Eventf(node, corev1.EventTypeNormal, "Initialized", "initialized %v after registration: pod CIDRs %v, granted labels %v", took.Round(time.Millisecond), cidrs, plan.Granted)
+		c.log.Info("node initialized", "node", name, "podCIDRs", cidrs, "granted", plan.Granted, "after", took)
+	} else {
+		c.log.Info("node updated", "node", name, "patch", string(plan.Patch))
+	}
+	return nil
+}
+
+// grantedNow is what the record says the coordinator set after this sync:
+// what it recorded before and still wants, plus what it wants and is not
+// already on the Node (present reports whether the Node has it as wanted).
+// A label an admin set before is therefore never recorded, and never removed.
+func grantedNow(prev, want []string, present func(string) bool) []string {
+	var out []string
+	for _, k := range want {
+		if slices.Contains(prev, k) || !present(k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// nodeGone releases a deleted Node's pod CIDRs and its record's claims and
+// grants; the record itself (with the enrolled key) stays, so a node that
+// deletes and re-creates its Node object does not get a fresh enrolment.
+func (c *Coordinator) nodeGone(ctx context.Context, name string) error {
+	c.mu.Lock()
+	if len(c.alloc.Owned(name)) > 0 {
+		c.alloc.Release(name)
+		c.poolMetrics()
+		c.log.Info("released pod CIDRs of a deleted node", "node", name)
+		defer c.retryWaitingForCIDRs()
+	}
+	c.mu.Unlock()
+	c.forget("node", name)
+	rec, err := c.records.Get(name)
+	if err != nil || rec == nil {
+		return err
+	}
+	if len(rec.Spec.Addresses) == 0 && len(rec.Spec.GrantedLabels) == 0 && len(rec.Spec.GrantedTaints) == 0 && rec.Spec.Serving == nil {
+		return nil
+	}
+	kept := records.Spec{NodeUID: rec.Spec.NodeUID, AgentKey: rec.Spec.AgentKey, AgentKeyEnrolled: rec.Spec.AgentKeyEnrolled}
+	if _, err := c.records.Put(ctx, &records.Record{Name: name, ResourceVersion: rec.ResourceVersion, Spec: kept}); err != nil {
+		c.m.NodeWrites.WithLabelValues("record", "error").Inc()
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	}
+	c.m.NodeWrites.WithLabelValues("record", "ok").Inc()
+	c.log.Info("released a deleted node's recorded addresses", "node", name)
+	return nil
+}
+
+// otherOwners maps node's current addresses to the other Node whose record
+// holds each, if any.
+func (c *Coordinator) otherOwners(node *corev1.Node) map[netip.Addr]string {
+	out := map[netip.Addr]string{}
+	for _, ip := range nodeAddresses(node, c.settings.MaxNodeAddresses) {
+		if owner := c.records.Owner(ip); owner != "" && owner != node.Name {
+			out[ip] = owner
+		}
+	}
+	return out
+}
+
+func (c *Coordinator) claimPolicy(node *corev1.Node) records.ClaimPolicy {
+	return records.ClaimPolicy{Networks: c.networks, Reserved: c.reservedFor(node), Max: c.settings.MaxNodeAddresses}
+}
+
+// retryWaitingForCIDRs requeues the Nodes still without pod CIDRs: freed
+// segments may be what they wait for.
+func (c *Coordinator) retryWaitingForCIDRs() {
+	for _, n := range c.listNodes() {
+		if len(n.Spec.PodCIDRs) == 0 && n.Spec.PodCIDR == "" {
+			c.nodeQueue.Add(n.Name)
+		}
+	}
+}
+
+func poolOf(req ipam.Request, p netip.Prefix) string {
+	switch {
+	case p.IsValid() && p.Addr().Is4():
+		return "ipv4"
+	case p.IsValid() && req.IPv6Prefix.IsValid() && req.IPv6Prefix.Overlaps(p):
+		return "node-prefix"
+	case p.IsValid():
+		return "ipv6"
+	case req.IPv6Prefix.IsValid():
+		return "node-prefix"
+	}
+	return "pool"
+}

@@ -1,0 +1,131 @@
+package controller
+
+import (
+	"net/netip"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
+)
+
+// observer remembers since when each Node's addresses have been seen
+// continuously, from every informer event: an address a node adds and
+// removes again (or an agent reverts) starts over. Serving CSRs are
+// decided on addresses stable for csr.minAddressAge, never on one snapshot.
+// Standbys observe too, so a new leader does not start blind.
+type observer struct {
+	max   int
+	mu    sync.Mutex
+	nodes map[string]*observed
+}
+
+type observed struct {
+	uid   types.UID
+	since map[netip.Addr]time.Time
+	order []netip.Addr
+}
+
+func newObserver(max int) *observer { return &observer{max: max, nodes: map[string]*observed{}} }
+
+// nodeAddresses are a Node's InternalIP and ExternalIP addresses in order,
+// at most max of them: what a hostile report can make the coordinator hold
+// is bounded.
+func nodeAddresses(node *corev1.Node, max int) []netip.Addr {
+	var out []netip.Addr
+	for _, ip := range csrcheck.NodeIPs(csrcheck.Node{Name: node.Name, Addresses: node.Status.Addresses}) {
+		if len(out) == max {
+			break
+		}
+		if !containsAddr(out, ip) {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+func containsAddr(s []netip.Addr, a netip.Addr) bool {
+	for _, x := range s {
+		if x == a {
+			return true
+		}
+	}
+	return false
+}
+
+// observe records node's addresses at now and returns those added and
+// removed since the last observation.
+func (o *observer) observe(node *corev1.Node, now time.Time) (added, removed []netip.Addr) {
+	cur := nodeAddresses(node, o.max)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	prev := o.nodes[node.Name]
+	if prev != nil && prev.uid != node.UID {
+		removed = append(removed, prev.order...)
+		prev = nil
+	}
+	next := &observed{uid: node.UID, since: map[netip.Addr]time.Time{}, order: cur}
+	for _, ip := range cur {
+		if t, ok := prev.get(ip); ok {
+			next.since[ip] = t
+		} else {
+			next.since[ip] = now
+			added = append(added, ip)
+		}
+	}
+	if prev != nil {
+		for _, ip := range prev.order {
+			if _, still := next.since[ip]; !still {
+				removed = append(removed, ip)
+			}
+		}
+	}
+	o.nodes[node.Name] = next
+	return added, removed
+}
+
+func (n *observed) get(ip netip.Addr) (time.Time, bool) {
+	if n == nil {
+		return time.Time{}, false
+	}
+	t, ok := n.since[ip]
+	return t, ok
+}
+
+// forget drops a deleted Node and returns the addresses it held.
+func (o *observer) forget(name string) []netip.Addr {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := o.nodes[name]
+	delete(o.nodes, name)
+	if n == nil {
+		return nil
+	}
+	return n.order
+}
+
+// seen is how long each of the Node's addresses has been observed at now.
+func (o *observer) seen(name string, uid types.UID, now time.Time) map[netip.Addr]time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := map[netip.Addr]time.Duration{}
+	if n := o.nodes[name]; n != nil && n.uid == uid {
+		for ip, t := range n.since {
+			out[ip] = now.Sub(t)
+		}
+	}
+	return out
+}
+
+// all returns every observed address, for rebuilding reservations.
+func (o *observer) all() []netip.Addr {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []netip.Addr
+	for _, n := range o.nodes {
+		out = append(out, n.order...)
+	}
+	return out
+}

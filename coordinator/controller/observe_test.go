@@ -1,0 +1,44 @@
+package controller
+
+import (
+	"net/netip"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func TestObserverContinuity(t *testing.T) {
+	o := newObserver(2)
+	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	node := func(uid string, ips ...string) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", UID: types.UID("u" + uid)}}
+		for _, ip := range ips {
+			n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip})
+		}
+		return n
+	}
+	a, b := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.96.0.1")
+	o.observe(node("1", "10.0.0.1"), t0)
+	// A forged address appears, is reverted, and re-forged: it starts over.
+	o.observe(node("1", "10.0.0.1", "10.96.0.1"), t0.Add(time.Second))
+	o.observe(node("1", "10.0.0.1"), t0.Add(1100*time.Millisecond))
+	o.observe(node("1", "10.0.0.1", "10.96.0.1"), t0.Add(2*time.Second))
+	seen := o.seen("n", "u1", t0.Add(3*time.Second))
+	if seen[a] != 3*time.Second || seen[b] != time.Second {
+		t.Fatalf("seen %v; want 10.0.0.1 for 3s and 10.96.0.1 for 1s (since its re-forging)", seen)
+	}
+	// The cap: a third address is not held.
+	added, _ := o.observe(node("1", "10.0.0.1", "10.96.0.1", "10.0.0.3"), t0.Add(4*time.Second))
+	if len(added) != 0 || len(o.seen("n", "u1", t0)) != 2 {
+		t.Fatalf("over the cap: added %v", added)
+	}
+	// A re-created Node starts over and the old addresses are released.
+	_, removed := o.observe(node("2", "10.0.0.1"), t0.Add(5*time.Second))
+	if len(removed) != 2 || o.seen("n", "u2", t0.Add(5*time.Second))[a] != 0 {
+		t.Fatalf("re-created node: removed %v", removed)
+	}
+}
+

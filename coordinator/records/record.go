@@ -1,0 +1,139 @@
+// Package records holds the coordinator's own bookkeeping about each Node,
+// in a NodeRecord: a cluster-scoped custom resource only the coordinator's
+// ServiceAccount may write. Nodes write their own Node object freely, so
+// nothing the coordinator decides from lives there: which labels and taints
+// it granted, which addresses each Node claimed first and since when, the
+// agent key it enrolled, and the names of the serving certificate it last
+// approved.
+//
+// record.go is the data and its wire form; claims.go and grants.go are the
+// pure decisions; store.go is the I/O edge.
+package records
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// The NodeRecord resource (coordinator/deploy/noderecords.yaml).
+var (
+	GVR  = schema.GroupVersionResource{Group: "nodeinit.io", Version: "v1alpha1", Resource: "noderecords"}
+	Kind = "NodeRecord"
+)
+
+// Record is one Node's NodeRecord, named after the Node.
+type Record struct {
+	Name            string `json:"-"`
+	ResourceVersion string `json:"-"`
+	Spec            Spec   `json:"spec"`
+}
+
+// Spec is what the coordinator remembers.
+type Spec struct {
+	// NodeUID is the Node object this record describes; a Node re-created
+	// under the same name starts with no claims and no grants, but keeps
+	// the enrolled agent key.
+	NodeUID string `json:"nodeUID,omitempty"`
+	// Adopted marks a record created for a Node that was already
+	// initialized when the coordinator first saw it: it granted nothing
+	// before, so it removes nothing it did not set since.
+	Adopted bool `json:"adopted,omitempty"`
+	// AgentKey is the agent's public key enrolled on first join (trust on
+	// first use), and AgentKeyEnrolled when.
+	AgentKey         string     `json:"agentKey,omitempty"`
+	AgentKeyEnrolled *time.Time `json:"agentKeyEnrolled,omitempty"`
+	// GrantedLabels and GrantedTaints are what the coordinator set on the
+	// Node; only these are ever removed.
+	GrantedLabels []string `json:"grantedLabels,omitempty"`
+	GrantedTaints []string `json:"grantedTaints,omitempty"`
+	// Addresses are the addresses recorded as this Node's, first claim
+	// first: an address another record holds is never recorded here.
+	Addresses []Claim `json:"addresses,omitempty"`
+	// Serving names the SANs of the serving certificate last approved (or
+	// under review at initialization) for the renewal rule.
+	Serving *Serving `json:"serving,omitempty"`
+}
+
+// Claim is one address and when it was recorded.
+type Claim struct {
+	IP    string    `json:"ip"`
+	Since time.Time `json:"since"`
+}
+
+// Serving is the serving certificate the coordinator approved.
+type Serving struct {
+	CSR        string    `json:"csr"`
+	SANs       []string  `json:"sans"`
+	ValidUntil time.Time `json:"validUntil"`
+}
+
+// Equal reports whether two specs say the same (times to the second, as
+// they round-trip through the API).
+func (s Spec) Equal(o Spec) bool {
+	a, _ := json.Marshal(s.normal())
+	b, _ := json.Marshal(o.normal())
+	return string(a) == string(b)
+}
+
+func (s Spec) normal() Spec {
+	n := s
+	n.Addresses = slices.Clone(s.Addresses)
+	for i := range n.Addresses {
+		n.Addresses[i].Since = n.Addresses[i].Since.UTC().Truncate(time.Second)
+	}
+	if s.AgentKeyEnrolled != nil {
+		t := s.AgentKeyEnrolled.UTC().Truncate(time.Second)
+		n.AgentKeyEnrolled = &t
+	}
+	if s.Serving != nil {
+		sv := *s.Serving
+		sv.ValidUntil = sv.ValidUntil.UTC().Truncate(time.Second)
+		n.Serving = &sv
+	}
+	if len(n.GrantedLabels) == 0 {
+		n.GrantedLabels = nil
+	}
+	if len(n.GrantedTaints) == 0 {
+		n.GrantedTaints = nil
+	}
+	if len(n.Addresses) == 0 {
+		n.Addresses = nil
+	}
+	return n
+}
+
+// ToUnstructured renders the API object.
+func (r *Record) ToUnstructured() (*unstructured.Unstructured, error) {
+	spec, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&r.Spec)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": GVR.GroupVersion().String(), "kind": Kind,
+		"metadata": map[string]any{"name": r.Name},
+		"spec":     spec,
+	}}
+	if r.ResourceVersion != "" {
+		u.SetResourceVersion(r.ResourceVersion)
+	}
+	return u, nil
+}
+
+// FromUnstructured reads the API object.
+func FromUnstructured(u *unstructured.Unstructured) (*Record, error) {
+	r := &Record{Name: u.GetName(), ResourceVersion: u.GetResourceVersion()}
+	raw, err := json.Marshal(u.Object["spec"])
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(raw, &r.Spec); err != nil {
+		return nil, fmt.Errorf("NodeRecord %s: %w", u.GetName(), err)
+	}
+	return r, nil
+}

@@ -1,0 +1,174 @@
+package records
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+)
+
+const byClaim = "byClaim"
+
+// Store reads NodeRecords from an informer and writes them with the
+// coordinator's ServiceAccount. Its own writes are visible to the next read
+// at once (write-through), before the informer delivers them.
+type Store struct {
+	client   dynamic.NamespaceableResourceInterface
+	informer cache.SharedIndexInformer
+
+	mu      sync.Mutex
+	written map[string]*Record // own writes the informer has not caught up with
+}
+
+// NewStore builds the store; its informer starts with the caller's factory
+// lifecycle (Informer().Run).
+func NewStore(client dynamic.Interface) *Store {
+	s := &Store{client: client.Resource(GVR), written: map[string]*Record{}}
+	s.informer = dynamicinformer.NewFilteredDynamicInformer(client, GVR, "", 0, cache.Indexers{byClaim: func(obj any) ([]string, error) {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return nil, nil
+		}
+		r, err := FromUnstructured(u)
+		if err != nil {
+			return nil, nil
+		}
+		var keys []string
+		for _, c := range r.Spec.Addresses {
+			keys = append(keys, c.IP)
+		}
+		return keys, nil
+	}}, nil).Informer()
+	_, _ = s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    s.caughtUp,
+		UpdateFunc: func(_, obj any) { s.caughtUp(obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				s.mu.Lock()
+				delete(s.written, u.GetName())
+				s.mu.Unlock()
+			}
+		},
+	})
+	return s
+}
+
+// Informer is the NodeRecord informer (start it, and wait for its sync).
+func (s *Store) Informer() cache.SharedIndexInformer { return s.informer }
+
+func (s *Store) caughtUp(obj any) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w := s.written[u.GetName()]; w != nil && !newer(w.ResourceVersion, u.GetResourceVersion()) {
+		delete(s.written, u.GetName())
+	}
+}
+
+// newer reports whether resource version a is newer than b. Versions are
+// opaque, but etcd's are integers: when either is not, a's write wins.
+func newer(a, b string) bool {
+	x, errA := strconv.ParseUint(a, 10, 64)
+	y, errB := strconv.ParseUint(b, 10, 64)
+	if errA != nil || errB != nil {
+		return true
+	}
+	return x > y
+}
+
+// Get returns the Node's record, or nil when there is none (or it cannot be
+// read, which a sync reports as an error).
+func (s *Store) Get(name string) (*Record, error) {
+	s.mu.Lock()
+	w := s.written[name]
+	s.mu.Unlock()
+	obj, exists, err := s.informer.GetIndexer().GetByKey(name)
+	if err != nil {
+		return nil, err
+	}
+	if w != nil {
+		c := *w
+		return &c, nil
+	}
+	if !exists {
+		return nil, nil
+	}
+	return FromUnstructured(obj.(*unstructured.Unstructured))
+}
+
+// Owner returns the Node whose record holds ip, "" when none does.
+func (s *Store) Owner(ip netip.Addr) string {
+	key := ip.String()
+	s.mu.Lock()
+	for name, w := range s.written {
+		for _, c := range w.Spec.Addresses {
+			if c.IP == key {
+				s.mu.Unlock()
+				return name
+			}
+		}
+	}
+	s.mu.Unlock()
+	objs, _ := s.informer.GetIndexer().ByIndex(byClaim, key)
+	for _, o := range objs {
+		u := o.(*unstructured.Unstructured)
+		// A record rewritten since (own write) no longer holds it.
+		if r, _ := s.Get(u.GetName()); r != nil {
+			for _, c := range r.Spec.Addresses {
+				if c.IP == key {
+					return r.Name
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// Put creates or updates a record (optimistically, on its resourceVersion).
+func (s *Store) Put(ctx context.Context, r *Record) (*Record, error) {
+	u, err := r.ToUnstructured()
+	if err != nil {
+		return nil, err
+	}
+	var out *unstructured.Unstructured
+	if r.ResourceVersion == "" {
+		out, err = s.client.Create(ctx, u, metav1.CreateOptions{FieldManager: "nodeinit-coordinator"})
+	} else {
+		out, err = s.client.Update(ctx, u, metav1.UpdateOptions{FieldManager: "nodeinit-coordinator"})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("writing NodeRecord %s: %w", r.Name, err)
+	}
+	rec, err := FromUnstructured(out)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.written[r.Name] = rec
+	s.mu.Unlock()
+	c := *rec
+	return &c, nil
+}
+
+// Installed says whether the NodeRecord resource exists on the API server.
+func (s *Store) Installed(ctx context.Context) error {
+	_, err := s.client.List(ctx, metav1.ListOptions{Limit: 1})
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("the NodeRecord resource is not installed (kubectl apply -f coordinator/deploy/noderecords.yaml): %w", err)
+	}
+	return err
+}
