@@ -32,7 +32,7 @@ import (
 var cluster *testcluster.Cluster
 
 func TestMain(m *testing.M) {
-	os.Exit(testcluster.Main(m, &cluster, testcluster.Options{}))
+	os.Exit(testcluster.Main(m, &cluster, testcluster.Options{ControllerManager: true}))
 }
 
 func runCmd(args ...string) (int, string, string) {

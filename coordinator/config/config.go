@@ -43,9 +43,9 @@ type Config struct {
 	// ClusterDomain is the cluster's DNS domain (default cluster.local):
 	// no serving certificate names anything under it.
 	ClusterDomain string `yaml:"clusterDomain,omitempty"`
-	IPAM              IPAM   `yaml:"ipam"`
-	Grants            Grants `yaml:"grants"`
-	CSR               CSR    `yaml:"csr"`
+	IPAM          IPAM   `yaml:"ipam"`
+	Grants        Grants `yaml:"grants"`
+	CSR           CSR    `yaml:"csr"`
 }
 
 // IPAM configures pod-CIDR allocation.

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
@@ -101,8 +102,12 @@ type Coordinator struct {
 
 const byNode = "byNode"
 
-// byHostname indexes Nodes by their Hostname addresses.
-const byHostname = "byHostname"
+// byHostname indexes Nodes by their Hostname addresses, byAddress by their
+// InternalIP and ExternalIP addresses (at most maxNodeAddresses each).
+const (
+	byHostname = "byHostname"
+	byAddress  = "byAddress"
+)
 
 // New builds a replica; nothing runs until Run.
 func New(cfg Config) (*Coordinator, error) {
@@ -176,7 +181,18 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	c.csrIndex = csrInf.Informer().GetIndexer()
-	if err := nodeInf.Informer().AddIndexers(cache.Indexers{byHostname: hostnames}); err != nil {
+	maxAddrs := cfg.Settings.MaxNodeAddresses
+	if err := nodeInf.Informer().AddIndexers(cache.Indexers{byHostname: hostnames, byAddress: func(obj any) ([]string, error) {
+		n, ok := obj.(*corev1.Node)
+		if !ok {
+			return nil, nil
+		}
+		var keys []string
+		for _, ip := range nodeAddresses(n, maxAddrs) {
+			keys = append(keys, ip.String())
+		}
+		return keys, nil
+	}}); err != nil {
 		return nil, err
 	}
 	c.nodeIndex = nodeInf.Informer().GetIndexer()
@@ -194,22 +210,49 @@ func New(cfg Config) (*Coordinator, error) {
 		AddFunc:    func(obj any) { c.enqueueCSR(obj) },
 		UpdateFunc: func(_, obj any) { c.enqueueCSR(obj) },
 	})
-	// A record an admin changed (a re-enrolled key) resyncs its Node's CSRs.
+	// A record an admin changed (a re-enrolled key) resyncs its Node's CSRs;
+	// addresses a record released resync the Nodes waiting for them.
 	_, _ = c.records.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		UpdateFunc: func(_, obj any) { c.recordChanged(obj) },
-		DeleteFunc: func(obj any) { c.recordChanged(obj) },
+		UpdateFunc: func(old, obj any) { c.recordChanged(old, obj) },
+		DeleteFunc: func(obj any) { c.recordChanged(obj, nil) },
 	})
 	return c, nil
 }
 
-func (c *Coordinator) recordChanged(obj any) {
-	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+func (c *Coordinator) recordChanged(old, obj any) {
+	if d, ok := old.(cache.DeletedFinalStateUnknown); ok {
+		old = d.Obj
+	}
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(old)
 	if err != nil {
 		return
 	}
 	objs, _ := c.csrIndex.ByIndex(byNode, key)
 	for _, o := range objs {
 		c.enqueueCSR(o)
+	}
+	released := map[string]bool{}
+	if u, ok := old.(*unstructured.Unstructured); ok {
+		if r, err := records.FromUnstructured(u); err == nil {
+			for _, a := range r.Spec.Addresses {
+				released[a.IP] = true
+			}
+		}
+	}
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		if r, err := records.FromUnstructured(u); err == nil {
+			for _, a := range r.Spec.Addresses {
+				delete(released, a.IP)
+			}
+		}
+	}
+	for ip := range released {
+		nodes, _ := c.nodeIndex.ByIndex(byAddress, ip)
+		for _, n := range nodes {
+			if node, ok := n.(*corev1.Node); ok && node.Name != key {
+				c.nodeQueue.Add(node.Name)
+			}
+		}
 	}
 }
 
@@ -510,4 +553,3 @@ func (c *Coordinator) forget(kind, name string) {
 		}
 	}
 }
-

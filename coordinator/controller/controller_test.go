@@ -51,7 +51,9 @@ var rbacOnce sync.Once
 func coordinatorIdentity(t testing.TB) *rest.Config {
 	t.Helper()
 	var err error
-	rbacOnce.Do(func() { err = kubeapply.Files(t.Context(), cluster.Admin(), "../deploy/noderecords.yaml", "../deploy/rbac.yaml") })
+	rbacOnce.Do(func() {
+		err = kubeapply.Files(t.Context(), cluster.Admin(), "../deploy/noderecords.yaml", "../deploy/rbac.yaml")
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

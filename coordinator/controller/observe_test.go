@@ -41,4 +41,3 @@ func TestObserverContinuity(t *testing.T) {
 		t.Fatalf("re-created node: removed %v", removed)
 	}
 }
-

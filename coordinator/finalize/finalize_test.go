@@ -210,7 +210,6 @@ func TestInitializationCarriesReview(t *testing.T) {
 	}
 }
 
-
 // The node's annotations are attacker-controlled: a node naming an admin's
 // label in its old granted-labels annotation, or requesting the cluster
 // name, changes nothing.

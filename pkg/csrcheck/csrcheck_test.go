@@ -285,7 +285,6 @@ func FuzzCheck(f *testing.F) {
 	})
 }
 
-
 // TestForgedNodeRefusals: everything on the Node object is forged. Each row
 // is a SAN an attacker holding node-a's kubelet credential put both in its
 // own status.addresses and in its CSR; every one must be refused whatever
