@@ -58,7 +58,15 @@ func TestValidateAndBadConfig(t *testing.T) {
 	}
 }
 
-func coordinatorBinary(t testing.TB) string { return gobuild.Binary(t, ".") }
+// coordinatorBinary builds this package's binary, or returns
+// $NODEINIT_COORDINATOR_BINARY: an attack can then be replayed against
+// another build (an older release, to see it fail there).
+func coordinatorBinary(t testing.TB) string {
+	if bin := os.Getenv("NODEINIT_COORDINATOR_BINARY"); bin != "" {
+		return bin
+	}
+	return gobuild.Binary(t, ".")
+}
 
 type proc struct {
 	id   string
