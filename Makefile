@@ -34,10 +34,9 @@ bench-units: kube-tools ## component benchmarks that print figures: allocator, a
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/ipam
 	KUBE_TOOLS_DIR=$$(hack/kube-tools/build.sh 2>/dev/null) $(GO) test -run '^$$' -bench Footprint -benchtime 1x ./agent
 
-N     ?= 100
 QUIET ?= 60s
 bench: kube-tools ## join storm of N nodes on a real control plane: latencies, writes per node, CPU, floor (N=500 QUIET=60s)
-	KUBE_TOOLS_DIR=$$(hack/kube-tools/build.sh 2>/dev/null) $(GO) run ./hack/bench -nodes $(N) -quiet $(QUIET)
+	KUBE_TOOLS_DIR=$$(hack/kube-tools/build.sh 2>/dev/null) $(GO) run ./hack/bench -nodes $(or $(N),100) -quiet $(QUIET)
 
 bench-scale: kube-tools ## 5,000 initialized Nodes, then the coordinator, then 500 joins: RSS, leader→ready, allocation time
 	KUBE_TOOLS_DIR=$$(hack/kube-tools/build.sh 2>/dev/null) $(GO) run ./hack/bench -existing 5000 -nodes 500 -quiet 10s -floor=false

@@ -80,6 +80,7 @@ type Coordinator struct {
 	networks       []netip.Prefix
 	configReserved []csrcheck.Reserved
 	reservedBy     map[netip.Addr]int // observed Node addresses reserved in the allocator, by how many Nodes
+	unadopted      map[string]bool    // initialized Nodes without a record, left alone
 
 	factory    informers.SharedInformerFactory
 	csrFactory informers.SharedInformerFactory
@@ -151,7 +152,7 @@ func New(cfg Config) (*Coordinator, error) {
 	c := &Coordinator{
 		cfg: cfg, client: cfg.Client, settings: cfg.Settings, log: cfg.Log, m: cfg.Metrics, policy: policy,
 		records: records.NewStore(cfg.Dynamic), facts: newClusterFacts(cfg.Client), observer: newObserver(cfg.Settings.MaxNodeAddresses),
-		networks: networks, configReserved: cfg.Settings.Reserved(), reservedBy: map[netip.Addr]int{},
+		networks: networks, configReserved: cfg.Settings.Reserved(), reservedBy: map[netip.Addr]int{}, unadopted: map[string]bool{},
 		lastSaid: map[string]string{}, ready: errors.New("starting"),
 		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes"}),

@@ -17,6 +17,7 @@ type Metrics struct {
 	AddressesRefused prometheus.Counter
 	FloodGuard       prometheus.Gauge
 	PendingCSRs      prometheus.Gauge
+	NotAdopted       prometheus.Gauge
 }
 
 // NewMetrics registers the series with reg (nil: unregistered).
@@ -57,10 +58,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		PendingCSRs: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "nodeinit_coordinator_pending_serving_csrs", Help: "Pending kubelet-serving CSRs as the flood guard counts them (each Node at most twice).",
 		}),
+		NotAdopted: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nodeinit_coordinator_nodes_not_adopted", Help: "Initialized Nodes without a NodeRecord, left alone because adoptExisting is off.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Leader, m.Allocations, m.PoolSegments, m.CSRDecisions, m.GrantsRefused, m.NodeInitTime, m.NodeWrites, m.RebuildSeconds,
-			m.MalformedReports, m.AddressesRefused, m.FloodGuard, m.PendingCSRs)
+			m.MalformedReports, m.AddressesRefused, m.FloodGuard, m.PendingCSRs, m.NotAdopted)
 	}
 	return m
 }

@@ -48,11 +48,10 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	}
 	uninitialized := finalize.Uninitialized(node)
 	if rec == nil && !uninitialized && !c.settings.AdoptExisting {
-		c.say(node, "node", name, corev1.EventTypeWarning, "NotAdopted",
-			"this Node was initialized before nodeinit-coordinator kept a record of it; it is left alone. "+
-				"Set adoptExisting: true in the coordinator's configuration to adopt it (nothing set by others is ever removed)")
+		c.notAdopted(name, true)
 		return nil
 	}
+	c.notAdopted(name, false)
 	var waiting []string
 	if uninitialized {
 		waiting = finalize.Waiting(node, rep, c.settings.RequireProviderID)
@@ -271,4 +270,25 @@ func poolOf(req ipam.Request, p netip.Prefix) string {
 		return "node-prefix"
 	}
 	return "pool"
+}
+
+// notAdopted counts the initialized Nodes without a record that the
+// coordinator leaves alone (adoptExisting off): one log line when the
+// first appears and a gauge, not an Event per Node of a migrated cluster.
+func (c *Coordinator) notAdopted(name string, is bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if is == c.unadopted[name] {
+		return
+	}
+	if is {
+		c.unadopted[name] = true
+		if len(c.unadopted) == 1 {
+			c.log.Warn("Nodes initialized before nodeinit-coordinator kept records of them are left alone; "+
+				"set adoptExisting: true to adopt them (it never removes what others set). Count: nodeinit_coordinator_nodes_not_adopted", "first", name)
+		}
+	} else {
+		delete(c.unadopted, name)
+	}
+	c.m.NotAdopted.Set(float64(len(c.unadopted)))
 }

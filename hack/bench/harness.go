@@ -50,6 +50,7 @@ const benchRules = `transformations:
 // benchCoordinatorConfig has room for 16,384 IPv4 /24s; IPv6 segments are
 // carved from each node's own /64.
 const benchCoordinatorConfig = `clusterName: bench
+nodeNetworks: [10.0.0.0/8, "2001:db8::/32"]
 ipam:
   ipv4Pool: 100.64.0.0/10
   ipv6Pool: fd00:10:244::/64

@@ -37,7 +37,7 @@ import (
 // Budgets of mutating requests per node, Events apart (issue 7).
 const (
 	agentBudget       = 3 // metadata patch, status patch, attestation
-	coordinatorBudget = 3 // initializing patch, review request, approval
+	coordinatorBudget = 4 // its NodeRecord, initializing patch, review request, approval
 )
 
 type options struct {

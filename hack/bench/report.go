@@ -108,7 +108,7 @@ func attribute(events []testcluster.AuditEvent, names map[string]bool, csrOwner 
 		}
 		var node string
 		switch ref.Resource {
-		case "nodes":
+		case "nodes", "noderecords":
 			node = ref.Name
 		case "certificatesigningrequests":
 			node = csrOwner[ref.Name]
