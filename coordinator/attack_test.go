@@ -287,8 +287,12 @@ func nodeRecord(t *testing.T, name string) *records.Record {
 	return r
 }
 
-func internal(ip string) corev1.NodeAddress { return corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip} }
-func hostname(n string) corev1.NodeAddress  { return corev1.NodeAddress{Type: corev1.NodeHostName, Address: n} }
+func internal(ip string) corev1.NodeAddress {
+	return corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip}
+}
+func hostname(n string) corev1.NodeAddress {
+	return corev1.NodeAddress{Type: corev1.NodeHostName, Address: n}
+}
 
 // honestJoin is an honest node joining: its kubelet registers, its agent
 // reports addresses and its key, the coordinator initializes it.
