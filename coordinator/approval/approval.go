@@ -108,7 +108,11 @@ func Decide(in Input) Decision {
 		if after <= 0 {
 			after = claimRecheck
 		}
-		return Decision{Action: Wait, After: after, Reason: v.Reason(), Category: "address-not-settled"}
+		cat := "address-not-settled"
+		if v.Conflict {
+			cat = "address-claimed"
+		}
+		return Decision{Action: Wait, After: after, Reason: v.Reason(), Category: cat}
 	}
 	sans := contract.RequestSANs(v.Parsed)
 	if in.Renewals == config.RenewSameNames && in.PreviousSANs != nil && !slices.Equal(in.PreviousSANs, sans) {

@@ -574,8 +574,8 @@ func TestFirstClaimKeepsItsAddress(t *testing.T) {
 		t.Errorf("the first claimant's CSR: %s %q, want Approved", c.Type, c.Message)
 	}
 	b.csr(t, "own-b-shared", []string{"own-b"}, []string{"10.0.5.1"})
-	waitFor(t, 10*time.Second, "AddressNotSettled Event", func() bool { return len(events(t, "own-b-shared", "AddressNotSettled")) > 0 })
-	if msg := events(t, "own-b-shared", "AddressNotSettled")[0].Message; !strings.Contains(msg, "recorded as Node own-a's address") {
+	waitFor(t, 10*time.Second, "AddressClaimedByOtherNode Event", func() bool { return len(events(t, "own-b-shared", "AddressClaimedByOtherNode")) > 0 })
+	if msg := events(t, "own-b-shared", "AddressClaimedByOtherNode")[0].Message; !strings.Contains(msg, "recorded as Node own-a's address") {
 		t.Errorf("Event %q does not name the holder", msg)
 	}
 	if c, decided := condition(t, "own-b-shared"); decided {

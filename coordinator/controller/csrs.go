@@ -25,7 +25,7 @@ var heldReasons = map[string]string{
 	"flood-guard":           "ApprovalPaused",
 	"no-enrolled-key":       "NoEnrolledAgentKey",
 	"agent-key-changed":     "AgentKeyChanged",
-	"address-not-settled":   "AddressNotSettled",
+	"address-claimed":       "AddressClaimedByOtherNode",
 	"attestation-invalid":   "AttestationIgnored",
 }
 
@@ -235,7 +235,7 @@ func (c *Coordinator) reviewAtInit(name string) string {
 	}
 	in, _ := c.approvalInput(newest, time.Now())
 	switch d := approval.Decide(in); {
-	case d.Action == approval.RequestReview, d.Action == approval.Wait && d.Category == "address-not-settled":
+	case d.Action == approval.RequestReview, d.Action == approval.Wait && (d.Category == "address-not-settled" || d.Category == "address-claimed"):
 		return newest.Name
 	}
 	return ""

@@ -136,6 +136,8 @@ type Verdict struct {
 	Parsed *x509.CertificateRequest
 	// After is when a Retry verdict may turn (0: unknown, use backoff).
 	After time.Duration
+	// Conflict says an address is recorded as another Node's.
+	Conflict bool
 }
 
 // Reason joins the failures into one line for a condition or an Event.
@@ -161,10 +163,12 @@ type check struct {
 	fn   func(input) error
 }
 
-// retryError marks a failure that may resolve by itself.
+// retryError marks a failure that may resolve by itself; conflict says
+// another Node holds an address (worth telling someone about).
 type retryError struct {
-	msg   string
-	after time.Duration
+	msg      string
+	after    time.Duration
+	conflict bool
 }
 
 func (e retryError) Error() string { return e.msg }
@@ -224,6 +228,7 @@ func Check(req Request, node *Node, facts Facts, policy Policy) Verdict {
 		var retry retryError
 		if errors.As(err, &retry) {
 			v.After = max(v.After, retry.after)
+			v.Conflict = v.Conflict || retry.conflict
 		}
 		v.Failures = append(v.Failures, Failure{Check: c.name, Reason: err.Error(), Retry: errors.As(err, &retry)})
 	}
@@ -557,7 +562,7 @@ func CheckIP(ip netip.Addr, node string, nodeIPs []netip.Addr, facts Facts, poli
 	case owner == "":
 		return retryError{msg: fmt.Sprintf("IP SAN %s is not yet recorded as Node %s's address", ip, node)}
 	case owner != node:
-		return retryError{msg: fmt.Sprintf("IP SAN %s is recorded as Node %s's address; it stays pending while %s holds it", ip, owner, owner)}
+		return retryError{msg: fmt.Sprintf("IP SAN %s is recorded as Node %s's address; it stays pending while %s holds it", ip, owner, owner), conflict: true}
 	}
 	if seen := facts.Seen[ip]; seen < policy.MinStable {
 		return retryError{msg: fmt.Sprintf("IP SAN %s has been on Node %s for %v, less than %v", ip, node, seen.Round(time.Millisecond), policy.MinStable),
@@ -581,6 +586,7 @@ func checkIPAddresses(in input) error {
 		if errors.As(err, &r) {
 			retry.msg = strings.TrimPrefix(retry.msg+", "+r.msg, ", ")
 			retry.after = max(retry.after, r.after)
+			retry.conflict = retry.conflict || r.conflict
 		} else if err != nil {
 			errs = append(errs, err)
 		}
