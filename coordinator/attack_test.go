@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -329,7 +330,12 @@ func startAttackedCoordinator(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(attackConfig), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	startProcess(t, "attacked", kc, cfg)
+	p := startProcess(t, "attacked", kc, cfg)
+	t.Cleanup(func() {
+		// SIGTERM: the lease is released, so the next test's replicas lead at once.
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		_ = p.cmd.Wait()
+	})
 	until(t, 30*time.Second, "the coordinator leads", func() bool { return holder(t, adminClient()) == "attacked" })
 }
 

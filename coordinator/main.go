@@ -144,7 +144,7 @@ func runCoordinator(args []string, stderr io.Writer) int {
 	defer stop()
 	reg := telemetry.NewRegistry()
 	coord, err := controller.New(controller.Config{
-		Client: client, Dynamic: dyn, Settings: settings, Namespace: *namespace, LeaseName: *leaseName, Identity: *id,
+		Client: client, Dynamic: dyn, REST: restCfg, Settings: settings, Namespace: *namespace, LeaseName: *leaseName, Identity: *id,
 		LeaseDuration: *leaseDuration, RenewDeadline: *renewDeadline, RetryPeriod: *retryPeriod,
 		NodeWorkers: *nodeWorkers, CSRWorkers: *csrWorkers, Log: log, Metrics: controller.NewMetrics(reg),
 	})

@@ -232,7 +232,7 @@ func TestFailoverAndRestart(t *testing.T) {
 		}
 		return time.Since(start)
 	}
-	waitFor("a leader", 20*time.Second, func() bool { leader = holder(t, admin); return leader != "" })
+	waitFor("a leader", 20*time.Second, func() bool { leader = holder(t, admin); return procs[leader] != nil })
 	t.Logf("leader: %s", leader)
 
 	burst := make(chan struct{})

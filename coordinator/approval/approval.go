@@ -135,9 +135,15 @@ func Decide(in Input) Decision {
 		err := a.Verify(csrcheck.NodeName(in.CSR.Username), in.EnrolledKey, sans)
 		switch {
 		case err != nil && in.PublishedKey != "" && in.PublishedKey != contract.EncodeAgentKey(in.EnrolledKey):
+			published, perr := contract.DecodeAgentKey(in.PublishedKey)
+			if perr != nil {
+				return decideWithout(in, "attestation-invalid", fmt.Sprintf("ignored an attestation not signed by the enrolled agent key (%v); the node publishes an unreadable key", err))
+			}
+			key := contract.EncodeAgentKey(published) // re-encoded: nothing node-written reaches the command verbatim
 			return Decision{Action: Hold, Category: "agent-key-changed",
-				Reason: fmt.Sprintf("the node's agent now publishes key %s, not the enrolled one (%v); after a reinstall, re-enrol it: "+
-					"kubectl patch noderecord %s --type=merge -p '{\"spec\":{\"agentKey\":%q}}'", in.PublishedKey, err, in.Node.Name, in.PublishedKey)}
+				Reason: fmt.Sprintf("the node's agent now publishes key %s, not the enrolled one (%v). If the node was reinstalled, "+
+					"check the key against the agent's log on the node, then re-enrol it: "+
+					"kubectl patch noderecord %s --type=merge -p '{\"spec\":{\"agentKey\":\"%s\"}}'", key, err, in.Node.Name, key)}
 		case err != nil:
 			// Whoever wrote it does not hold the agent key: it changes nothing.
 			return decideWithout(in, "attestation-invalid", fmt.Sprintf("ignored an attestation not signed by the enrolled agent key (%v)", err))

@@ -105,6 +105,12 @@ type CSR struct {
 	// MaxPending stops automatic approval while more serving CSRs are
 	// pending (each Node counted at most twice); 0: the number of Nodes + 100.
 	MaxPending int `yaml:"maxPending,omitempty"`
+	// ReservedAddresses and ReservedNames are never certified for a node
+	// nor recorded as its address: a Talos shared VIP, a load balancer in
+	// front of the API server, its external name. (The API server's own
+	// certificate SANs are reserved automatically.)
+	ReservedAddresses []string `yaml:"reservedAddresses,omitempty"`
+	ReservedNames     []string `yaml:"reservedNames,omitempty"`
 	// AllowedIPRanges was replaced by the top-level nodeNetworks.
 	AllowedIPRanges []string `yaml:"allowedIPRanges,omitempty"`
 }
@@ -312,6 +318,17 @@ func (c *Config) CSRPolicy() (csrcheck.Policy, error) {
 	if bad := validationIsDNS(p.ClusterDomain); bad != nil {
 		errs = append(errs, fmt.Errorf("clusterDomain %q is not a DNS name", c.ClusterDomain))
 	}
+	for _, a := range c.CSR.ReservedAddresses {
+		if _, err := parsePrefixOrAddr(a); err != nil {
+			errs = append(errs, fmt.Errorf("reservedAddresses: %q is not an address or a prefix", a))
+		}
+	}
+	for i, n := range c.CSR.ReservedNames {
+		c.CSR.ReservedNames[i] = strings.ToLower(n)
+		if bad := validationIsDNS(strings.ToLower(n)); bad != nil {
+			errs = append(errs, fmt.Errorf("reservedNames: %q is not a DNS name", n))
+		}
+	}
 	for _, pat := range c.CSR.AllowedDNSNames {
 		if err := csrcheck.CheckPattern(pat, p.ClusterDomain); err != nil {
 			errs = append(errs, fmt.Errorf("allowedDNSNames: %w", err))
@@ -353,7 +370,21 @@ func (c *Config) Reserved() []csrcheck.Reserved {
 			out = append(out, csrcheck.Reserved{Prefix: p.Masked(), Why: "a pod pool"})
 		}
 	}
+	for _, s := range c.CSR.ReservedAddresses {
+		if p, err := parsePrefixOrAddr(s); err == nil {
+			out = append(out, csrcheck.Reserved{Prefix: p, Why: "reserved by csr.reservedAddresses"})
+		}
+	}
 	return out
+}
+
+// parsePrefixOrAddr reads "10.0.0.5" or "10.0.0.0/24".
+func parsePrefixOrAddr(s string) (netip.Prefix, error) {
+	if ip, err := netip.ParseAddr(s); err == nil {
+		return netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen()), nil
+	}
+	p, err := netip.ParsePrefix(s)
+	return p.Masked(), err
 }
 
 func validationIsDNS(s string) []string {
@@ -376,6 +407,11 @@ func (g Grants) MayGrantLabel(key, value string) (bool, string) {
 	}
 	if prefix, _, ok := strings.Cut(key, "/"); ok && (prefix == "node-restriction.kubernetes.io" || strings.HasSuffix(prefix, ".node-restriction.kubernetes.io")) {
 		return false, "node-restriction.kubernetes.io labels exist so nodes cannot set them; never granted"
+	}
+	if key == "node-role.kubernetes.io/control-plane" || key == "node-role.kubernetes.io/master" {
+		// The coordinator trusts this label (it exempts a control-plane
+		// Node's own addresses from the API server's); it never sets it.
+		return false, key + " marks control-plane Nodes; never granted"
 	}
 	return g.Labels.decide("label", key)
 }

@@ -22,6 +22,15 @@ func defaults(t *testing.T) *Config {
 // Labels a node may request but must never be granted by default.
 func TestLabelGrants(t *testing.T) {
 	g := defaults(t).Grants
+	// Even an allow list that names them grants neither control-plane
+	// label: the coordinator trusts that label, so it never sets it.
+	wide, err := Parse([]byte("grants: {labels: {allow: ['node-role.kubernetes.io/*']}}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := wide.Grants.MayGrantLabel("node-role.kubernetes.io/control-plane", ""); ok {
+		t.Error("an allow list granted node-role.kubernetes.io/control-plane")
+	}
 	for _, tc := range []struct {
 		key, value string
 		grant      bool
@@ -30,8 +39,8 @@ func TestLabelGrants(t *testing.T) {
 		{"node-role.kubernetes.io/web", "", true, ""},
 		{"node-role.kubernetes.io/worker", "true", true, ""},
 		{"node.cloudprovider.kubernetes.io/platform", "metal", true, ""},
-		{"node-role.kubernetes.io/control-plane", "", false, "denied by the grant policy"},
-		{"node-role.kubernetes.io/master", "", false, "denied by the grant policy"},
+		{"node-role.kubernetes.io/control-plane", "", false, "never granted"},
+		{"node-role.kubernetes.io/master", "", false, "never granted"},
 		{"node-restriction.kubernetes.io/x", "", false, "never granted"},
 		{"example.node-restriction.kubernetes.io/x", "", false, "never granted"},
 		{"kubernetes.io/hostname", "other", false, "not allowed"},

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -28,6 +29,7 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	certlisters "k8s.io/client-go/listers/certificates/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -60,6 +62,14 @@ type Config struct {
 	NodeWorkers, CSRWorkers int
 	Log                     *slog.Logger
 	Metrics                 *Metrics
+	// REST, when set, is the client configuration: before leading, the
+	// coordinator reads the API server's serving certificate through it.
+	REST *rest.Config
+	// APIServerNames and APIServerIPs are the SANs of the API server's own
+	// serving certificate (read through REST): never certified for a
+	// node, except a control-plane Node's own name and addresses.
+	APIServerNames []string
+	APIServerIPs   []netip.Addr
 }
 
 // Coordinator is one replica.
@@ -81,6 +91,8 @@ type Coordinator struct {
 	configReserved []csrcheck.Reserved
 	reservedBy     map[netip.Addr]int // observed Node addresses reserved in the allocator, by how many Nodes
 	unadopted      map[string]bool    // initialized Nodes without a record, left alone
+	pools          []netip.Prefix     // the configured pod pools: node addresses there are never reserved
+	claimLocks     [64]sync.Mutex     // address stripes: claims are decided and recorded under them
 
 	factory    informers.SharedInformerFactory
 	csrFactory informers.SharedInformerFactory
@@ -149,10 +161,16 @@ func New(cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
+	var pools []netip.Prefix
+	for _, p := range []string{cfg.Settings.IPAM.IPv4Pool, cfg.Settings.IPAM.IPv6Pool} {
+		if pp, err := netip.ParsePrefix(p); err == nil {
+			pools = append(pools, pp.Masked())
+		}
+	}
 	c := &Coordinator{
 		cfg: cfg, client: cfg.Client, settings: cfg.Settings, log: cfg.Log, m: cfg.Metrics, policy: policy,
 		records: records.NewStore(cfg.Dynamic), facts: newClusterFacts(cfg.Client), observer: newObserver(cfg.Settings.MaxNodeAddresses),
-		networks: networks, configReserved: cfg.Settings.Reserved(), reservedBy: map[netip.Addr]int{}, unadopted: map[string]bool{},
+		networks: networks, configReserved: cfg.Settings.Reserved(), reservedBy: map[netip.Addr]int{}, unadopted: map[string]bool{}, pools: pools,
 		lastSaid: map[string]string{}, ready: errors.New("starting"),
 		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes"}),
@@ -207,9 +225,25 @@ func New(cfg Config) (*Coordinator, error) {
 			c.nodeChanged(obj)
 		},
 	})
+	// CSRs are node-written: keep no more of each in memory than a
+	// decision reads. An oversized request stays too large to parse.
+	_ = csrInf.Informer().SetTransform(func(obj any) (any, error) {
+		if csr, ok := obj.(*certificatesv1.CertificateSigningRequest); ok {
+			csr.ManagedFields = nil
+			if len(csr.Spec.Request) > csrcheck.MaxRequestBytes {
+				csr.Spec.Request = csr.Spec.Request[:csrcheck.MaxRequestBytes+1]
+			}
+		}
+		return obj, nil
+	})
 	_, _ = csrInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.enqueueCSR(obj) },
 		UpdateFunc: func(_, obj any) { c.enqueueCSR(obj) },
+		DeleteFunc: func(obj any) {
+			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+				c.forget("csr", key)
+			}
+		},
 	})
 	// A record an admin changed (a re-enrolled key) resyncs its Node's CSRs;
 	// addresses a record released resync the Nodes waiting for them.
@@ -247,6 +281,9 @@ func (c *Coordinator) recordChanged(old, obj any) {
 			}
 		}
 	}
+	if len(released) > 0 {
+		c.log.Debug("record released addresses", "record", key, "released", released)
+	}
 	for ip := range released {
 		nodes, _ := c.nodeIndex.ByIndex(byAddress, ip)
 		for _, n := range nodes {
@@ -273,6 +310,8 @@ func (c *Coordinator) nodeChanged(obj any) {
 	// reports them, so no node is handed a segment holding another node's
 	// address; withdrawn ones are released.
 	c.mu.Lock()
+	added = slices.DeleteFunc(added, c.inPool)
+	removed = slices.DeleteFunc(removed, c.inPool)
 	for _, ip := range added {
 		if c.reservedBy[ip]++; c.reservedBy[ip] == 1 && c.alloc != nil {
 			c.alloc.Reserve(ip)
@@ -293,6 +332,12 @@ func (c *Coordinator) nodeChanged(obj any) {
 	for _, o := range objs {
 		c.enqueueCSR(o)
 	}
+}
+
+// inPool reports whether ip is inside a configured pod pool: no real node
+// address is, so a Node listing one does not get to reserve a segment.
+func (c *Coordinator) inPool(ip netip.Addr) bool {
+	return slices.ContainsFunc(c.pools, func(p netip.Prefix) bool { return p.Contains(ip) })
 }
 
 func (c *Coordinator) enqueueCSR(obj any) {
@@ -343,6 +388,14 @@ func (c *Coordinator) waitForAPI(ctx context.Context) error {
 			// Without its records the coordinator cannot decide anything safely.
 			err = c.records.Installed(ctx)
 		}
+		if err == nil && c.cfg.REST != nil && c.cfg.APIServerNames == nil {
+			var names []string
+			var ips []netip.Addr
+			if names, ips, err = APIServerSANs(ctx, c.cfg.REST); err == nil {
+				c.cfg.APIServerNames, c.cfg.APIServerIPs = append(names, ""), ips
+				c.log.Info("the API server's certificate names and addresses are never certified for a node", "names", names, "ips", ips)
+			}
+		}
 		if err == nil {
 			if logged {
 				c.log.Info("the API server answers")
@@ -377,22 +430,19 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	informers, stopInformers := context.WithCancel(ctx)
 	// Listed before the informers start, so the handlers see them.
 	c.facts.factory.Discovery().V1().EndpointSlices().Informer()
-	c.facts.factory.Networking().V1().ServiceCIDRs().Informer()
 	c.factory.Start(informers.Done())
 	c.csrFactory.Start(informers.Done())
-	c.facts.factory.Start(informers.Done())
+	factsSynced := c.facts.start(informers.Done(), c.log.Info)
 	var recordsDone sync.WaitGroup
 	recordsDone.Go(func() { c.records.Informer().Run(informers.Done()) })
 	defer recordsDone.Wait()
 	defer c.factory.Shutdown()
 	defer c.csrFactory.Shutdown()
-	defer c.facts.factory.Shutdown()
+	defer c.facts.shutdown()
 	defer stopInformers()
-	if !cache.WaitForCacheSync(ctx.Done(), c.factory.Core().V1().Nodes().Informer().HasSynced,
+	if !cache.WaitForCacheSync(ctx.Done(), append(factsSynced, c.factory.Core().V1().Nodes().Informer().HasSynced,
 		c.csrFactory.Certificates().V1().CertificateSigningRequests().Informer().HasSynced,
-		c.records.Informer().HasSynced,
-		c.facts.factory.Discovery().V1().EndpointSlices().Informer().HasSynced,
-		c.facts.factory.Networking().V1().ServiceCIDRs().Informer().HasSynced) {
+		c.records.Informer().HasSynced)...) {
 		return ctx.Err()
 	}
 	c.setReady(nil) // a synced standby is ready to take over
@@ -437,7 +487,23 @@ func (c *Coordinator) lead(ctx context.Context) {
 	start := time.Now()
 	c.m.Leader.Set(1)
 	c.setReady(errors.New("leader: rebuilding the allocator"))
-	if err := c.rebuild(); err != nil {
+	// The allocator is rebuilt from a fresh LIST, not from this replica's
+	// cache: the previous leader's last writes may not have reached it.
+	var nodes []corev1.Node
+	for {
+		var err error
+		if nodes, err = c.listFresh(ctx); err == nil {
+			break
+		}
+		c.setReady(fmt.Errorf("leader: listing Nodes to rebuild the allocator: %w", err))
+		c.log.Warn("cannot list Nodes to rebuild the allocator; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(apiProbe):
+		}
+	}
+	if err := c.rebuild(nodes); err != nil {
 		c.log.Error("cannot build the allocator", "err", err)
 		c.setReady(err)
 		return
@@ -471,7 +537,24 @@ func (c *Coordinator) listNodes() []*corev1.Node {
 	return nodes
 }
 
-func (c *Coordinator) rebuild() error {
+// listFresh lists every Node from the API server, in pages.
+func (c *Coordinator) listFresh(ctx context.Context) ([]corev1.Node, error) {
+	var out []corev1.Node
+	opts := metav1.ListOptions{Limit: 500}
+	for {
+		list, err := c.client.CoreV1().Nodes().List(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, list.Items...)
+		if list.Continue == "" {
+			return out, nil
+		}
+		opts.Continue = list.Continue
+	}
+}
+
+func (c *Coordinator) rebuild(nodes []corev1.Node) error {
 	alloc, err := c.settings.Allocator()
 	if err != nil {
 		return err
@@ -487,11 +570,11 @@ func (c *Coordinator) rebuild() error {
 			c.hasV6 = u.Total > 0
 		}
 	}
-	nodes := c.listNodes()
 	for ip := range c.reservedBy {
 		alloc.Reserve(ip)
 	}
-	for _, n := range nodes {
+	for i := range nodes {
+		n := &nodes[i]
 		cidrs, err := finalize.PodCIDRs(n)
 		if err == nil && len(cidrs) > 0 {
 			err = alloc.Occupy(n.Name, cidrs)

@@ -83,7 +83,7 @@ func startCoordinatorAs(t *testing.T, id, settings string, cfg *rest.Config) *ru
 		t.Fatal(err)
 	}
 	c, err := controller.New(controller.Config{
-		Client: kubernetes.NewForConfigOrDie(cfg), Dynamic: dynamic.NewForConfigOrDie(cfg), Settings: s, Identity: id,
+		Client: kubernetes.NewForConfigOrDie(cfg), Dynamic: dynamic.NewForConfigOrDie(cfg), REST: cfg, Settings: s, Identity: id,
 		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(testWriter{t}, nil)).With("coordinator", id),
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -109,7 +110,8 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 	}
 	in.Facts = csrcheck.Facts{Reserved: c.reservedFor(self), Claims: map[netip.Addr]string{}, Seen: c.observer.seen(self.Name, self.UID, now)}
 	if parsed, err := csrcheck.Parse(csr.Spec.Request); err == nil {
-		in.Facts.Names = c.names(parsed.DNSNames)
+		in.Facts.Names, in.Facts.Hostnames = c.names(parsed.DNSNames, self.Name)
+		in.Facts.ReservedNames = c.reservedNames(self)
 		for _, raw := range parsed.IPAddresses {
 			ip, ok := netip.AddrFromSlice(raw)
 			if !ok {
@@ -126,6 +128,15 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 	}
 	rec, _ := c.records.Get(nodeName)
 	if rec != nil && rec.Spec.NodeUID == string(self.UID) {
+		// An address counts as stable only as long as it has been both
+		// observed on the Node and recorded as its own.
+		for _, cl := range rec.Spec.Addresses {
+			if ip, err := netip.ParseAddr(cl.IP); err == nil {
+				if age := now.Sub(cl.Since); age < in.Facts.Seen[ip] {
+					in.Facts.Seen[ip] = age
+				}
+			}
+		}
 		if rec.Spec.AgentKey != "" {
 			in.EnrolledKey, _ = contract.DecodeAgentKey(rec.Spec.AgentKey)
 		}
@@ -304,4 +315,15 @@ func (c *Coordinator) decide(ctx context.Context, csr *certificatesv1.Certificat
 	}
 	c.log.Info("CSR decided", "csr", csr.Name, "requestor", csr.Spec.Username, "decision", d.Action, "reason", d.Reason)
 	return nil
+}
+
+// reservedNames are the names node may not certify: the admin's, and the API
+// server's certificate names unless node is a control-plane Node (Talos
+// puts control-plane hostnames in the API server's certificate).
+func (c *Coordinator) reservedNames(node *corev1.Node) []string {
+	out := c.settings.CSR.ReservedNames
+	if !c.controlPlane(node) {
+		out = append(slices.Clone(out), c.cfg.APIServerNames...)
+	}
+	return out
 }

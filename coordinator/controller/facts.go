@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	networkinglisters "k8s.io/client-go/listers/networking/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
 )
@@ -26,9 +27,49 @@ const LabelControlPlane = "node-role.kubernetes.io/control-plane"
 // node may claim or certify: ServiceCIDR objects and the API server's
 // endpoints (the default/kubernetes EndpointSlices).
 type clusterFacts struct {
-	factory      informers.SharedInformerFactory
+	factory   informers.SharedInformerFactory
+	endpoints discoverylisters.EndpointSliceLister
+	// ServiceCIDR objects (networking.k8s.io/v1, Kubernetes 1.33+) come
+	// from their own, unfiltered factory; nil where the API is not served.
+	scFactory    informers.SharedInformerFactory
 	serviceCIDRs networkinglisters.ServiceCIDRLister
-	endpoints    discoverylisters.EndpointSliceLister
+	client       kubernetes.Interface
+}
+
+// start starts the informers and returns the HasSynced functions to wait on.
+func (f *clusterFacts) start(stop <-chan struct{}, log func(msg string, args ...any)) []cache.InformerSynced {
+	synced := []cache.InformerSynced{f.factory.Discovery().V1().EndpointSlices().Informer().HasSynced}
+	if served(f.client, "networking.k8s.io/v1", "servicecidrs") {
+		f.scFactory = informers.NewSharedInformerFactory(f.client, 0)
+		f.serviceCIDRs = f.scFactory.Networking().V1().ServiceCIDRs().Lister()
+		synced = append(synced, f.scFactory.Networking().V1().ServiceCIDRs().Informer().HasSynced)
+		f.scFactory.Start(stop)
+	} else {
+		log("ServiceCIDR objects are not served (Kubernetes before 1.33): only ipam.serviceCIDRs are reserved")
+	}
+	f.factory.Start(stop)
+	return synced
+}
+
+func (f *clusterFacts) shutdown() {
+	f.factory.Shutdown()
+	if f.scFactory != nil {
+		f.scFactory.Shutdown()
+	}
+}
+
+// served reports whether the API server serves resource in groupVersion.
+func served(client kubernetes.Interface, groupVersion, resource string) bool {
+	list, err := client.Discovery().ServerResourcesForGroupVersion(groupVersion)
+	if err != nil {
+		return false
+	}
+	for _, r := range list.APIResources {
+		if r.Name == resource {
+			return true
+		}
+	}
+	return false
 }
 
 func newClusterFacts(client kubernetes.Interface) *clusterFacts {
@@ -40,15 +81,17 @@ func newClusterFacts(client kubernetes.Interface) *clusterFacts {
 				o.LabelSelector = discoveryv1.LabelServiceName + "=kubernetes"
 			}
 		}))
-	cf := &clusterFacts{factory: f}
+	cf := &clusterFacts{factory: f, client: client}
 	cf.endpoints = f.Discovery().V1().EndpointSlices().Lister()
-	cf.serviceCIDRs = f.Networking().V1().ServiceCIDRs().Lister()
 	return cf
 }
 
 // serviceCIDRs are the cluster's ServiceCIDR objects' ranges.
 func (f *clusterFacts) serviceRanges() []csrcheck.Reserved {
 	var out []csrcheck.Reserved
+	if f.serviceCIDRs == nil {
+		return nil
+	}
 	list, _ := f.serviceCIDRs.List(labels.Everything())
 	for _, s := range list {
 		for _, c := range s.Spec.CIDRs {
@@ -77,17 +120,24 @@ func (f *clusterFacts) apiServerAddresses() []netip.Addr {
 }
 
 // reservedFor are the ranges node may never claim or certify: the
-// configured service CIDRs and pod pools, the ServiceCIDR objects, the
-// admin's reserved addresses, and the API server's endpoints unless node is
-// a control-plane Node (whose own address they are).
+// configured service CIDRs, pod pools and reserved addresses, the
+// ServiceCIDR objects, and the API server's own addresses (its endpoints
+// and its serving certificate's IP SANs: a Talos VIP, a load balancer)
+// unless node is a control-plane Node, whose own addresses they may be.
 func (c *Coordinator) reservedFor(node *corev1.Node) []csrcheck.Reserved {
 	out := slices.Concat(c.configReserved, c.facts.serviceRanges())
-	if node == nil || !hasLabel(node, LabelControlPlane) {
-		for _, ip := range c.facts.apiServerAddresses() {
-			out = append(out, csrcheck.Reserved{Prefix: netip.PrefixFrom(ip, ip.BitLen()), Why: "an API server endpoint; only control-plane Nodes may name it"})
+	if node == nil || !c.controlPlane(node) {
+		for _, ip := range slices.Concat(c.facts.apiServerAddresses(), c.cfg.APIServerIPs) {
+			out = append(out, csrcheck.Reserved{Prefix: netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen()), Why: "an address of the API server; only control-plane Nodes may name it"})
 		}
 	}
 	return out
+}
+
+// controlPlane reports whether node is a control-plane Node: it carries the
+// label, and the coordinator did not set it (it never grants it).
+func (c *Coordinator) controlPlane(node *corev1.Node) bool {
+	return hasLabel(node, LabelControlPlane)
 }
 
 func hasLabel(node *corev1.Node, key string) bool {
@@ -95,32 +145,27 @@ func hasLabel(node *corev1.Node, key string) bool {
 	return ok
 }
 
-// names maps each of the DNS names to the Node it names: a Node's name
-// (authenticated: a node creates only its own Node), or else a Hostname,
-// which belongs to the oldest Node listing it, so a node that lists another
-// Node's hostname later cannot take it or block it.
-func (c *Coordinator) names(dns []string) map[string]string {
-	out := map[string]string{}
+// names maps each of the DNS names that is a Node's name to that Node
+// (authenticated: a node creates only its own Node), and each that another
+// Node lists as its Hostname (node-written: a conflict to hold, never a
+// reason to deny) to that Node.
+func (c *Coordinator) names(dns []string, self string) (names, hosts map[string]string) {
+	names, hosts = map[string]string{}, map[string]string{}
 	for _, n := range dns {
 		lower := strings.ToLower(n)
 		if node, err := c.nodes.Get(lower); err == nil {
-			out[lower] = node.Name
+			names[lower] = node.Name
 			continue
 		}
 		objs, _ := c.nodeIndex.ByIndex(byHostname, lower)
-		var first *corev1.Node
 		for _, o := range objs {
-			node, ok := o.(*corev1.Node)
-			if ok && (first == nil || node.CreationTimestamp.Before(&first.CreationTimestamp) ||
-				(node.CreationTimestamp.Equal(&first.CreationTimestamp) && node.Name < first.Name)) {
-				first = node
+			if node, ok := o.(*corev1.Node); ok && node.Name != self {
+				hosts[lower] = node.Name
+				break
 			}
 		}
-		if first != nil {
-			out[lower] = first.Name
-		}
 	}
-	return out
+	return names, hosts
 }
 
 // hostnames indexes Nodes by their Hostname addresses.

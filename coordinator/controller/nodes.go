@@ -37,14 +37,16 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	}
 	rep := finalize.Read(node)
 	if len(rep.Problems) > 0 {
-		// Never act on partial data: nothing the coordinator owns changes.
+		// Never act on partial data: nothing the coordinator grants
+		// changes. Withdrawn addresses are still released: a malformed
+		// report must not pin a claim the Node no longer lists.
 		for _, p := range rep.Problems {
 			key, _, _ := strings.Cut(p, ":")
 			c.m.MalformedReports.WithLabelValues(key).Inc()
 		}
 		c.say(node, "node", name, corev1.EventTypeWarning, "MalformedAgentReport",
 			"nothing changed for this node until its agent's report can be read: "+strings.Join(rep.Problems, "; "))
-		return nil
+		return c.releaseWithdrawn(ctx, node, rec)
 	}
 	uninitialized := finalize.Uninitialized(node)
 	if rec == nil && !uninitialized && !c.settings.AdoptExisting {
@@ -73,11 +75,21 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 			prev = records.Spec{AgentKey: prev.AgentKey, AgentKeyEnrolled: prev.AgentKeyEnrolled}
 		}
 	}
-	claims, refused := records.NextClaims(prev.Addresses, nodeAddresses(node, c.settings.MaxNodeAddresses), c.otherOwners(node), c.claimPolicy(node), now)
+	// Claims are decided and written under the addresses' locks: two
+	// workers never record one address for two Nodes.
+	unlock := c.lockAddrs(slices.Concat(nodeAddresses(node, c.settings.MaxNodeAddresses), records.ClaimedIPs(prev.Addresses)))
+	defer unlock()
+	others := c.otherOwners(node)
+	claims, refused := records.NextClaims(prev.Addresses, nodeAddresses(node, c.settings.MaxNodeAddresses), others, c.claimPolicy(node), now)
 	if len(refused) > 0 {
 		c.m.AddressesRefused.Add(float64(len(refused)))
 		c.say(node, "node", name, corev1.EventTypeWarning, "AddressNotRecorded",
 			"not recorded as this Node's (never certified, never used for its pod CIDRs): "+strings.Join(refused, "; "))
+	}
+	if len(others) > 0 {
+		// Another Node holds some of its addresses: look again later, as
+		// well as when that Node's record releases them.
+		c.nodeQueue.AddAfter(name, claimRetry)
 	}
 
 	var cidrs []netip.Prefix
@@ -128,7 +140,7 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	next.GrantedTaints = grantedNow(prev.GrantedTaints, plan.GrantedTaints, func(k string) bool {
 		return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return finalize.TaintKey(t.Key, t.Effect) == k })
 	})
-	if next.AgentKey == "" && rep.Metadata != nil && rep.Metadata.AgentKey != "" {
+	if next.AgentKey == "" && (initialize || next.Adopted && rec == nil) && rep.Metadata != nil && rep.Metadata.AgentKey != "" {
 		if _, err := contract.DecodeAgentKey(rep.Metadata.AgentKey); err == nil {
 			// Trust on first use: the key is enrolled on the node's first join.
 			next.AgentKey, next.AgentKeyEnrolled = rep.Metadata.AgentKey, &now
@@ -232,16 +244,71 @@ func (c *Coordinator) nodeGone(ctx context.Context, name string) error {
 	return nil
 }
 
-// otherOwners maps node's current addresses to the other Node whose record
-// holds each, if any.
+// claimRetry is how often a Node whose addresses another Node holds is
+// looked at again (besides when a record releases them).
+const claimRetry = 10 * time.Second
+
+// otherOwners maps node's current addresses to the other Node that holds
+// each: the one whose record has it, or else one that has listed it
+// continuously since before node did (a Node still waiting to be
+// initialized, or one not adopted, holds its addresses without a record).
 func (c *Coordinator) otherOwners(node *corev1.Node) map[netip.Addr]string {
 	out := map[netip.Addr]string{}
 	for _, ip := range nodeAddresses(node, c.settings.MaxNodeAddresses) {
-		if owner := c.records.Owner(ip); owner != "" && owner != node.Name {
+		owner := c.records.Owner(ip)
+		if owner == "" {
+			owner = c.observer.earlier(ip, node.Name)
+		}
+		if owner != "" && owner != node.Name {
 			out[ip] = owner
 		}
 	}
 	return out
+}
+
+// lockAddrs locks the stripes of ips in order and returns the unlock.
+func (c *Coordinator) lockAddrs(ips []netip.Addr) func() {
+	var idx []int
+	for _, ip := range ips {
+		b := ip.As16()
+		i := int(b[15]^b[14]^b[13]^b[12]) % len(c.claimLocks)
+		if !slices.Contains(idx, i) {
+			idx = append(idx, i)
+		}
+	}
+	slices.Sort(idx)
+	for _, i := range idx {
+		c.claimLocks[i].Lock()
+	}
+	return func() {
+		for _, i := range slices.Backward(idx) {
+			c.claimLocks[i].Unlock()
+		}
+	}
+}
+
+// releaseWithdrawn drops from node's record the addresses it no longer
+// lists, and nothing else.
+func (c *Coordinator) releaseWithdrawn(ctx context.Context, node *corev1.Node, rec *records.Record) error {
+	if rec == nil || rec.Spec.NodeUID != string(node.UID) {
+		return nil
+	}
+	current := nodeAddresses(node, c.settings.MaxNodeAddresses)
+	kept := slices.DeleteFunc(slices.Clone(rec.Spec.Addresses), func(cl records.Claim) bool {
+		ip, err := netip.ParseAddr(cl.IP)
+		return err != nil || !slices.Contains(current, ip)
+	})
+	if len(kept) == len(rec.Spec.Addresses) {
+		return nil
+	}
+	next := rec.Spec
+	next.Addresses = kept
+	if _, err := c.records.Put(ctx, &records.Record{Name: rec.Name, ResourceVersion: rec.ResourceVersion, Spec: next}); err != nil {
+		c.m.NodeWrites.WithLabelValues("record", "error").Inc()
+		return err
+	}
+	c.m.NodeWrites.WithLabelValues("record", "ok").Inc()
+	return nil
 }
 
 func (c *Coordinator) claimPolicy(node *corev1.Node) records.ClaimPolicy {

@@ -20,6 +20,7 @@ type observer struct {
 	max   int
 	mu    sync.Mutex
 	nodes map[string]*observed
+	byIP  map[netip.Addr]map[string]time.Time // who lists each address, since when
 }
 
 type observed struct {
@@ -28,7 +29,48 @@ type observed struct {
 	order []netip.Addr
 }
 
-func newObserver(max int) *observer { return &observer{max: max, nodes: map[string]*observed{}} }
+func newObserver(max int) *observer {
+	return &observer{max: max, nodes: map[string]*observed{}, byIP: map[netip.Addr]map[string]time.Time{}}
+}
+
+func (o *observer) index(name string, n *observed, add bool) {
+	if n == nil {
+		return
+	}
+	for ip, t := range n.since {
+		if add {
+			if o.byIP[ip] == nil {
+				o.byIP[ip] = map[string]time.Time{}
+			}
+			o.byIP[ip][name] = t
+		} else if m := o.byIP[ip]; m != nil {
+			delete(m, name)
+			if len(m) == 0 {
+				delete(o.byIP, ip)
+			}
+		}
+	}
+}
+
+// earlier returns another Node that has listed ip continuously since no
+// later than self has (the earliest such, then by name), "" when none has:
+// an address two Nodes list is the first lister's until one is recorded.
+func (o *observer) earlier(ip netip.Addr, self string) string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	m := o.byIP[ip]
+	mine, listed := m[self]
+	best, bestAt := "", time.Time{}
+	for name, t := range m {
+		if name == self || (listed && t.After(mine)) {
+			continue
+		}
+		if best == "" || t.Before(bestAt) || (t.Equal(bestAt) && name < best) {
+			best, bestAt = name, t
+		}
+	}
+	return best
+}
 
 // nodeAddresses are a Node's InternalIP and ExternalIP addresses in order,
 // at most max of them: what a hostile report can make the coordinator hold
@@ -82,7 +124,9 @@ func (o *observer) observe(node *corev1.Node, now time.Time) (added, removed []n
 			}
 		}
 	}
+	o.index(node.Name, o.nodes[node.Name], false)
 	o.nodes[node.Name] = next
+	o.index(node.Name, next, true)
 	return added, removed
 }
 
@@ -99,6 +143,7 @@ func (o *observer) forget(name string) []netip.Addr {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	n := o.nodes[name]
+	o.index(name, n, false)
 	delete(o.nodes, name)
 	if n == nil {
 		return nil

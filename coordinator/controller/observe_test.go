@@ -35,6 +35,16 @@ func TestObserverContinuity(t *testing.T) {
 	if len(added) != 0 || len(o.seen("n", "u1", t0)) != 2 {
 		t.Fatalf("over the cap: added %v", added)
 	}
+	// Another Node listing an address later does not hold it; earlier does.
+	other := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "m", UID: "m1"}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}}}}
+	o.observe(other, t0.Add(4*time.Second))
+	if got := o.earlier(a, "m"); got != "n" {
+		t.Errorf("earlier lister of 10.0.0.1 for m: %q, want n", got)
+	}
+	if got := o.earlier(a, "n"); got != "" {
+		t.Errorf("a later lister holds n's address: %q", got)
+	}
+	o.forget("m")
 	// A re-created Node starts over and the old addresses are released.
 	_, removed := o.observe(node("2", "10.0.0.1"), t0.Add(5*time.Second))
 	if len(removed) != 2 || o.seen("n", "u2", t0.Add(5*time.Second))[a] != 0 {

@@ -210,6 +210,10 @@ func Compute(node *corev1.Node, r Reported, in Inputs) (Plan, error) {
 			plan.Refused = append(plan.Refused, fmt.Sprintf("label %s is set by the coordinator from its configuration and the platform metadata; a node may not request it", k))
 			continue
 		}
+		if cur, set := node.Labels[k]; set && cur != r.RequestedLabels[k] && !slices.Contains(in.PreviousLabels, k) {
+			plan.Refused = append(plan.Refused, fmt.Sprintf("label %s is already set (to %q) by someone else; the coordinator does not overwrite it", k, cur))
+			continue
+		}
 		if ok, why := in.Grants.MayGrantLabel(k, r.RequestedLabels[k]); ok {
 			want[k] = r.RequestedLabels[k]
 		} else {

@@ -52,7 +52,7 @@ func NextClaims(prev []Claim, current []netip.Addr, others map[netip.Addr]string
 			refused = append(refused, fmt.Sprintf("%s: the Node already has %d recorded addresses (the limit)", ip, pol.Max))
 			continue
 		}
-		next = append(next, Claim{IP: ip.String(), Since: now.UTC().Truncate(time.Second)})
+		next = append(next, Claim{IP: ip.String(), Since: now.UTC()})
 	}
 	return next, refused
 }

@@ -2,10 +2,12 @@ package records
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"strconv"
 	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -101,8 +103,7 @@ func (s *Store) Get(name string) (*Record, error) {
 		return nil, err
 	}
 	if w != nil {
-		c := *w
-		return &c, nil
+		return clone(w), nil
 	}
 	if !exists {
 		return nil, nil
@@ -110,32 +111,43 @@ func (s *Store) Get(name string) (*Record, error) {
 	return FromUnstructured(obj.(*unstructured.Unstructured))
 }
 
-// Owner returns the Node whose record holds ip, "" when none does.
+// Owner returns the Node whose record holds ip, "" when none does. Should
+// two records hold it (written by two leaders at once), the earliest claim
+// wins, then the name: every reader agrees.
 func (s *Store) Owner(ip netip.Addr) string {
 	key := ip.String()
+	candidates := map[string]bool{}
 	s.mu.Lock()
-	for name, w := range s.written {
-		for _, c := range w.Spec.Addresses {
-			if c.IP == key {
-				s.mu.Unlock()
-				return name
-			}
-		}
+	for name := range s.written {
+		candidates[name] = true
 	}
 	s.mu.Unlock()
 	objs, _ := s.informer.GetIndexer().ByIndex(byClaim, key)
 	for _, o := range objs {
-		u := o.(*unstructured.Unstructured)
-		// A record rewritten since (own write) no longer holds it.
-		if r, _ := s.Get(u.GetName()); r != nil {
-			for _, c := range r.Spec.Addresses {
-				if c.IP == key {
-					return r.Name
-				}
+		candidates[o.(*unstructured.Unstructured).GetName()] = true
+	}
+	best, bestAt := "", time.Time{}
+	for name := range candidates {
+		r, _ := s.Get(name) // an own write newer than the cache counts, not the cache
+		if r == nil {
+			continue
+		}
+		for _, c := range r.Spec.Addresses {
+			if c.IP == key && (best == "" || c.Since.Before(bestAt) || (c.Since.Equal(bestAt) && name < best)) {
+				best, bestAt = name, c.Since
 			}
 		}
 	}
-	return ""
+	return best
+}
+
+// clone deep-copies a record: readers never share slices with the store.
+func clone(r *Record) *Record {
+	c := *r
+	raw, _ := json.Marshal(r.Spec)
+	c.Spec = Spec{}
+	_ = json.Unmarshal(raw, &c.Spec)
+	return &c
 }
 
 // Put creates or updates a record (optimistically, on its resourceVersion).
@@ -160,8 +172,7 @@ func (s *Store) Put(ctx context.Context, r *Record) (*Record, error) {
 	s.mu.Lock()
 	s.written[r.Name] = rec
 	s.mu.Unlock()
-	c := *rec
-	return &c, nil
+	return clone(rec), nil
 }
 
 // Installed says whether the NodeRecord resource exists on the API server.

@@ -87,8 +87,13 @@ type Facts struct {
 	// Seen is how long the coordinator has observed each of the requesting
 	// Node's addresses continuously.
 	Seen map[netip.Addr]time.Duration
-	// Names maps every Node's name and Hostname (lower-case) to that Node.
-	Names map[string]string
+	// Names maps Node names (lower-case) to that Node: another Node's name
+	// is never certified. Hostnames maps another Node's Hostname to it: a
+	// name another Node lists is held pending, never decided on.
+	Names, Hostnames map[string]string
+	// ReservedNames are names no node may certify but its own: the API
+	// server's certificate names and the admin's reserved names.
+	ReservedNames []string
 }
 
 // Policy holds the operator's limits.
@@ -486,6 +491,12 @@ func CheckDNSSAN(name, node string, facts Facts, policy Policy) error {
 	if lower == strings.ToLower(node) {
 		return nil
 	}
+	if slices.Contains(facts.ReservedNames, lower) {
+		return fmt.Errorf("DNS SAN %q is a name of the API server (or reserved by csr.reservedNames)", name)
+	}
+	if owner := facts.Hostnames[lower]; owner != "" && owner != node {
+		return retryError{msg: fmt.Sprintf("DNS SAN %q is also Node %s's Hostname; it stays pending", name, owner), conflict: true}
+	}
 	for _, p := range policy.DNSPatterns {
 		if MatchDNSPattern(p, node, lower) {
 			return nil
@@ -496,12 +507,24 @@ func CheckDNSSAN(name, node string, facts Facts, policy Policy) error {
 
 func checkDNSNames(in input) error {
 	var errs []error
+	var retry retryError
 	for _, name := range in.csr.DNSNames {
-		if err := CheckDNSSAN(name, in.node.Name, in.facts, in.policy); err != nil {
+		err := CheckDNSSAN(name, in.node.Name, in.facts, in.policy)
+		var r retryError
+		if errors.As(err, &r) {
+			retry.msg = strings.TrimPrefix(retry.msg+", "+r.msg, ", ")
+			retry.conflict = retry.conflict || r.conflict
+		} else if err != nil {
 			errs = append(errs, err)
 		}
 	}
-	return joinErrs(errs)
+	if len(errs) > 0 {
+		return joinErrs(errs)
+	}
+	if retry.msg != "" {
+		return retry
+	}
+	return nil
 }
 
 // checkHasDNSName refuses IP-only requests: a kubelet always asks for its
