@@ -29,6 +29,7 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck/csrtest"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/kubeapply"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/kubeletsim"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/testcluster"
 )
 
 // The trust model, attacked. Every attack uses a real node identity (a
@@ -55,7 +56,8 @@ grants:
 csr:
   attestationTimeout: 20s
   minAddressAge: 1s
-  allowedDNSNames: ["{node}.nodes.example.com"]
+  allowedDNSNames: ["{node}.nodes.example.com", "*.lb.example.com"]
+  reservedAddresses: [10.0.7.201]
 `
 
 // actor is one node: its kubelet credential (self), and the key its agent
@@ -386,6 +388,12 @@ func TestAttacks(t *testing.T) {
 			{corev1.NodeAddress{Type: corev1.NodeExternalDNS, Address: "kubernetes"}, []string{"mallory", "kubernetes"}, ""},
 			{corev1.NodeAddress{Type: corev1.NodeInternalDNS, Address: "victim.nodes.example.com"}, []string{"mallory", "victim.nodes.example.com"}, ""},
 			{corev1.NodeAddress{Type: corev1.NodeInternalDNS, Address: "mail.example.org"}, []string{"mallory", "mail.example.org"}, ""},
+			// The API server's certificate names a VIP and the cluster
+			// endpoint (a "*.lb.example.com" pattern matches it); the admin
+			// reserved a load balancer address.
+			{internal(testcluster.APIServerVIP), []string{"mallory"}, testcluster.APIServerVIP},
+			{corev1.NodeAddress{Type: corev1.NodeInternalDNS, Address: testcluster.APIServerName}, []string{"mallory", testcluster.APIServerName}, ""},
+			{internal("10.0.7.201"), []string{"mallory"}, "10.0.7.201"},
 		} {
 			name := fmt.Sprintf("forged-%d", i)
 			thief.status(internal("10.0.7.2"), hostname("mallory"), c.addr)

@@ -27,6 +27,13 @@ import (
 )
 
 // Options select what a cluster runs.
+// APIServerVIP and APIServerName are in the API server's certificate, as a
+// Talos shared VIP and cluster endpoint name are (nothing listens on them).
+const (
+	APIServerVIP  = "10.0.7.200"
+	APIServerName = "api.lb.example.com"
+)
+
 type Options struct {
 	// ControllerManager starts kube-controller-manager with only the
 	// csrsigning controller, so approved CSRs get certificates.
@@ -121,8 +128,11 @@ func (c *Cluster) writePKI() error {
 	files := map[string][]byte{"ca.crt": c.ca.certPEM, "ca.key": c.ca.keyPEM}
 	servCert, servKey, err := c.ca.issue(leaf{
 		commonName: "kube-apiserver", server: true,
-		dnsNames: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
-		ips:      []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, net.ParseIP("10.96.0.1")},
+		// As on Talos, the certificate also names the cluster endpoint and a
+		// shared VIP (APIServerVIP, APIServerName): addresses and names no
+		// node certificate may carry.
+		dnsNames: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", APIServerName},
+		ips:      []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, net.ParseIP("10.96.0.1"), net.ParseIP(APIServerVIP)},
 	})
 	if err != nil {
 		return err
