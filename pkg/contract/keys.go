@@ -25,7 +25,9 @@ const (
 
 // Annotations written by the coordinator, with its ServiceAccount.
 const (
-	// AnnotationGrantedLabels holds the keys of labels the coordinator granted.
+	// AnnotationGrantedLabels held the keys of labels the coordinator
+	// granted, before its NodeRecords did. A node can write it, so it is
+	// neither written nor read any more; tests forge it to show that.
 	AnnotationGrantedLabels = Domain + "/granted-labels"
 	// AnnotationCSRReview names the serving CSR the coordinator wants the agent to attest.
 	AnnotationCSRReview = Domain + "/csr-review"
