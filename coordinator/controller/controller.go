@@ -94,6 +94,10 @@ type Coordinator struct {
 	pools          []netip.Prefix     // the configured pod pools: node addresses there are never reserved
 	claimLocks     [64]sync.Mutex     // address stripes: claims are decided and recorded under them
 
+	pendingMu             sync.Mutex // the flood guard's count, reused for pendingTTL
+	pending, pendingLimit int
+	pendingAt             time.Time
+
 	factory    informers.SharedInformerFactory
 	csrFactory informers.SharedInformerFactory
 	nodes      corelisters.NodeLister

@@ -177,6 +177,12 @@ func approved(csr *certificatesv1.CertificateSigningRequest) bool {
 // node filing CSRs in a loop cannot pause approval for everyone), and the
 // flood guard's limit.
 func (c *Coordinator) pendingCount() (count, limit int) {
+	c.pendingMu.Lock()
+	defer c.pendingMu.Unlock()
+	if time.Since(c.pendingAt) < pendingTTL {
+		return c.pending, c.pendingLimit
+	}
+	defer func() { c.pending, c.pendingLimit, c.pendingAt = count, limit, time.Now() }()
 	for _, node := range c.csrIndex.ListIndexFuncValues(byNode) {
 		objs, _ := c.csrIndex.ByIndex(byNode, node)
 		n := 0
@@ -194,6 +200,10 @@ func (c *Coordinator) pendingCount() (count, limit int) {
 	c.m.PendingCSRs.Set(float64(count))
 	return count, limit
 }
+
+// pendingTTL is how long a pending count is reused: a join storm decides
+// hundreds of CSRs a second, and the guard needs no finer count.
+const pendingTTL = 500 * time.Millisecond
 
 // podCIDRHolder is the Node whose allocated pod CIDR holds ip.
 func (c *Coordinator) podCIDRHolder(ip netip.Addr) (string, netip.Prefix) {

@@ -2,9 +2,9 @@ package records
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -28,12 +28,13 @@ type Store struct {
 
 	mu      sync.Mutex
 	written map[string]*Record // own writes the informer has not caught up with
+	cache   map[string]*Record // decoded informer objects, by name (checked against resourceVersion)
 }
 
 // NewStore builds the store; its informer starts with the caller's factory
 // lifecycle (Informer().Run).
 func NewStore(client dynamic.Interface) *Store {
-	s := &Store{client: client.Resource(GVR), written: map[string]*Record{}}
+	s := &Store{client: client.Resource(GVR), written: map[string]*Record{}, cache: map[string]*Record{}}
 	s.informer = dynamicinformer.NewFilteredDynamicInformer(client, GVR, "", 0, cache.Indexers{byClaim: func(obj any) ([]string, error) {
 		u, ok := obj.(*unstructured.Unstructured)
 		if !ok {
@@ -59,6 +60,7 @@ func NewStore(client dynamic.Interface) *Store {
 			if u, ok := obj.(*unstructured.Unstructured); ok {
 				s.mu.Lock()
 				delete(s.written, u.GetName())
+				delete(s.cache, u.GetName())
 				s.mu.Unlock()
 			}
 		},
@@ -108,7 +110,11 @@ func (s *Store) Get(name string) (*Record, error) {
 	if !exists {
 		return nil, nil
 	}
-	return FromUnstructured(obj.(*unstructured.Unstructured))
+	r, err := s.decoded(obj.(*unstructured.Unstructured))
+	if err != nil {
+		return nil, err
+	}
+	return clone(r), nil
 }
 
 // Owner returns the Node whose record holds ip, "" when none does. Should
@@ -116,37 +122,67 @@ func (s *Store) Get(name string) (*Record, error) {
 // wins, then the name: every reader agrees.
 func (s *Store) Owner(ip netip.Addr) string {
 	key := ip.String()
-	candidates := map[string]bool{}
-	s.mu.Lock()
-	for name := range s.written {
-		candidates[name] = true
-	}
-	s.mu.Unlock()
-	objs, _ := s.informer.GetIndexer().ByIndex(byClaim, key)
-	for _, o := range objs {
-		candidates[o.(*unstructured.Unstructured).GetName()] = true
-	}
 	best, bestAt := "", time.Time{}
-	for name := range candidates {
-		r, _ := s.Get(name) // an own write newer than the cache counts, not the cache
-		if r == nil {
-			continue
-		}
-		for _, c := range r.Spec.Addresses {
+	consider := func(name string, spec *Spec) {
+		for _, c := range spec.Addresses {
 			if c.IP == key && (best == "" || c.Since.Before(bestAt) || (c.Since.Equal(bestAt) && name < best)) {
 				best, bestAt = name, c.Since
 			}
 		}
 	}
+	s.mu.Lock()
+	overlay := make(map[string]bool, len(s.written))
+	for name, w := range s.written {
+		overlay[name] = true
+		consider(name, &w.Spec) // an own write newer than the cache counts, not the cache
+	}
+	s.mu.Unlock()
+	objs, _ := s.informer.GetIndexer().ByIndex(byClaim, key)
+	for _, o := range objs {
+		u := o.(*unstructured.Unstructured)
+		if overlay[u.GetName()] {
+			continue
+		}
+		if r, err := s.decoded(u); err == nil {
+			consider(r.Name, &r.Spec)
+		}
+	}
 	return best
+}
+
+// decoded reads a cached object, decoding each resourceVersion once.
+func (s *Store) decoded(u *unstructured.Unstructured) (*Record, error) {
+	s.mu.Lock()
+	if d, ok := s.cache[u.GetName()]; ok && d.ResourceVersion == u.GetResourceVersion() {
+		s.mu.Unlock()
+		return d, nil
+	}
+	s.mu.Unlock()
+	r, err := FromUnstructured(u)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.cache[u.GetName()] = r
+	s.mu.Unlock()
+	return r, nil
 }
 
 // clone deep-copies a record: readers never share slices with the store.
 func clone(r *Record) *Record {
 	c := *r
-	raw, _ := json.Marshal(r.Spec)
-	c.Spec = Spec{}
-	_ = json.Unmarshal(raw, &c.Spec)
+	c.Spec.GrantedLabels = slices.Clone(r.Spec.GrantedLabels)
+	c.Spec.GrantedTaints = slices.Clone(r.Spec.GrantedTaints)
+	c.Spec.Addresses = slices.Clone(r.Spec.Addresses)
+	if r.Spec.AgentKeyEnrolled != nil {
+		t := *r.Spec.AgentKeyEnrolled
+		c.Spec.AgentKeyEnrolled = &t
+	}
+	if r.Spec.Serving != nil {
+		sv := *r.Spec.Serving
+		sv.SANs = slices.Clone(sv.SANs)
+		c.Spec.Serving = &sv
+	}
 	return &c
 }
 
