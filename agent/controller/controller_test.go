@@ -43,7 +43,8 @@ func TestMain(m *testing.M) {
 }
 
 // The rules of the Talos CCM documentation (reference/000), plus a label in
-// a domain the node may set itself.
+// a domain the node may set itself and an annotation (so owned-annotations
+// is written at join, in the same patch).
 const ccmRules = `transformations:
 - name: nocloud-nodes
   nodeSelector:
@@ -65,6 +66,8 @@ const ccmRules = `transformations:
   labels:
     node-role.kubernetes.io/web: ""
     example.com/tier: web
+  annotations:
+    example.com/instance-id: "id-{{ .Hostname }}"
   taints:
     dedicated: web:NoSchedule
 `
@@ -215,6 +218,10 @@ func TestJoinThenSteadyStateWritesNothing(t *testing.T) {
 	if _, ok := node.Labels["node-role.kubernetes.io/web"]; ok {
 		t.Error("node-role.kubernetes.io/web is forbidden to nodes; the agent must request it, not set it")
 	}
+	ownedNotes, err := contract.DecodeKeys(contract.AnnotationOwnedAnnotations, node.Annotations[contract.AnnotationOwnedAnnotations])
+	if node.Annotations["example.com/instance-id"] != "id-web-www" || err != nil || !slices.Equal(ownedNotes, []string{"example.com/instance-id"}) {
+		t.Errorf("rule annotation = %q, owned-annotations = %v (%v)", node.Annotations["example.com/instance-id"], ownedNotes, err)
+	}
 	requested, err := contract.DecodeRequestedLabels(node.Annotations[contract.AnnotationRequestedLabels])
 	if err != nil || requested["node-role.kubernetes.io/web"] != "" || len(requested) != 1 {
 		t.Errorf("requested-labels = %v (%v), want exactly node-role.kubernetes.io/web", requested, err)
@@ -321,22 +328,26 @@ func TestAddressChangesWithinOneSecond(t *testing.T) {
 	}
 }
 
-func TestRulesChangeRemovesOnlyOwnLabels(t *testing.T) {
+func TestRulesChangeRemovesOnlyOwnLabelsAndAnnotations(t *testing.T) {
 	n := newNode(t, "rules-node", "10.0.0.12", metal("rules-node"))
 	const before = `transformations:
 - name: both
   labels: {example.com/a: "1", example.com/b: "1"}
+  annotations: {example.com/note-a: "1", example.com/note-b: "1"}
 `
 	const after = `transformations:
 - name: only-b
   labels: {example.com/b: "2"}
+  annotations: {example.com/note-b: "2"}
 `
 	a := n.startAgent(t, before)
 	n.waitNode(t, 20*time.Second, "old rules applied", func(node *corev1.Node) bool {
-		return node.Labels["example.com/a"] == "1" && node.Labels["example.com/b"] == "1"
+		return node.Labels["example.com/a"] == "1" && node.Labels["example.com/b"] == "1" &&
+			node.Annotations["example.com/note-a"] == "1" && node.Annotations["example.com/note-b"] == "1"
 	})
-	// Someone else's labels, in a domain the agent could also write.
-	patch := `{"metadata":{"labels":{"example.com/someone-else":"keep","topology.kubernetes.io/region":"eu-west"}}}`
+	// Someone else's labels and annotation, in a domain the agent could also write.
+	patch := `{"metadata":{"labels":{"example.com/someone-else":"keep","topology.kubernetes.io/region":"eu-west"},` +
+		`"annotations":{"example.com/someone-elses-note":"keep"}}}`
 	if _, err := n.admin.CoreV1().Nodes().Patch(t.Context(), n.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +356,8 @@ func TestRulesChangeRemovesOnlyOwnLabels(t *testing.T) {
 	n.startAgent(t, after)
 	n.waitNode(t, 20*time.Second, "new rules applied", func(node *corev1.Node) bool {
 		_, stale := node.Labels["example.com/a"]
-		return !stale && node.Labels["example.com/b"] == "2"
+		_, staleNote := node.Annotations["example.com/note-a"]
+		return !stale && !staleNote && node.Labels["example.com/b"] == "2" && node.Annotations["example.com/note-b"] == "2"
 	})
 	node, err := n.admin.CoreV1().Nodes().Get(t.Context(), n.name, metav1.GetOptions{})
 	if err != nil {
@@ -354,9 +366,16 @@ func TestRulesChangeRemovesOnlyOwnLabels(t *testing.T) {
 	if node.Labels["example.com/someone-else"] != "keep" {
 		t.Errorf("a label the agent never set was touched: %v", node.Labels)
 	}
+	if node.Annotations["example.com/someone-elses-note"] != "keep" {
+		t.Errorf("an annotation the agent never set was touched: %v", node.Annotations)
+	}
 	owned, err := contract.DecodeKeys(contract.AnnotationOwnedLabels, node.Annotations[contract.AnnotationOwnedLabels])
 	if err != nil || slices.Contains(owned, "example.com/a") || slices.Contains(owned, "example.com/someone-else") || !slices.Contains(owned, "example.com/b") {
 		t.Errorf("owned-labels = %v (%v)", owned, err)
+	}
+	owned, err = contract.DecodeKeys(contract.AnnotationOwnedAnnotations, node.Annotations[contract.AnnotationOwnedAnnotations])
+	if err != nil || !slices.Equal(owned, []string{"example.com/note-b"}) {
+		t.Errorf("owned-annotations = %v (%v), want exactly example.com/note-b", owned, err)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"io"
 	"maps"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -139,21 +140,123 @@ func ReadSystemInformation(data []byte) (hardware.SystemInformationSpec, error) 
 }
 
 // readSpec takes the first YAML document; a resource's spec is under
-// `spec:` next to `metadata:`.
+// `spec:` next to `metadata:`. Decoding is strict: a key the spec does not
+// have would otherwise be dropped, and a selector on it match nothing.
 func readSpec(data []byte, into any) error {
-	var doc map[string]yaml.Node
+	var doc yaml.Node
 	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
 			return errors.New("empty file")
 		}
 		return err
 	}
-	if spec, ok := doc["spec"]; ok {
-		if _, isResource := doc["metadata"]; isResource {
-			return spec.Decode(into)
+	if len(doc.Content) == 0 {
+		return errors.New("empty file")
+	}
+	spec := doc.Content[0]
+	if value(spec, "metadata") != nil {
+		if s := value(spec, "spec"); s != nil {
+			spec = s
 		}
 	}
-	return yaml.Unmarshal(data, into)
+	if err := checkKeys(spec, reflect.TypeOf(into).Elem()); err != nil {
+		return err
+	}
+	return spec.Decode(into)
+}
+
+// value returns the value under key in a YAML mapping, or nil.
+func value(m *yaml.Node, key string) *yaml.Node {
+	if m.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return m.Content[i+1]
+		}
+	}
+	return nil
+}
+
+// checkKeys refuses keys of a mapping that are not YAML field names of the
+// struct type t, naming each with its line and the nearest known key
+// (talosctl prints `serialnumber`, not `serialNumber`).
+func checkKeys(m *yaml.Node, t reflect.Type) error {
+	if m.Kind != yaml.MappingNode {
+		return nil // not a mapping: Decode says what is wrong
+	}
+	known := yamlNames(t)
+	var unknown []string
+	for i := 0; i < len(m.Content); i += 2 {
+		k := m.Content[i]
+		if slices.Contains(known, k.Value) {
+			continue
+		}
+		near, dist := nearest(k.Value, known)
+		msg := fmt.Sprintf("line %d: unknown key %q; the nearest known key is %q", k.Line, k.Value, near)
+		if dist > 2 {
+			msg += "; known keys: " + strings.Join(known, ", ")
+		}
+		unknown = append(unknown, msg)
+	}
+	if len(unknown) > 0 {
+		return errors.New(strings.Join(unknown, "; "))
+	}
+	return nil
+}
+
+// yamlNames lists the YAML keys of a struct type, in field order, as
+// go.yaml.in/yaml names them: the tag's name, else the lower-cased field name.
+func yamlNames(t reflect.Type) []string {
+	var names []string
+	for f := range t.Fields() {
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		switch name {
+		case "-":
+			continue
+		case "":
+			name = strings.ToLower(f.Name)
+		}
+		names = append(names, name)
+	}
+	return names
+}
+
+// nearest returns the candidate closest to key by case-insensitive edit
+// distance, and that distance; the first wins a tie.
+func nearest(key string, candidates []string) (string, int) {
+	best, bestDist := "", -1
+	for _, c := range candidates {
+		if d := editDistance(strings.ToLower(key), strings.ToLower(c)); bestDist < 0 || d < bestDist {
+			best, bestDist = c, d
+		}
+	}
+	return best, bestDist
+}
+
+// editDistance is the Levenshtein distance between a and b, by rune.
+func editDistance(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	prev := make([]int, len(rb)+1)
+	cur := make([]int, len(rb)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		cur[0] = i
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(rb)]
 }
 
 // Write prints the output as json, yaml or table.

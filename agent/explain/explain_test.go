@@ -190,6 +190,43 @@ func TestReadSpecs(t *testing.T) {
 	}
 }
 
+// TestReadSpecsRefuseUnknownKeys: a key the spec does not have is an
+// error naming it and the nearest known key, never silently dropped (a
+// serialNumber selector would then match nothing).
+func TestReadSpecsRefuseUnknownKeys(t *testing.T) {
+	talosctl := func(spec string) string {
+		return "node: 172.20.0.2\nmetadata:\n    namespace: hardware\n    id: systeminformation\nspec:\n" + spec
+	}
+	for _, c := range []struct {
+		name, doc string
+		read      func([]byte) error
+		want      []string
+	}{
+		{"system information: talosctl's serialnumber, written serialNumber", talosctl("    manufacturer: Supermicro\n    serialNumber: S123\n"),
+			readSI, []string{`"serialNumber"`, `"serialnumber"`, "line 7"}},
+		{"system information, bare: a typo", "manufacturer: x\nproductname: y\n", readSI, []string{`"productname"`, `"productName"`}},
+		{"platform metadata, bare: Go's casing", "platform: metal\ninstanceID: i-1\n", readMD, []string{`"instanceID"`, `"instanceId"`}},
+		{"platform metadata, talosctl: a typo", talosctl("    platform: metal\n    hostnme: web-1\n"), readMD, []string{`"hostnme"`, `"hostname"`}},
+		{"platform metadata: every unknown key", "platform: metal\nregoin: eu\nzoen: a\n", readMD, []string{`"regoin"`, `"region"`, `"zoen"`, `"zone"`}},
+		{"platform metadata: far from anything", "platform: metal\ncolour: red\n", readMD, []string{`"colour"`, "nearest known key", "known keys: platform, hostname"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.read([]byte(c.doc))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %s", err, w)
+				}
+			}
+		})
+	}
+}
+
+func readSI(b []byte) error { _, err := ReadSystemInformation(b); return err }
+func readMD(b []byte) error { _, err := ReadPlatformMetadata(b); return err }
+
 func TestTable(t *testing.T) {
 	var buf bytes.Buffer
 	out := Explain(Input{Rules: ccmRules(t), Metadata: runtime.PlatformMetadataSpec{Platform: "metal", Hostname: "web-www"}})

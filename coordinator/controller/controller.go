@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -89,10 +91,11 @@ type Coordinator struct {
 	observer       *observer
 	networks       []netip.Prefix
 	configReserved []csrcheck.Reserved
-	reservedBy     map[netip.Addr]int // observed Node addresses reserved in the allocator, by how many Nodes
-	unadopted      map[string]bool    // initialized Nodes without a record, left alone
-	pools          []netip.Prefix     // the configured pod pools: node addresses there are never reserved
-	claimLocks     [64]sync.Mutex     // address stripes: claims are decided and recorded under them
+	reservedBy     map[netip.Addr]int   // observed Node addresses reserved in the allocator, by how many Nodes
+	unadopted      map[string]bool      // initialized Nodes without a record, left alone
+	pools          []netip.Prefix       // the configured pod pools: node addresses there are never reserved
+	allocUID       map[string]types.UID // the Node object each allocation belongs to
+	claimLocks     [64]sync.Mutex       // address stripes: claims are decided and recorded under them
 
 	pendingMu             sync.Mutex // the flood guard's count, reused for pendingTTL
 	pending, pendingLimit int
@@ -174,7 +177,7 @@ func New(cfg Config) (*Coordinator, error) {
 	c := &Coordinator{
 		cfg: cfg, client: cfg.Client, settings: cfg.Settings, log: cfg.Log, m: cfg.Metrics, policy: policy,
 		records: records.NewStore(cfg.Dynamic), facts: newClusterFacts(cfg.Client), observer: newObserver(cfg.Settings.MaxNodeAddresses),
-		networks: networks, configReserved: cfg.Settings.Reserved(), reservedBy: map[netip.Addr]int{}, unadopted: map[string]bool{}, pools: pools,
+		networks: networks, configReserved: cfg.Settings.Reserved(), reservedBy: map[netip.Addr]int{}, unadopted: map[string]bool{}, pools: pools, allocUID: map[string]types.UID{},
 		lastSaid: map[string]string{}, ready: errors.New("starting"),
 		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes"}),
@@ -453,6 +456,11 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	c.log.Info("caches synced; campaigning for the lease", "lease", c.cfg.Namespace+"/"+c.cfg.LeaseName, "identity", c.cfg.Identity)
 
 	lost := make(chan struct{})
+	// client-go's ReleaseOnCancel would give the lease back while this
+	// replica's workers may still be writing. Instead the workers are
+	// stopped and drained first, then the lease is released.
+	var started atomic.Bool
+	drained := make(chan struct{})
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock: &resourcelock.LeaseLock{
 			LeaseMeta:  metav1.ObjectMeta{Namespace: c.cfg.Namespace, Name: c.cfg.LeaseName},
@@ -460,10 +468,13 @@ func (c *Coordinator) Run(ctx context.Context) error {
 			LockConfig: resourcelock.ResourceLockConfig{Identity: c.cfg.Identity},
 		},
 		LeaseDuration: c.cfg.LeaseDuration, RenewDeadline: c.cfg.RenewDeadline, RetryPeriod: c.cfg.RetryPeriod,
-		ReleaseOnCancel: true,
-		Name:            c.cfg.LeaseName,
+		Name: c.cfg.LeaseName,
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: c.lead,
+			OnStartedLeading: func(ctx context.Context) {
+				started.Store(true)
+				defer close(drained)
+				c.lead(ctx)
+			},
 			OnStoppedLeading: func() {
 				c.m.Leader.Set(0)
 				if ctx.Err() == nil {
@@ -476,13 +487,41 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		return err
 	}
 	le.Run(ctx)
+	led := started.Load()
+	if led {
+		<-drained // every worker has returned: no write of this replica is in flight
+	}
 	select {
 	case <-lost:
 		c.log.Error("lost the leader lease; exiting so a fresh process starts as a standby")
 		return ErrLostLeadership
 	default:
+		if led {
+			c.release()
+		}
 		return nil
 	}
+}
+
+// release gives the lease back after a graceful stop, once the workers are
+// drained, so a standby takes over at once instead of after the lease
+// duration.
+func (c *Coordinator) release() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	leases := c.client.CoordinationV1().Leases(c.cfg.Namespace)
+	l, err := leases.Get(ctx, c.cfg.LeaseName, metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != c.cfg.Identity {
+		return
+	}
+	now := metav1.NewMicroTime(time.Now())
+	empty, one := "", int32(1)
+	l.Spec.HolderIdentity, l.Spec.LeaseDurationSeconds, l.Spec.AcquireTime, l.Spec.RenewTime = &empty, &one, &now, &now
+	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		c.log.Warn("could not release the lease; a standby takes over when it expires", "err", err)
+		return
+	}
+	c.log.Info("workers drained; released the lease")
 }
 
 // lead rebuilds the allocator from every Node's spec.podCIDRs, then runs the
@@ -579,11 +618,13 @@ func (c *Coordinator) rebuild(nodes []corev1.Node) error {
 	}
 	for i := range nodes {
 		n := &nodes[i]
+		c.allocUID[n.Name] = n.UID
 		cidrs, err := finalize.PodCIDRs(n)
 		if err == nil && len(cidrs) > 0 {
 			err = alloc.Occupy(n.Name, cidrs)
 		}
 		if err != nil {
+			c.m.PodCIDRConflicts.Inc()
 			c.recorder.Eventf(n, corev1.EventTypeWarning, "PodCIDRConflict", "cannot account for this node's pod CIDRs: %v", err)
 		}
 	}

@@ -683,3 +683,42 @@ func mustJSON(t testing.TB, v any) []byte {
 	}
 	return b
 }
+
+// Pod CIDRs another writer put on a Node after the leader rebuilt (the
+// previous leader's last patch, an admin, a migrated cluster) are accounted
+// for: they are never handed out again, and a conflict is an Event.
+func TestPodCIDRsFromAnotherWriter(t *testing.T) {
+	c := startCoordinator(t, "other-writer", `
+nodeNetworks: [10.0.0.0/8]
+ipam:
+  ipv4Pool: 10.250.0.0/23
+  serviceCIDRs: [10.96.0.0/16]
+csr: {minAddressAge: 1s}
+`)
+	waitFor(t, 10*time.Second, "leading", func() bool { return c.Ready() == nil })
+	x := register(t, "ow-x", "10.0.8.1")
+	if _, err := admin().CoreV1().Nodes().Patch(t.Context(), "ow-x", types.MergePatchType,
+		[]byte(`{"spec":{"podCIDR":"10.250.0.0/24","podCIDRs":["10.250.0.0/24"]}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	x.publish(t, report{})
+	waitFor(t, 10*time.Second, "ow-x initialized", func() bool { return initialized(get(t, "ow-x")) })
+	y := register(t, "ow-y", "10.0.8.2")
+	y.publish(t, report{})
+	waitFor(t, 10*time.Second, "ow-y initialized", func() bool { return initialized(get(t, "ow-y")) })
+	if got := get(t, "ow-y").Spec.PodCIDRs; len(got) != 1 || got[0] != "10.250.1.0/24" {
+		t.Fatalf("ow-y got %v; 10.250.0.0/24 is ow-x's, the only free segment is 10.250.1.0/24", got)
+	}
+	z := register(t, "ow-z", "10.0.8.3")
+	z.publish(t, report{})
+	waitFor(t, 10*time.Second, "PodCIDRAllocationFailed", func() bool { return len(events(t, "ow-z", "PodCIDRAllocationFailed")) > 0 })
+	if got := get(t, "ow-z").Spec.PodCIDRs; len(got) != 0 {
+		t.Fatalf("ow-z got %v from an exhausted pool", got)
+	}
+	// Another writer gives ow-z ow-y's segment: a conflict, said.
+	if _, err := admin().CoreV1().Nodes().Patch(t.Context(), "ow-z", types.MergePatchType,
+		[]byte(`{"spec":{"podCIDR":"10.250.1.0/24","podCIDRs":["10.250.1.0/24"]}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "PodCIDRConflict", func() bool { return len(events(t, "ow-z", "PodCIDRConflict")) > 0 })
+}

@@ -18,6 +18,7 @@ type Metrics struct {
 	FloodGuard       prometheus.Gauge
 	PendingCSRs      prometheus.Gauge
 	NotAdopted       prometheus.Gauge
+	PodCIDRConflicts prometheus.Counter
 }
 
 // NewMetrics registers the series with reg (nil: unregistered).
@@ -61,10 +62,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		NotAdopted: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "nodeinit_coordinator_nodes_not_adopted", Help: "Initialized Nodes without a NodeRecord, left alone because adoptExisting is off.",
 		}),
+		PodCIDRConflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nodeinit_coordinator_pod_cidr_conflicts_total", Help: "Pod CIDRs seen on a Node that overlap another Node's (written by someone else).",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Leader, m.Allocations, m.PoolSegments, m.CSRDecisions, m.GrantsRefused, m.NodeInitTime, m.NodeWrites, m.RebuildSeconds,
-			m.MalformedReports, m.AddressesRefused, m.FloodGuard, m.PendingCSRs, m.NotAdopted)
+			m.MalformedReports, m.AddressesRefused, m.FloodGuard, m.PendingCSRs, m.NotAdopted, m.PodCIDRConflicts)
 	}
 	return m
 }

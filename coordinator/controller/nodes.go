@@ -63,6 +63,7 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 		c.say(node, "node", name, corev1.EventTypeWarning, "InvalidPodCIDR", err.Error())
 		return nil
 	}
+	c.reconcileCIDRs(node, existing)
 
 	now := time.Now()
 	var prev records.Spec
@@ -197,6 +198,39 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	return nil
 }
 
+// reconcileCIDRs accounts for the pod CIDRs the Node has, whoever wrote
+// them (the previous leader's last patch, an admin, a migrated cluster),
+// and drops what the allocator holds for an earlier Node object of the same
+// name. A CIDR another Node holds is a PodCIDRConflict Event and a metric,
+// never a silent overlap.
+func (c *Coordinator) reconcileCIDRs(node *corev1.Node, existing []netip.Prefix) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.alloc == nil {
+		return
+	}
+	owned := c.alloc.Owned(node.Name)
+	if uid, ok := c.allocUID[node.Name]; ok && uid != node.UID && len(owned) > 0 {
+		// Deleted and re-created between two syncs: the old object's
+		// CIDRs are not the new one's.
+		c.alloc.Release(node.Name)
+		owned = nil
+	}
+	c.allocUID[node.Name] = node.UID
+	if len(existing) == 0 || slices.Equal(owned, existing) {
+		return
+	}
+	if len(owned) > 0 {
+		c.alloc.Release(node.Name)
+	}
+	if err := c.alloc.Occupy(node.Name, existing); err != nil {
+		c.m.PodCIDRConflicts.Inc()
+		c.recorder.Eventf(node, corev1.EventTypeWarning, "PodCIDRConflict", "pod CIDRs %v overlap another Node's: %v", existing, err)
+		c.log.Error("pod CIDR conflict", "node", node.Name, "podCIDRs", existing, "err", err)
+	}
+	c.poolMetrics()
+}
+
 // grantedNow is what the record says the coordinator set after this sync:
 // what it recorded before and still wants, plus what it wants and is not
 // already on the Node (present reports whether the Node has it as wanted).
@@ -216,6 +250,7 @@ func grantedNow(prev, want []string, present func(string) bool) []string {
 // deletes and re-creates its Node object does not get a fresh enrolment.
 func (c *Coordinator) nodeGone(ctx context.Context, name string) error {
 	c.mu.Lock()
+	delete(c.allocUID, name)
 	if len(c.alloc.Owned(name)) > 0 {
 		c.alloc.Release(name)
 		c.poolMetrics()

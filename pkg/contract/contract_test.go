@@ -191,6 +191,17 @@ func decodeAttestation(s string) error { _, err := DecodeAttestation(s); return 
 func decodeMetadata(s string) error    { _, err := DecodeMetadata(s); return err }
 func decodeOwned(s string) error       { _, err := DecodeKeys(AnnotationOwnedLabels, s); return err }
 
+func TestInDomain(t *testing.T) {
+	for key, want := range map[string]bool{
+		AnnotationCSRReview: true, "nodeinit.io/x": true, "x.nodeinit.io/y": true, "a.b.nodeinit.io/c": true, "NodeInit.IO/x": true,
+		"nodeinit.io": false, "notnodeinit.io/x": false, "nodeinit.io.example.com/x": false, "example.com/nodeinit.io": false, "": false,
+	} {
+		if got := InDomain(key); got != want {
+			t.Errorf("InDomain(%q) = %v, want %v", key, got, want)
+		}
+	}
+}
+
 func TestNodeMaySetLabel(t *testing.T) {
 	cases := []struct {
 		key  string

@@ -4,8 +4,16 @@
 // set on itself. Neither side writes a key by hand.
 package contract
 
+import "strings"
+
 // Domain is the prefix every key of the contract lives under.
 const Domain = "nodeinit.io"
+
+// InDomain reports whether a label, annotation or taint key is in Domain or
+// a subdomain of it: keys only the contract may write.
+func InDomain(key string) bool {
+	return inDomain(strings.ToLower(labelNamespace(key)), Domain)
+}
 
 // Annotations written by the agent, with the node's own credentials.
 const (
@@ -19,6 +27,9 @@ const (
 	AnnotationRequestedTaints = Domain + "/requested-taints"
 	// AnnotationOwnedLabels holds the keys of labels the agent set itself.
 	AnnotationOwnedLabels = Domain + "/owned-labels"
+	// AnnotationOwnedAnnotations holds the keys of the rules' annotations the
+	// agent set, so that one a rule no longer produces is removed.
+	AnnotationOwnedAnnotations = Domain + "/owned-annotations"
 	// AnnotationCSRAttestation holds the agent's verdict on the CSR named in AnnotationCSRReview.
 	AnnotationCSRAttestation = Domain + "/csr-attestation"
 )

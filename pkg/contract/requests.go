@@ -75,8 +75,8 @@ type keysWire struct {
 
 func (w keysWire) version() int { return w.V }
 
-// EncodeKeys renders nodeinit.io/owned-labels or nodeinit.io/granted-labels:
-// a sorted, de-duplicated set of label keys.
+// EncodeKeys renders nodeinit.io/owned-labels, nodeinit.io/owned-annotations
+// or nodeinit.io/granted-labels: a sorted, de-duplicated set of keys.
 func EncodeKeys(keys []string) (string, error) {
 	set := slices.Clone(keys)
 	slices.Sort(set)

@@ -62,7 +62,8 @@ type Inputs struct {
 type State struct {
 	// Labels the node sets itself; their keys become owned-labels.
 	Labels map[string]string
-	// Annotations: rule annotations and the contract's.
+	// Annotations: rule annotations and the contract's. The rules' keys
+	// become owned-annotations.
 	Annotations map[string]string
 	// ProviderID is "" when none may be set yet.
 	ProviderID string
@@ -133,6 +134,8 @@ func Compute(in Inputs) (State, bool, error) {
 	set(contract.AnnotationRequestedTaints, v, e)
 	v, e = contract.EncodeKeys(slices.Collect(maps.Keys(labels)))
 	set(contract.AnnotationOwnedLabels, v, e)
+	v, e = contract.EncodeKeys(slices.Collect(maps.Keys(res.Annotations)))
+	set(contract.AnnotationOwnedAnnotations, v, e)
 	if err != nil {
 		return State{}, false, err
 	}

@@ -3,6 +3,7 @@ package desired
 import (
 	"encoding/json"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -186,6 +187,74 @@ func TestDiffRemovesOnlyOwnedLabels(t *testing.T) {
 	}
 	if p.Status != nil || strings.Contains(string(p.Meta), "taints") || strings.Contains(string(p.Meta), "podCIDR") {
 		t.Fatalf("unexpected patch content: %s / %s", p.Meta, p.Status)
+	}
+}
+
+// TestDiffRemovesOnlyOwnedAnnotations: an annotation a rule no longer
+// produces is removed (owned-annotations says the agent set it); others'
+// annotations and the contract's own are never touched; all of it goes in
+// the one metadata patch.
+func TestDiffRemovesOnlyOwnedAnnotations(t *testing.T) {
+	const annotating = `
+transformations:
+- name: notes
+  annotations: {example.com/owner: team-web, example.com/kept: "yes"}
+`
+	const fewer = `
+transformations:
+- name: notes
+  annotations: {example.com/kept: "yes"}
+`
+	st, _, err := Compute(inputs(t, annotating))
+	if err != nil {
+		t.Fatal(err)
+	}
+	owned, err := contract.DecodeKeys(contract.AnnotationOwnedAnnotations, st.Annotations[contract.AnnotationOwnedAnnotations])
+	if err != nil || !slices.Equal(owned, []string{"example.com/kept", "example.com/owner"}) {
+		t.Errorf("owned-annotations = %v (%v), want exactly the rules' annotations", owned, err)
+	}
+	node := observedAfter(st, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "web-1",
+		Annotations: map[string]string{"someone.else/note": "keep", contract.AnnotationCSRReview: "csr-1"}}})
+
+	next, _, _ := Compute(inputs(t, fewer))
+	p, err := Diff(node, next)
+	if err != nil || p.Meta == nil {
+		t.Fatalf("no patch: %v", err)
+	}
+	var got struct {
+		Metadata struct {
+			Annotations map[string]*string `json:"annotations"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(p.Meta, &got); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := got.Metadata.Annotations["example.com/owner"]; !ok || v != nil {
+		t.Fatalf("an annotation the rules no longer produce was not removed: %s", p.Meta)
+	}
+	for _, k := range []string{"someone.else/note", contract.AnnotationCSRReview, "example.com/kept", contract.AnnotationMetadata} {
+		if _, touched := got.Metadata.Annotations[k]; touched {
+			t.Fatalf("patch touches %s: %s", k, p.Meta)
+		}
+	}
+	if p.Status != nil {
+		t.Fatalf("a rules change patched status: %s", p.Status)
+	}
+
+	// Once applied, the state is steady: nothing left to remove or write.
+	after := observedAfter(next, node)
+	delete(after.Annotations, "example.com/owner")
+	if p, err := Diff(after, next); err != nil || p.Meta != nil {
+		t.Fatalf("after removal: meta %s (%v)", p.Meta, err)
+	}
+
+	// Without owned-annotations (an older agent, or someone removed it),
+	// nothing is removed: better a stale annotation than one the agent did
+	// not set deleted.
+	delete(node.Annotations, contract.AnnotationOwnedAnnotations)
+	p, _ = Diff(node, next)
+	if strings.Contains(string(p.Meta), `"example.com/owner":null`) {
+		t.Fatalf("removed an annotation with no record of setting it: %s", p.Meta)
 	}
 }
 

@@ -22,8 +22,9 @@ type Patches struct {
 }
 
 // Diff compares the observed Node with the desired state. Only differences
-// are patched; labels the agent set earlier (owned-labels) and no longer
-// wants are removed; labels it never set are never touched.
+// are patched; labels and rule annotations the agent set earlier
+// (owned-labels, owned-annotations) and no longer wants are removed; ones it
+// never set are never touched.
 func Diff(observed *corev1.Node, want State) (Patches, error) {
 	var p Patches
 	labels := map[string]any{}
@@ -32,23 +33,22 @@ func Diff(observed *corev1.Node, want State) (Patches, error) {
 			labels[k] = v
 		}
 	}
-	if prev, ok := observed.Annotations[contract.AnnotationOwnedLabels]; ok {
-		// An unreadable owned-labels annotation removes nothing: better a
-		// stale label than deleting one the agent did not set.
-		if keys, err := contract.DecodeKeys(contract.AnnotationOwnedLabels, prev); err == nil {
-			for _, k := range keys {
-				if _, still := want.Labels[k]; !still && contract.NodeMaySetLabel(k) {
-					if _, present := observed.Labels[k]; present {
-						labels[k] = nil
-					}
-				}
-			}
+	for _, k := range noLongerWanted(observed, contract.AnnotationOwnedLabels, observed.Labels, want.Labels) {
+		if contract.NodeMaySetLabel(k) {
+			labels[k] = nil
 		}
 	}
 	annotations := map[string]any{}
 	for k, v := range want.Annotations {
 		if cur, ok := observed.Annotations[k]; !ok || cur != v {
 			annotations[k] = v
+		}
+	}
+	// Rules never write the contract's keys (refused at load), so a listed
+	// one is not the rules' to remove.
+	for _, k := range noLongerWanted(observed, contract.AnnotationOwnedAnnotations, observed.Annotations, want.Annotations) {
+		if !contract.InDomain(k) {
+			annotations[k] = nil
 		}
 	}
 	metadata := map[string]any{}
@@ -81,4 +81,28 @@ func Diff(observed *corev1.Node, want State) (Patches, error) {
 		}
 	}
 	return p, nil
+}
+
+// noLongerWanted lists the keys the owned annotation (owned-labels or
+// owned-annotations) says the agent set, that are still on the Node and no
+// longer wanted. A missing or unreadable list removes nothing: better a stale
+// key than deleting one the agent did not set.
+func noLongerWanted(observed *corev1.Node, ownedKey string, have, want map[string]string) []string {
+	prev, ok := observed.Annotations[ownedKey]
+	if !ok {
+		return nil
+	}
+	keys, err := contract.DecodeKeys(ownedKey, prev)
+	if err != nil {
+		return nil
+	}
+	var gone []string
+	for _, k := range keys {
+		_, still := want[k]
+		_, present := have[k]
+		if present && !still {
+			gone = append(gone, k)
+		}
+	}
+	return gone
 }

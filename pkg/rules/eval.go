@@ -25,8 +25,6 @@ type Result struct {
 	Taints []contract.Taint
 	// Metadata is the effective platform metadata after overrides.
 	Metadata runtime.PlatformMetadataSpec
-	// PublicIPDiscovery is the last features.publicIPDiscovery a matching rule set.
-	PublicIPDiscovery bool
 	// Matched names the rules that matched, in order.
 	Matched []string
 	// Errors are evaluation failures (a template erroring on these facts, a
@@ -106,9 +104,6 @@ func (r *Rules) Evaluate(facts Facts) Result {
 		}
 		for _, s := range sets {
 			s()
-		}
-		if rule.publicIP != nil {
-			res.PublicIPDiscovery = *rule.publicIP
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(taints)) {

@@ -23,6 +23,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 )
 
 // File is the YAML document: the `transformations` list, as in Talos CCM's config.
@@ -53,10 +55,18 @@ type Expression struct {
 	Values   []string `yaml:"values,omitempty"`
 }
 
-// Features toggles per-node behaviour.
+// Features is Talos CCM's per-rule feature flags. Its one flag is parsed
+// only to be refused with a reason (see compileRule), not "field not found".
 type Features struct {
 	PublicIPDiscovery *bool `yaml:"publicIPDiscovery,omitempty"`
 }
+
+// publicIPDiscoveryRefusal says why features.publicIPDiscovery does nothing
+// here: what Talos CCM's flag adds, the agent always does.
+const publicIPDiscoveryRefusal = "not supported: nodeinit-agent has no per-rule public IP discovery; on every platform it " +
+	"reports as ExternalIP the public addresses on the node's interfaces and those Talos puts on its \"external\" link " +
+	"from platform metadata (AddressStatus), which covers what Talos CCM's publicIPDiscovery adds; remove the key " +
+	"(to keep a link's addresses out, use the agent's --exclude-links)"
 
 // Operators.
 const (
@@ -81,7 +91,6 @@ type compiledRule struct {
 	annotations []output
 	taints      []taintOutput
 	overrides   []override
-	publicIP    *bool
 }
 
 type expression struct {
@@ -153,13 +162,25 @@ func Compile(f File) (*Rules, error) {
 }
 
 func compileRule(i int, r Rule) (compiledRule, []error) {
-	c := compiledRule{name: fmt.Sprintf("transformations[%d]", i), publicIP: r.Features.PublicIPDiscovery}
+	c := compiledRule{name: fmt.Sprintf("transformations[%d]", i)}
 	if r.Name != "" {
 		c.name = fmt.Sprintf("transformations[%d] (%s)", i, r.Name)
 	}
 	var errs []error
 	fail := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s: %s", c.name, field, fmt.Sprintf(format, args...)))
+	}
+	// ownDomain refuses keys of the agent↔coordinator contract: a rule
+	// writing nodeinit.io/csr-review would make the two fight over it.
+	ownDomain := func(at, key string) bool {
+		if !contract.InDomain(key) {
+			return false
+		}
+		fail(at, "key %q is in %s, the domain of the agent↔coordinator contract, which rules may not write; use a domain of your own (example.com/…)", key, contract.Domain)
+		return true
+	}
+	if r.Features.PublicIPDiscovery != nil {
+		fail("features.publicIPDiscovery", publicIPDiscoveryRefusal)
 	}
 
 	for ti, term := range r.NodeSelector {
@@ -189,6 +210,9 @@ func compileRule(i int, r Rule) (compiledRule, []error) {
 				fail(at, "invalid %s key: %s", kind, strings.Join(errs, "; "))
 				continue
 			}
+			if ownDomain(at, k) {
+				continue
+			}
 			t, err := compileTemplate(at, m[k])
 			if err != nil {
 				fail(at, "%v", err)
@@ -204,6 +228,9 @@ func compileRule(i int, r Rule) (compiledRule, []error) {
 		at := "taints[" + k + "]"
 		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
 			fail(at, "invalid taint key: %s", strings.Join(errs, "; "))
+			continue
+		}
+		if ownDomain(at, k) {
 			continue
 		}
 		value, effect := "", r.Taints[k]

@@ -222,22 +222,20 @@ transformations:
 	}
 }
 
-func TestTaintsAndFeatures(t *testing.T) {
+func TestTaints(t *testing.T) {
 	r := mustLoad(t, `
 transformations:
 - taints:
     example.com/dedicated: "{{ .InstanceType }}:NoSchedule"
     example.com/maintenance: NoExecute
-  features:
-    publicIPDiscovery: true
 `)
 	res := r.Evaluate(metalWeb)
 	want := []contract.Taint{
 		{Key: "example.com/dedicated", Value: "c5", Effect: "NoSchedule"},
 		{Key: "example.com/maintenance", Effect: "NoExecute"},
 	}
-	if !reflect.DeepEqual(res.Taints, want) || !res.PublicIPDiscovery {
-		t.Fatalf("taints %v publicIP %v", res.Taints, res.PublicIPDiscovery)
+	if !reflect.DeepEqual(res.Taints, want) {
+		t.Fatalf("taints %v", res.Taints)
 	}
 }
 
@@ -304,6 +302,56 @@ func TestLoadRefuses(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "transformations[0]") || !strings.Contains(err.Error(), "transformations[1] (second)") {
 		t.Fatalf("not every error reported: %v", err)
 	}
+}
+
+// TestLoadRefusesOwnDomain: nodeinit.io is the agent↔coordinator contract.
+// A rule writing nodeinit.io/csr-review (or any key in nodeinit.io or a
+// subdomain of it) would make the agent and the coordinator fight over it.
+func TestLoadRefusesOwnDomain(t *testing.T) {
+	for _, c := range []struct{ name, rule, key string }{
+		{"annotation csr-review", "annotations: {nodeinit.io/csr-review: x}", "nodeinit.io/csr-review"},
+		{"annotation in a subdomain", "annotations: {x.nodeinit.io/y: x}", "x.nodeinit.io/y"},
+		{"label the node may set", "labels: {nodeinit.io/owned-labels: x}", "nodeinit.io/owned-labels"},
+		{"label in a subdomain", "labels: {a.b.nodeinit.io/role: x}", "a.b.nodeinit.io/role"},
+		{"taint", "taints: {nodeinit.io/t: NoSchedule}", "nodeinit.io/t"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Load([]byte("transformations:\n- name: mine\n  " + c.rule + "\n"))
+			if err == nil {
+				t.Fatalf("a rule writing %s loaded", c.key)
+			}
+			for _, want := range []string{"transformations[0] (mine)", c.key, "nodeinit.io"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Fatalf("error %q does not name %q", err, want)
+				}
+			}
+		})
+	}
+	// Only the domain itself and its subdomains: look-alikes are users' own.
+	mustLoad(t, `
+transformations:
+- labels: {notnodeinit.io/a: x, nodeinit.io.example.com/b: x, example.com/nodeinit.io: x}
+  annotations: {nodeinit.iox/c: x}
+  taints: {example.com/nodeinit.io: NoSchedule}
+`)
+}
+
+// TestLoadRefusesPublicIPDiscovery: the agent has no per-rule public IP
+// discovery, so the knob would do nothing; it is refused, saying what the
+// agent does instead.
+func TestLoadRefusesPublicIPDiscovery(t *testing.T) {
+	for _, v := range []string{"true", "false"} {
+		_, err := Load([]byte("transformations:\n- name: pub\n  features:\n    publicIPDiscovery: " + v + "\n"))
+		if err == nil {
+			t.Fatalf("publicIPDiscovery: %s loaded", v)
+		}
+		for _, want := range []string{"transformations[0] (pub)", "features.publicIPDiscovery", "not supported", "ExternalIP", `"external" link`} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("publicIPDiscovery: %s: error %q lacks %q", v, err, want)
+			}
+		}
+	}
+	mustLoad(t, "transformations:\n- features: {}\n") // an empty features block sets nothing
 }
 
 func TestEmptyAndNil(t *testing.T) {
