@@ -31,6 +31,10 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	// Every Node's pod CIDRs are accounted for, whatever else holds it back.
+	if cidrs, err := finalize.PodCIDRs(node); err == nil {
+		c.reconcileCIDRs(node, cidrs)
+	}
 	rec, err := c.records.Get(name)
 	if err != nil {
 		return err
@@ -63,7 +67,6 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 		c.say(node, "node", name, corev1.EventTypeWarning, "InvalidPodCIDR", err.Error())
 		return nil
 	}
-	c.reconcileCIDRs(node, existing)
 
 	now := time.Now()
 	var prev records.Spec
