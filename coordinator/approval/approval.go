@@ -41,6 +41,10 @@ const (
 type Input struct {
 	CSR     csrcheck.Request
 	Created time.Time
+	// ReviewRequested is when the coordinator asked the node's agent to
+	// attest this CSR (zero: not yet). The attestation timeout counts from
+	// it, so a CSR first seen late is still reviewed.
+	ReviewRequested time.Time
 	// Node is nil when the requesting Node is not in the cache.
 	Node   *csrcheck.Node
 	Facts  csrcheck.Facts
@@ -148,8 +152,14 @@ func Decide(in Input) Decision {
 			// Whoever wrote it does not hold the agent key: it changes nothing.
 			return decideWithout(in, "attestation-invalid", fmt.Sprintf("ignored an attestation not signed by the enrolled agent key (%v)", err))
 		case !a.About(in.CSR.Name, in.CSR.PEM):
-			return Decision{Action: Deny, Category: "attestation-mismatch",
-				Reason: fmt.Sprintf("the node's attestation of %s is for another request (sha256 %s, this request is %s)", a.CSR, a.RequestSHA256, contract.RequestDigest(in.CSR.PEM))}
+			// The kubelet re-created a CSR under the same name: the
+			// attestation is of the old request. Ask again.
+			d := Decision{Action: RequestReview, Category: "attestation-stale",
+				Reason: fmt.Sprintf("the node's attestation of %s is for another request (sha256 %s, this request is %s); asking the agent again", a.CSR, a.RequestSHA256, contract.RequestDigest(in.CSR.PEM))}
+			if !in.ReviewRequested.IsZero() && in.Now.Sub(in.ReviewRequested) >= in.Timeout {
+				return decideWithout(in, "attestation-stale", d.Reason)
+			}
+			return d
 		case a.Approves(in.CSR.Name, in.CSR.PEM):
 			return Decision{Action: Approve, Reason: "static checks passed and the node's agent attested every SAN with its enrolled key: " + a.Reason, Category: "attested"}
 		default:
@@ -169,7 +179,12 @@ func decideWithout(in Input, category, note string) Decision {
 		}
 		return d
 	}
-	elapsed := in.Now.Sub(in.Created)
+	if in.ReviewRequested.IsZero() {
+		// Never asked (or first seen by this replica): the timeout has not
+		// started, whatever the CSR's age.
+		return with(Decision{Action: RequestReview, Reason: "static checks passed; asking the node's agent to attest", Category: "review"})
+	}
+	elapsed := in.Now.Sub(in.ReviewRequested)
 	if elapsed >= in.Timeout {
 		if in.OnTimeout == config.ApproveOnChecks {
 			return with(Decision{Action: Approve, Category: "timeout-approved",

@@ -53,7 +53,7 @@ func TestDecide(t *testing.T) {
 		return sign(r, contract.Attestation{CSR: r.Name, RequestSHA256: contract.RequestDigest(r.PEM), Verdict: v, Reason: reason}, key)
 	}
 	base := func(r csrcheck.Request) Input {
-		return Input{CSR: r, Created: now.Add(-10 * time.Second), Node: nodeA, Facts: facts, Policy: policy, AttestationRequired: true,
+		return Input{CSR: r, Created: now.Add(-10 * time.Second), ReviewRequested: now.Add(-10 * time.Second), Node: nodeA, Facts: facts, Policy: policy, AttestationRequired: true,
 			Timeout: time.Minute, OnTimeout: config.StayPending, Now: now, EnrolledKey: pub, PublishedKey: contract.EncodeAgentKey(pub),
 			Renewals: config.RenewSameNames}
 	}
@@ -76,11 +76,7 @@ func TestDecide(t *testing.T) {
 			in.Attestation = attest(good, contract.VerdictReject, "IP SAN 10.9.9.9 is not on this node's interfaces")
 			return in
 		}, Deny, "10.9.9.9"},
-		{"attestation for a different request hash denies", func() Input {
-			in := base(good)
-			in.Attestation = attest(other, contract.VerdictApprove, "ok")
-			return in
-		}, Deny, "another request"},
+
 		{"attestation of another CSR is ignored", func() Input {
 			in := base(good)
 			in.Review = good.Name
@@ -89,10 +85,10 @@ func TestDecide(t *testing.T) {
 			in.Attestation = a
 			return in
 		}, Wait, ""},
-		{"no attestation by the timeout: stays pending", func() Input { in := base(good); in.Created = now.Add(-2 * time.Minute); return in }, TimedOut, "no valid attestation"},
+		{"no attestation by the timeout: stays pending", func() Input { in := base(good); in.ReviewRequested = now.Add(-2 * time.Minute); return in }, TimedOut, "no valid attestation"},
 		{"no attestation by the timeout, approve policy", func() Input {
 			in := base(good)
-			in.Created, in.OnTimeout = now.Add(-2*time.Minute), config.ApproveOnChecks
+			in.ReviewRequested, in.OnTimeout = now.Add(-2*time.Minute), config.ApproveOnChecks
 			return in
 		}, Approve, "static checks alone"},
 		{"attestation not required", func() Input { in := base(good); in.AttestationRequired = false; return in }, Approve, ""},
@@ -118,7 +114,7 @@ func TestDecide(t *testing.T) {
 		}, Wait, "enrolled agent key"},
 		{"attestation signed by another key, no timeout approval either", func() Input {
 			in := base(good)
-			in.Created, in.OnTimeout = now.Add(-2*time.Minute), config.StayPending
+			in.ReviewRequested, in.OnTimeout = now.Add(-2*time.Minute), config.StayPending
 			in.Attestation = attest(good, contract.VerdictApprove, "ok")
 			in.EnrolledKey = otherPub
 			in.PublishedKey = contract.EncodeAgentKey(otherPub)
@@ -163,6 +159,21 @@ func TestDecide(t *testing.T) {
 			in.Attestation = attest(good, contract.VerdictApprove, "ok")
 			return in
 		}, Hold, "paused"},
+		{"first seen after the timeout (coordinator was down), approve policy: reviewed, not approved blind", func() Input {
+			in := base(good)
+			in.Created, in.ReviewRequested, in.OnTimeout = now.Add(-time.Hour), time.Time{}, config.ApproveOnChecks
+			return in
+		}, RequestReview, ""},
+		{"the timeout counts from the review request", func() Input {
+			in := base(good)
+			in.Created, in.ReviewRequested, in.Review = now.Add(-time.Hour), now.Add(-10*time.Second), good.Name
+			return in
+		}, Wait, "waiting"},
+		{"a stale same-name attestation (the CSR was re-created) is re-reviewed, not denied", func() Input {
+			in := base(good)
+			in.Attestation = attest(other, contract.VerdictApprove, "ok") // same name, the old request
+			return in
+		}, RequestReview, "another request"},
 		{"address not stable yet: wait", func() Input {
 			in := base(good)
 			in.Facts.Seen = map[netip.Addr]time.Duration{netip.MustParseAddr("10.0.0.1"): time.Second}

@@ -95,6 +95,7 @@ type Coordinator struct {
 	unadopted      map[string]bool      // initialized Nodes without a record, left alone
 	pools          []netip.Prefix       // the configured pod pools: node addresses there are never reserved
 	allocUID       map[string]types.UID // the Node object each allocation belongs to
+	reviewAsked    map[string]time.Time // when this replica asked (or first saw it asked) for each CSR's review
 	claimLocks     [64]sync.Mutex       // address stripes: claims are decided and recorded under them
 
 	pendingMu             sync.Mutex // the flood guard's count, reused for pendingTTL
@@ -177,7 +178,7 @@ func New(cfg Config) (*Coordinator, error) {
 	c := &Coordinator{
 		cfg: cfg, client: cfg.Client, settings: cfg.Settings, log: cfg.Log, m: cfg.Metrics, policy: policy,
 		records: records.NewStore(cfg.Dynamic), facts: newClusterFacts(cfg.Client), observer: newObserver(cfg.Settings.MaxNodeAddresses),
-		networks: networks, configReserved: cfg.Settings.Reserved(), reservedBy: map[netip.Addr]int{}, unadopted: map[string]bool{}, pools: pools, allocUID: map[string]types.UID{},
+		networks: networks, configReserved: cfg.Settings.Reserved(), reservedBy: map[netip.Addr]int{}, unadopted: map[string]bool{}, pools: pools, allocUID: map[string]types.UID{}, reviewAsked: map[string]time.Time{},
 		lastSaid: map[string]string{}, ready: errors.New("starting"),
 		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes"}),
@@ -249,6 +250,9 @@ func New(cfg Config) (*Coordinator, error) {
 		DeleteFunc: func(obj any) {
 			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 				c.forget("csr", key)
+				c.mu.Lock()
+				delete(c.reviewAsked, key)
+				c.mu.Unlock()
 			}
 		},
 	})

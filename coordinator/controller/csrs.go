@@ -5,16 +5,15 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/approval"
-	"github.com/talos-nodeinit/talos-nodeinit/coordinator/finalize"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
@@ -29,6 +28,10 @@ var heldReasons = map[string]string{
 	"address-claimed":       "AddressClaimedByOtherNode",
 	"attestation-invalid":   "AttestationIgnored",
 }
+
+// reviewRecheck is when a CSR waiting for its Node's sync to ask for its
+// review is looked at again.
+const reviewRecheck = 30 * time.Second
 
 func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 	csr, err := c.csrs.Get(name)
@@ -55,19 +58,13 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 	case approval.Retry:
 		return fmt.Errorf("CSR %s: %s", name, d.Reason)
 	case approval.RequestReview:
-		if age := in.Now.Sub(in.Created); node != nil && finalize.Uninitialized(node) && age < reviewGrace {
-			// The initializing patch carries the review request; if the
-			// node is not initialized within the grace, ask on its own.
-			c.csrQueue.AddAfter(name, reviewGrace-age)
-			return nil
+		// The Node's sync is the one writer of csr-review: it asks in the
+		// patch it writes anyway (the initializing one, when the CSR came
+		// first), and requeues this CSR once it has asked.
+		if node != nil {
+			c.nodeQueue.Add(nodeName)
 		}
-		patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, contract.AnnotationCSRReview, name)
-		if _, err := c.client.CoreV1().Nodes().Patch(ctx, nodeName, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
-			c.m.NodeWrites.WithLabelValues("review", "error").Inc()
-			return fmt.Errorf("asking node %s to attest CSR %s: %w", nodeName, name, err)
-		}
-		c.m.NodeWrites.WithLabelValues("review", "ok").Inc()
-		c.csrQueue.AddAfter(name, in.Timeout-in.Now.Sub(in.Created))
+		c.csrQueue.AddAfter(name, reviewRecheck) // in case the Node cannot be synced yet
 	case approval.Wait:
 		c.csrQueue.AddAfter(name, d.After)
 	case approval.Hold:
@@ -81,17 +78,13 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 	return nil
 }
 
-// reviewGrace is how long a CSR from an uninitialized node waits for the
-// initializing patch to carry its review request.
-const reviewGrace = 30 * time.Second
-
 // approvalInput gathers what approval.Decide needs for csr, from sources
 // nodes cannot write (the record, cluster objects, the coordinator's own
 // observations) and, as requests and attestations only, the Node.
 func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningRequest, now time.Time) (approval.Input, *corev1.Node) {
 	nodeName := csrcheck.NodeName(csr.Spec.Username)
 	in := approval.Input{
-		CSR: csrcheck.FromCSR(csr), Created: csr.CreationTimestamp.Time, Policy: c.policy,
+		CSR: csrcheck.FromCSR(csr), Created: csr.CreationTimestamp.Time, ReviewRequested: c.reviewRequested(csr.Name, ""), Policy: c.policy,
 		AttestationRequired: c.settings.AttestationRequired(), Timeout: c.settings.CSR.AttestationTimeout.Duration,
 		OnTimeout: c.settings.CSR.OnTimeout, Renewals: c.settings.CSR.Renewals, Now: now,
 	}
@@ -102,6 +95,10 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 	}
 	in.Node = &csrcheck.Node{Name: self.Name, Addresses: self.Status.Addresses}
 	in.Review = self.Annotations[contract.AnnotationCSRReview]
+	if in.Review == csr.Name && in.ReviewRequested.IsZero() {
+		// Asked before this replica led: the timeout starts now.
+		in.ReviewRequested = c.reviewRequested(csr.Name, "seen")
+	}
 	if a, err := contract.DecodeAttestation(self.Annotations[contract.AnnotationCSRAttestation]); err == nil {
 		in.Attestation = &a
 	}
@@ -238,28 +235,59 @@ func (c *Coordinator) certDuration(csr *certificatesv1.CertificateSigningRequest
 	return d
 }
 
-// reviewAtInit names the node's pending CSR that needs review now, so the
-// initializing patch can ask for it; "" when none does. At initialization
-// the node's addresses are not recorded yet, so the static checks are
-// those that do not depend on the record.
-func (c *Coordinator) reviewAtInit(name string) string {
-	objs, _ := c.csrIndex.ByIndex(byNode, name)
-	var newest *certificatesv1.CertificateSigningRequest
+// reviewWanted names the node's pending CSR its agent should attest now,
+// "" when none; stale says the attestation on the Node is of an earlier
+// request under the same name, so the sync clears it to make the agent
+// attest again. A CSR whose addresses are still settling is asked for too:
+// the attestation is then ready when they are.
+func (c *Coordinator) reviewWanted(node *corev1.Node) (csr string, stale bool) {
+	objs, _ := c.csrIndex.ByIndex(byNode, node.Name)
+	var candidates []*certificatesv1.CertificateSigningRequest
 	for _, o := range objs {
-		if csr, ok := o.(*certificatesv1.CertificateSigningRequest); ok && pending(csr) &&
-			(newest == nil || csr.CreationTimestamp.After(newest.CreationTimestamp.Time)) {
-			newest = csr
+		if csr, ok := o.(*certificatesv1.CertificateSigningRequest); ok && pending(csr) {
+			candidates = append(candidates, csr)
 		}
 	}
-	if newest == nil {
-		return ""
+	// The CSR under review stays under review while it wants it; then the
+	// newest (by creation, then name: every sync agrees) is next.
+	current := node.Annotations[contract.AnnotationCSRReview]
+	slices.SortFunc(candidates, func(a, b *certificatesv1.CertificateSigningRequest) int {
+		switch {
+		case a.Name == current:
+			return -1
+		case b.Name == current:
+			return 1
+		case !a.CreationTimestamp.Equal(&b.CreationTimestamp):
+			return b.CreationTimestamp.Compare(a.CreationTimestamp.Time)
+		}
+		return strings.Compare(b.Name, a.Name)
+	})
+	for _, csr := range candidates {
+		in, _ := c.approvalInput(csr, time.Now())
+		switch d := approval.Decide(in); {
+		case d.Action == approval.RequestReview:
+			return csr.Name, d.Category == "attestation-stale"
+		case d.Action == approval.Wait && (d.Category == "address-not-settled" || d.Category == "address-claimed" || d.Category == "wait"):
+			return csr.Name, false
+		}
+		if csr.Name != current {
+			break // only the one under review may hand over to the next
+		}
 	}
-	in, _ := c.approvalInput(newest, time.Now())
-	switch d := approval.Decide(in); {
-	case d.Action == approval.RequestReview, d.Action == approval.Wait && (d.Category == "address-not-settled" || d.Category == "address-claimed"):
-		return newest.Name
+	return "", false
+}
+
+// reviewRequested is when the coordinator asked for csr's review; with
+// mark, it records now if nothing was recorded.
+func (c *Coordinator) reviewRequested(csr string, mark string) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t, ok := c.reviewAsked[csr]
+	if !ok && mark != "" {
+		t = time.Now()
+		c.reviewAsked[csr] = t
 	}
-	return ""
+	return t
 }
 
 // recordServing keeps the record's serving SANs true after a decision:

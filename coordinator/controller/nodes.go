@@ -117,12 +117,9 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 		return nil
 	}
 	initialize := uninitialized
-	var review string
-	if initialize {
-		review = c.reviewAtInit(name)
-	}
+	review, stale := c.reviewWanted(node)
 	plan, err := finalize.Compute(node, rep, finalize.Inputs{
-		Grants: c.settings.Grants, ClusterName: c.settings.ClusterName, CIDRs: cidrs, Initialize: initialize, Review: review,
+		Grants: c.settings.Grants, ClusterName: c.settings.ClusterName, CIDRs: cidrs, Initialize: initialize, Review: review, ClearAttestation: stale,
 		PreviousLabels: prev.GrantedLabels, PreviousTaints: prev.GrantedTaints,
 	})
 	if err != nil {
@@ -151,7 +148,7 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 			c.log.Info("enrolled the node agent's key", "node", name, "key", next.AgentKey, "adopted", next.Adopted)
 		}
 	}
-	if review != "" {
+	if review != "" && initialize {
 		next.Serving = c.servingUnderReview(review)
 	}
 	if rec == nil || !next.Equal(rec.Spec) {
@@ -179,8 +176,12 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 		return fmt.Errorf("patching node %s: %w", name, err)
 	}
 	c.m.NodeWrites.WithLabelValues("finalize", "ok").Inc()
-	if review != "" {
+	if review != "" && (node.Annotations[contract.AnnotationCSRReview] != review || stale) {
 		c.m.NodeWrites.WithLabelValues("review", "ok").Inc()
+		c.mu.Lock()
+		c.reviewAsked[review] = time.Now()
+		c.mu.Unlock()
+		c.csrQueue.AddAfter(review, c.settings.CSR.AttestationTimeout.Duration)
 	}
 	if len(cidrs) > 0 {
 		for _, p := range cidrs {

@@ -163,6 +163,10 @@ type Inputs struct {
 	// (the csr-review annotation): a CSR that arrived before initialization
 	// costs no separate review write.
 	Review string
+	// ClearAttestation removes the Node's attestation in the same patch:
+	// it is of an earlier request under Review's name, and the agent
+	// attests again once it is gone.
+	ClearAttestation bool
 	// PreviousLabels and PreviousTaints are what the coordinator's own
 	// record says it set before: only those are ever removed.
 	PreviousLabels, PreviousTaints []string
@@ -241,6 +245,11 @@ func Compute(node *corev1.Node, r Reported, in Inputs) (Plan, error) {
 	annotations := map[string]any{}
 	if in.Review != "" && node.Annotations[contract.AnnotationCSRReview] != in.Review {
 		annotations[contract.AnnotationCSRReview] = in.Review
+	}
+	if in.ClearAttestation {
+		if _, ok := node.Annotations[contract.AnnotationCSRAttestation]; ok {
+			annotations[contract.AnnotationCSRAttestation] = nil
+		}
 	}
 	if len(annotations) > 0 {
 		metadata["annotations"] = annotations

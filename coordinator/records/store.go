@@ -97,13 +97,19 @@ func newer(a, b string) bool {
 // Get returns the Node's record, or nil when there is none (or it cannot be
 // read, which a sync reports as an error).
 func (s *Store) Get(name string) (*Record, error) {
-	s.mu.Lock()
-	w := s.written[name]
-	s.mu.Unlock()
 	obj, exists, err := s.informer.GetIndexer().GetByKey(name)
 	if err != nil {
 		return nil, err
 	}
+	s.mu.Lock()
+	w := s.written[name]
+	if w != nil && exists && !newer(w.ResourceVersion, obj.(*unstructured.Unstructured).GetResourceVersion()) {
+		// The cache caught up (or an admin wrote since): it wins, even
+		// before the informer's own handler has run.
+		delete(s.written, name)
+		w = nil
+	}
+	s.mu.Unlock()
 	if w != nil {
 		return clone(w), nil
 	}
