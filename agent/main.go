@@ -165,6 +165,7 @@ func runAgent(args []string, stderr io.Writer) int {
 			extra = append(extra, p)
 		}
 	}
+	telemetry.RouteKlog(log) // from here on client-go logs too
 	agent, err := controller.New(controller.Config{
 		NodeName: *nodeName, Kubeconfig: *kubeconfig, CredentialsPoll: *credPoll, Facts: facts, NetNS: *netns,
 		Rules: rs, Classifier: netaddr.NewClassifier(extra...), Policy: pol, Version: version.Version,

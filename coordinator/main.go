@@ -143,6 +143,7 @@ func runCoordinator(args []string, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	reg := telemetry.NewRegistry()
+	telemetry.RouteKlog(log) // from here on client-go logs too
 	coord, err := controller.New(controller.Config{
 		Client: client, Dynamic: dyn, REST: restCfg, Settings: settings, Namespace: *namespace, LeaseName: *leaseName, Identity: *id,
 		LeaseDuration: *leaseDuration, RenewDeadline: *renewDeadline, RetryPeriod: *retryPeriod,

@@ -359,3 +359,61 @@ func unstructuredStrings(obj map[string]any, key string) ([]string, bool, error)
 	}
 	return out, ok, nil
 }
+
+// With --log-format json every line is JSON, client-go's own (klog) lines
+// included: leader election logs through klog.
+func TestJSONLogsIncludeClientGo(t *testing.T) {
+	if err := kubeapply.Files(t.Context(), cluster.Admin(), "deploy/noderecords.yaml", "deploy/rbac.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := cluster.ServiceAccountIdentity(t.Context(), "kube-system", "nodeinit-coordinator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := cluster.WriteKubeconfig("coordinator-json", sa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "coordinator.yaml")
+	if err := os.WriteFile(cfg, []byte("ipam: {ipv4Pool: 10.244.0.0/16}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	cmd := exec.Command(coordinatorBinary(t), "run", "--kubeconfig", kc, "--config", cfg, "--id", "json-logs", "--log-format", "json",
+		"--lease-name", "json-logs", "--metrics-addr", "")
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(logs.String(), "acquire") && !strings.Contains(logs.String(), "successfully acquired lease") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no leader-election line within 20s:\n%s", logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		if !json.Valid([]byte(line)) {
+			t.Errorf("not JSON: %s", line)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a process writing and a test reading.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/klog/v2"
 )
 
 // NewLogger returns a logger for --log-level (debug, info, warn, error) and
@@ -35,6 +36,11 @@ func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	}
 	return nil, fmt.Errorf("log format %q: want text or json", format)
 }
+
+// RouteKlog sends client-go's own logs (klog: leader election, reflectors,
+// the certificate manager) through log, so --log-format json holds for
+// every line the process writes.
+func RouteKlog(log *slog.Logger) { klog.SetSlogLogger(log) }
 
 // NewRegistry returns a registry with the Go runtime and process collectors.
 func NewRegistry() *prometheus.Registry {
