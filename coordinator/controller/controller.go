@@ -96,6 +96,7 @@ type Coordinator struct {
 	pools          []netip.Prefix       // the configured pod pools: node addresses there are never reserved
 	allocUID       map[string]types.UID // the Node object each allocation belongs to
 	reviewAsked    map[string]time.Time // when this replica asked (or first saw it asked) for each CSR's review
+	waitingNodes   map[string]string    // uninitialized Nodes waiting for their agent, at which resourceVersion
 	claimLocks     [64]sync.Mutex       // address stripes: claims are decided and recorded under them
 
 	pendingMu             sync.Mutex // the flood guard's count, reused for pendingTTL
@@ -178,7 +179,7 @@ func New(cfg Config) (*Coordinator, error) {
 	c := &Coordinator{
 		cfg: cfg, client: cfg.Client, settings: cfg.Settings, log: cfg.Log, m: cfg.Metrics, policy: policy,
 		records: records.NewStore(cfg.Dynamic), facts: newClusterFacts(cfg.Client), observer: newObserver(cfg.Settings.MaxNodeAddresses),
-		networks: networks, configReserved: cfg.Settings.Reserved(), reservedBy: map[netip.Addr]int{}, unadopted: map[string]bool{}, pools: pools, allocUID: map[string]types.UID{}, reviewAsked: map[string]time.Time{},
+		networks: networks, configReserved: cfg.Settings.Reserved(), reservedBy: map[netip.Addr]int{}, unadopted: map[string]bool{}, pools: pools, allocUID: map[string]types.UID{}, reviewAsked: map[string]time.Time{}, waitingNodes: map[string]string{},
 		lastSaid: map[string]string{}, ready: errors.New("starting"),
 		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes"}),

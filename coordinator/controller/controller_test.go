@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -263,7 +264,7 @@ csr:
 `
 
 func TestAllocationAndInitialization(t *testing.T) {
-	startCoordinator(t, "alloc", ipamSettings)
+	c := startCoordinator(t, "alloc", ipamSettings)
 	type spec struct {
 		name, ip string
 		r        report
@@ -279,8 +280,11 @@ func TestAllocationAndInitialization(t *testing.T) {
 	for _, s := range specs {
 		nodes[s.name] = register(t, s.name, s.ip)
 	}
-	// Registered but not reported: nothing happens.
-	time.Sleep(time.Second)
+	// Registered but not reported: once the coordinator has looked at each
+	// node (and found it waiting), nothing has been written to it.
+	for _, s := range specs {
+		waitFor(t, 10*time.Second, s.name+" seen waiting", func() bool { return c.Waiting(s.name) })
+	}
 	for _, s := range specs {
 		if node := get(t, s.name); initialized(node) || len(node.Spec.PodCIDRs) > 0 {
 			t.Fatalf("%s initialized before its agent reported", s.name)
@@ -289,11 +293,16 @@ func TestAllocationAndInitialization(t *testing.T) {
 			t.Fatalf("%s: %d coordinator writes before the agent reported", s.name, len(w))
 		}
 	}
-	// Every condition but providerID: still nothing.
+	// Every condition but providerID: still nothing. The agent's report
+	// changes the Node, so the coordinator syncs it again; the resource
+	// version it was last seen waiting at is the sync point.
 	for _, s := range specs {
 		nodes[s.name].publish(t, s.r)
 	}
-	time.Sleep(time.Second)
+	for _, s := range specs {
+		rv := get(t, s.name).ResourceVersion
+		waitFor(t, 10*time.Second, s.name+" seen waiting for providerID", func() bool { return atOrAfter(c.WaitingAt(s.name), rv) })
+	}
 	if initialized(get(t, "alloc-a")) {
 		t.Fatal("initialized without spec.providerID while the policy requires it")
 	}
@@ -786,4 +795,11 @@ func TestLateCSRIsReviewed(t *testing.T) {
 		c, _ := condition(t, "late-csr-serving")
 		return c.Type == certificatesv1.CertificateApproved && strings.Contains(c.Message, "attested")
 	})
+}
+
+// atOrAfter compares resource versions (etcd revisions) as numbers.
+func atOrAfter(rv, than string) bool {
+	a, errA := strconv.ParseUint(rv, 10, 64)
+	b, errB := strconv.ParseUint(than, 10, 64)
+	return errA == nil && errB == nil && a >= b
 }

@@ -38,6 +38,11 @@ func TestHostileAgentAnnotations(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitFor(t, 10*time.Second, tc.event+" Event", func() bool { return len(events(t, n.name, tc.event)) > 0 })
+			if tc.event == "GrantRefused" {
+				// The Event comes before the patch: read the Node once the
+				// patch has landed (the node is initialized by it).
+				waitFor(t, 10*time.Second, n.name+" initialized", func() bool { return initialized(get(t, n.name)) })
+			}
 			if msg := events(t, n.name, tc.event)[0].Message; !strings.Contains(msg, tc.inMessage) {
 				t.Errorf("%s Event %q lacks %q", tc.event, msg, tc.inMessage)
 			}

@@ -19,6 +19,7 @@ type Metrics struct {
 	PendingCSRs      prometheus.Gauge
 	NotAdopted       prometheus.Gauge
 	PodCIDRConflicts prometheus.Counter
+	NodesWaiting     prometheus.Gauge
 }
 
 // NewMetrics registers the series with reg (nil: unregistered).
@@ -65,10 +66,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		PodCIDRConflicts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nodeinit_coordinator_pod_cidr_conflicts_total", Help: "Pod CIDRs seen on a Node that overlap another Node's (written by someone else).",
 		}),
+		NodesWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nodeinit_coordinator_nodes_waiting", Help: "Uninitialized Nodes the coordinator has looked at and that still wait for their agent's report (or providerID): nothing is written to them yet.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Leader, m.Allocations, m.PoolSegments, m.CSRDecisions, m.GrantsRefused, m.NodeInitTime, m.NodeWrites, m.RebuildSeconds,
-			m.MalformedReports, m.AddressesRefused, m.FloodGuard, m.PendingCSRs, m.NotAdopted, m.PodCIDRConflicts)
+			m.MalformedReports, m.AddressesRefused, m.FloodGuard, m.PendingCSRs, m.NotAdopted, m.PodCIDRConflicts, m.NodesWaiting)
 	}
 	return m
 }

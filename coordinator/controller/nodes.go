@@ -111,6 +111,7 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 			return fmt.Errorf("allocating pod CIDRs for %s: %w", name, err)
 		}
 	}
+	c.setWaiting(name, node.ResourceVersion, len(waiting) > 0)
 	if len(waiting) > 0 {
 		// Nothing is written before the node can be initialized: then the
 		// record, and CIDRs, labels, taints and the taint removal in one patch.
@@ -253,6 +254,7 @@ func grantedNow(prev, want []string, present func(string) bool) []string {
 // grants; the record itself (with the enrolled key) stays, so a node that
 // deletes and re-creates its Node object does not get a fresh enrolment.
 func (c *Coordinator) nodeGone(ctx context.Context, name string) error {
+	c.setWaiting(name, "", false)
 	c.mu.Lock()
 	delete(c.allocUID, name)
 	if len(c.alloc.Owned(name)) > 0 {
@@ -397,4 +399,30 @@ func (c *Coordinator) notAdopted(name string, is bool) {
 		delete(c.unadopted, name)
 	}
 	c.m.NotAdopted.Set(float64(len(c.unadopted)))
+}
+
+// setWaiting keeps nodeinit_coordinator_nodes_waiting: the Nodes synced and
+// found waiting for their agent's report (or providerID).
+func (c *Coordinator) setWaiting(name, resourceVersion string, is bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if is {
+		c.waitingNodes[name] = resourceVersion
+	} else {
+		delete(c.waitingNodes, name)
+	}
+	c.m.NodesWaiting.Set(float64(len(c.waitingNodes)))
+}
+
+// Waiting reports whether the coordinator has synced Node name and found it
+// waiting for its agent's report (or providerID): it has written nothing to
+// it. Health checks and tests use it as a sync point.
+func (c *Coordinator) Waiting(name string) bool { return c.WaitingAt(name) != "" }
+
+// WaitingAt is the resourceVersion of Node name when the coordinator last
+// found it waiting, "" when it is not waiting.
+func (c *Coordinator) WaitingAt(name string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.waitingNodes[name]
 }

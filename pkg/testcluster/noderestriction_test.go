@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	"os"
 	"strings"
 	"testing"
@@ -240,7 +241,7 @@ func TestServiceAccountIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	cs := kubernetes.NewForConfigOrDie(cfg)
-	review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1SelfReview, metav1.CreateOptions{})
+	review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
