@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -52,13 +53,32 @@ type Config struct {
 type IPAM struct {
 	// Enabled turns allocation on (default true). Turn kube-controller-manager's
 	// node IPAM off (--allocate-node-cidrs=false) when it is on.
-	Enabled      *bool    `yaml:"enabled,omitempty"`
-	IPv4Pool     string   `yaml:"ipv4Pool,omitempty"`
-	IPv4MaskSize int      `yaml:"ipv4MaskSize,omitempty"`
-	IPv6Pool     string   `yaml:"ipv6Pool,omitempty"`
-	IPv6MaskSize int      `yaml:"ipv6MaskSize,omitempty"`
+	Enabled *bool `yaml:"enabled,omitempty"`
+	// Families are the families pod CIDRs are given in: ipv4, ipv6 or both.
+	// Default: those whose pool is set (IPv4 when neither is). Pod CIDRs never
+	// change, so a family turned on later reaches only Nodes that join then.
+	Families []string `yaml:"families,omitempty"`
+	// IPv4Pool is the IPv4 pool (default DefaultIPv4Pool when IPv4 is a family).
+	IPv4Pool     string `yaml:"ipv4Pool,omitempty"`
+	IPv4MaskSize int    `yaml:"ipv4MaskSize,omitempty"`
+	// IPv6Pool is the fallback for nodes without a global IPv6 prefix of
+	// their own; without it, IPv6 comes only from nodes' own prefixes.
+	IPv6Pool     string `yaml:"ipv6Pool,omitempty"`
+	IPv6MaskSize int    `yaml:"ipv6MaskSize,omitempty"`
+	// ServiceCIDRs are never handed out. A family that is on and has no
+	// range listed gets Talos's default service subnet for it.
 	ServiceCIDRs []string `yaml:"serviceCIDRs,omitempty"`
+	// defaultedServices are the ServiceCIDRs defaults() added, for errors.
+	defaultedServices []string
 }
+
+// Talos's defaults (pkg/machinery/constants, v1.13): the IPv4 pod subnet
+// and the service subnets.
+const (
+	DefaultIPv4Pool        = "10.244.0.0/16"
+	DefaultIPv4ServiceCIDR = "10.96.0.0/12"
+	DefaultIPv6ServiceCIDR = "fc00:db8:20::/112"
+)
 
 // Grants says which requested labels and taints are set. A pattern is an
 // exact key or a prefix ending in "*" ("node-role.kubernetes.io/*", "*");
@@ -189,11 +209,34 @@ func (c *Config) defaults() {
 	if c.IPAM.Enabled == nil {
 		c.IPAM.Enabled = &t
 	}
-	if c.IPAM.IPv4Pool == "" && c.IPAM.IPv6Pool == "" {
-		c.IPAM.IPv4Pool = "10.244.0.0/16"
+	if c.IPAM.Families == nil {
+		if c.IPAM.IPv4Pool != "" || c.IPAM.IPv6Pool == "" {
+			c.IPAM.Families = append(c.IPAM.Families, string(ipam.IPv4))
+		}
+		if c.IPAM.IPv6Pool != "" {
+			c.IPAM.Families = append(c.IPAM.Families, string(ipam.IPv6))
+		}
 	}
-	if len(c.IPAM.ServiceCIDRs) == 0 {
-		c.IPAM.ServiceCIDRs = []string{"10.96.0.0/12"}
+	v4, v6 := c.Families()
+	if v4 && c.IPAM.IPv4Pool == "" {
+		c.IPAM.IPv4Pool = DefaultIPv4Pool
+	}
+	// Over-reserving costs nothing; a Service range handed out as pod
+	// CIDRs breaks the cluster.
+	has := func(is4 bool) bool {
+		return slices.ContainsFunc(c.IPAM.ServiceCIDRs, func(s string) bool {
+			p, err := netip.ParsePrefix(s)
+			return err == nil && p.Addr().Is4() == is4
+		})
+	}
+	for _, d := range []struct {
+		on, is4 bool
+		cidr    string
+	}{{v4, true, DefaultIPv4ServiceCIDR}, {v6, false, DefaultIPv6ServiceCIDR}} {
+		if d.on && !has(d.is4) {
+			c.IPAM.ServiceCIDRs = append(c.IPAM.ServiceCIDRs, d.cidr)
+			c.IPAM.defaultedServices = append(c.IPAM.defaultedServices, d.cidr)
+		}
 	}
 	if c.Grants.Labels.Allow == nil && c.Grants.Labels.Deny == nil {
 		c.Grants.Labels = Patterns{Allow: DefaultLabelAllow, Deny: DefaultLabelDeny}
@@ -274,9 +317,28 @@ func (c *Config) validate() error {
 // IPAMEnabled reports whether the coordinator allocates pod CIDRs.
 func (c *Config) IPAMEnabled() bool { return c.IPAM.Enabled == nil || *c.IPAM.Enabled }
 
+// Families reports the families pod CIDRs are given in (ipam.families, by
+// default those whose pool is set). A Node gets no CIDR in a family that
+// is off, whatever prefixes it reports.
+func (c *Config) Families() (ipv4, ipv6 bool) {
+	if c.IPAM.Families == nil {
+		return c.IPAM.IPv4Pool != "" || c.IPAM.IPv6Pool == "", c.IPAM.IPv6Pool != ""
+	}
+	return slices.Contains(c.IPAM.Families, string(ipam.IPv4)), slices.Contains(c.IPAM.Families, string(ipam.IPv6))
+}
+
 // Allocator builds the pod-CIDR allocator from the ipam section.
 func (c *Config) Allocator() (*ipam.Allocator, error) {
 	var cfg ipam.Config
+	if err := c.checkFamilies(); err != nil {
+		return nil, err
+	}
+	if v4, _ := c.Families(); v4 {
+		cfg.Families = append(cfg.Families, ipam.IPv4)
+	}
+	if _, v6 := c.Families(); v6 {
+		cfg.Families = append(cfg.Families, ipam.IPv6)
+	}
 	var err error
 	parse := func(field, s string) netip.Prefix {
 		if s == "" {
@@ -303,7 +365,68 @@ func (c *Config) Allocator() (*ipam.Allocator, error) {
 	if cfg.IPv6Pool.IsValid() && !cfg.IPv6Pool.Addr().Is6() {
 		return nil, fmt.Errorf("ipv6Pool %s is not IPv6", cfg.IPv6Pool)
 	}
+	if err := c.checkOverlaps(cfg); err != nil {
+		return nil, err
+	}
 	return ipam.New(cfg)
+}
+
+// checkFamilies refuses unknown or repeated families, and a pool for a
+// family that is off (a setting that would do nothing).
+func (c *Config) checkFamilies() error {
+	if c.IPAM.Families != nil && len(c.IPAM.Families) == 0 {
+		return errors.New("families is empty: want ipv4, ipv6 or both (or enabled: false)")
+	}
+	for i, f := range c.IPAM.Families {
+		if f != string(ipam.IPv4) && f != string(ipam.IPv6) {
+			return fmt.Errorf("families: %q: want ipv4, ipv6 or both", f)
+		}
+		if slices.Contains(c.IPAM.Families[:i], f) {
+			return fmt.Errorf("families lists %s twice", f)
+		}
+	}
+	v4, v6 := c.Families()
+	if !v4 && c.IPAM.IPv4Pool != "" {
+		return errors.New("ipv4Pool is set but ipv4 is not in families: add ipv4 to families or remove the pool")
+	}
+	if !v6 && c.IPAM.IPv6Pool != "" {
+		return errors.New("ipv6Pool is set but ipv6 is not in families: add ipv6 to families or remove the pool")
+	}
+	return nil
+}
+
+// checkOverlaps refuses pools that overlap each other or a service CIDR:
+// a pod CIDR carved there would collide with another node's or a Service's.
+func (c *Config) checkOverlaps(cfg ipam.Config) error {
+	type rng struct {
+		name string
+		p    netip.Prefix
+	}
+	var pools []rng
+	for _, p := range []rng{{"ipv4Pool", cfg.IPv4Pool}, {"ipv6Pool", cfg.IPv6Pool}} {
+		if p.p.IsValid() {
+			pools = append(pools, rng{p.name, p.p.Masked()})
+		}
+	}
+	var errs []error
+	for i, p := range pools {
+		for _, q := range pools[i+1:] {
+			if p.p.Overlaps(q.p) {
+				errs = append(errs, fmt.Errorf("%s %s overlaps %s %s: choose pools that do not overlap", p.name, p.p, q.name, q.p))
+			}
+		}
+		for _, s := range cfg.ServiceCIDRs {
+			if !p.p.Overlaps(s) {
+				continue
+			}
+			why := ""
+			if slices.Contains(c.IPAM.defaultedServices, s.String()) {
+				why = fmt.Sprintf(" (Talos's default, added because serviceCIDRs lists no IPv%d range: list the cluster's own)", map[bool]int{true: 4, false: 6}[s.Addr().Is4()])
+			}
+			errs = append(errs, fmt.Errorf("%s %s overlaps serviceCIDRs %s%s: pod CIDRs from it would collide with Service IPs; choose a pool outside the service ranges", p.name, p.p, s.Masked(), why))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // CSRPolicy is the static-check policy.

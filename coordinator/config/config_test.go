@@ -1,6 +1,8 @@
 package config
 
 import (
+	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/ipam"
 )
 
 func defaults(t *testing.T) *Config {
@@ -133,6 +136,124 @@ nodeNetworks: [10.0.0.0/8]
 	} {
 		if _, err := Parse([]byte(bad.doc)); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("Parse(%q) = %v, want an error naming %q", bad.doc, err, bad.want)
+		}
+	}
+}
+
+// Pools may not overlap each other or a service CIDR: the error names both.
+func TestIPAMOverlaps(t *testing.T) {
+	for _, tc := range []struct{ doc, want string }{
+		{"ipam: {ipv4Pool: 10.96.0.0/16}", "ipam: ipv4Pool 10.96.0.0/16 overlaps serviceCIDRs 10.96.0.0/12"},
+		{"ipam: {ipv4Pool: 10.0.0.0/8, serviceCIDRs: [10.96.0.0/16]}", "ipam: ipv4Pool 10.0.0.0/8 overlaps serviceCIDRs 10.96.0.0/16"},
+		{"ipam: {ipv6Pool: 'fd00:10::/64', serviceCIDRs: [10.96.0.0/12, 'fd00:10::/112']}", "ipam: ipv6Pool fd00:10::/64 overlaps serviceCIDRs fd00:10::/112"},
+		{"ipam: {ipv6Pool: 'fc00:db8:20::/64'}", "ipam: ipv6Pool fc00:db8:20::/64 overlaps serviceCIDRs fc00:db8:20::/112 (Talos's default"},
+	} {
+		if _, err := Parse([]byte(tc.doc)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Parse(%q) = %v, want an error containing %q", tc.doc, err, tc.want)
+		}
+	}
+	if _, err := Parse([]byte("ipam: {ipv4Pool: 10.244.0.0/16, ipv6Pool: 'fd00:10:244::/64', serviceCIDRs: [10.96.0.0/12, 'fd00:10:96::/112']}")); err != nil {
+		t.Errorf("disjoint pools and service CIDRs refused: %v", err)
+	}
+}
+
+// With IPv6 on and no IPv6 service CIDR listed, Talos's default IPv6
+// service subnet is never given to a node.
+func TestIPv6ServiceCIDRDefault(t *testing.T) {
+	for _, doc := range []string{
+		"ipam: {ipv6Pool: 'fd00:10:244::/64'}",
+		"ipam: {ipv4Pool: 10.244.0.0/16, ipv6Pool: 'fd00:10:244::/64', serviceCIDRs: [10.96.0.0/12]}",
+	} {
+		c, err := Parse([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(c.IPAM.ServiceCIDRs, "fc00:db8:20::/112") {
+			t.Errorf("%s: serviceCIDRs %v, want Talos's default IPv6 service subnet fc00:db8:20::/112 among them", doc, c.IPAM.ServiceCIDRs)
+		}
+		a, err := c.Allocator()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := a.Allocate("n", ipam.Request{IPv6: true, IPv6Prefix: netip.MustParsePrefix("fc00:db8:20::/64"), IPv6Addr: netip.MustParseAddr("fc00:db8:20:0:ffff::1")})
+		if err != nil || got[0].Overlaps(netip.MustParsePrefix("fc00:db8:20::/112")) {
+			t.Errorf("%s: a node whose prefix holds the default service subnet got %v %v", doc, got, err)
+		}
+	}
+	// An explicit IPv4 list gets no IPv4 default added; an IPv4-only
+	// configuration no IPv6 one.
+	c, err := Parse([]byte("ipam: {ipv4Pool: 10.96.0.0/16, serviceCIDRs: [10.100.0.0/16]}"))
+	if err != nil || !slices.Equal(c.IPAM.ServiceCIDRs, []string{"10.100.0.0/16"}) {
+		t.Errorf("explicit IPv4 service CIDR: %v %v", c, err)
+	}
+}
+
+// ipam.families: the default follows the pools; IPv4 without a pool gets
+// the default pool, IPv6 without one comes from nodes' own prefixes only;
+// a family that is off is never allocated.
+func TestFamilies(t *testing.T) {
+	for _, tc := range []struct {
+		doc          string
+		v4, v6       bool
+		pool4, pool6 string
+	}{
+		{"", true, false, "10.244.0.0/16", ""},
+		{"ipam: {ipv4Pool: 10.10.0.0/16}", true, false, "10.10.0.0/16", ""},
+		{"ipam: {ipv6Pool: 'fd00:10:244::/64'}", false, true, "", "fd00:10:244::/64"},
+		{"ipam: {ipv4Pool: 10.10.0.0/16, ipv6Pool: 'fd00:10:244::/64'}", true, true, "10.10.0.0/16", "fd00:10:244::/64"},
+		{"ipam: {families: [ipv4, ipv6]}", true, true, "10.244.0.0/16", ""},
+		{"ipam: {families: [ipv6]}", false, true, "", ""},
+		{"ipam: {families: [ipv6, ipv4], ipv6Pool: 'fd00:10:244::/64'}", true, true, "10.244.0.0/16", "fd00:10:244::/64"},
+	} {
+		c, err := Parse([]byte(tc.doc))
+		if err != nil {
+			t.Errorf("Parse(%q): %v", tc.doc, err)
+			continue
+		}
+		if v4, v6 := c.Families(); v4 != tc.v4 || v6 != tc.v6 || c.IPAM.IPv4Pool != tc.pool4 || c.IPAM.IPv6Pool != tc.pool6 {
+			t.Errorf("Parse(%q): families IPv4 %t IPv6 %t, pools %q %q; want %t %t, %q %q", tc.doc, v4, v6, c.IPAM.IPv4Pool, c.IPAM.IPv6Pool, tc.v4, tc.v6, tc.pool4, tc.pool6)
+		}
+	}
+
+	withPrefix := ipam.Request{IPv4: true, IPv6: true, IPv6Prefix: netip.MustParsePrefix("2001:db8:1:2::/64"), IPv6Addr: netip.MustParseAddr("2001:db8:1:2::5")}
+	for _, tc := range []struct {
+		doc  string
+		req  ipam.Request
+		want int // CIDRs given
+		err  string
+	}{
+		{"", withPrefix, 1, ""}, // IPv4 only: a node's prefix gives no IPv6 CIDR
+		{"ipam: {families: [ipv4, ipv6]}", withPrefix, 2, ""},
+		{"ipam: {families: [ipv4, ipv6]}", ipam.Request{IPv4: true}, 1, ""},
+		{"ipam: {families: [ipv6]}", withPrefix, 1, ""},
+		{"ipam: {families: [ipv6]}", ipam.Request{}, 0, "no IPv6 pool"},
+	} {
+		c, err := Parse([]byte(tc.doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := c.Allocator()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := a.Allocate("n", tc.req)
+		if len(got) != tc.want || (err == nil) != (tc.err == "") || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("%q: %+v got %v %v; want %d CIDRs, error %q", tc.doc, tc.req, got, err, tc.want, tc.err)
+		}
+		if v4, v6 := c.Families(); len(got) > 0 && (got[0].Addr().Is4() && !v4 || got[len(got)-1].Addr().Is6() && !v6) {
+			t.Errorf("%q: got %v outside the families", tc.doc, got)
+		}
+	}
+
+	for _, bad := range []struct{ doc, want string }{
+		{"ipam: {families: [ipv5]}", `ipam: families: "ipv5"`},
+		{"ipam: {families: []}", "ipam: families is empty"},
+		{"ipam: {families: [ipv4, ipv4]}", "ipam: families lists ipv4 twice"},
+		{"ipam: {families: [ipv4], ipv6Pool: 'fd00::/64'}", "ipam: ipv6Pool is set but ipv6 is not in families"},
+		{"ipam: {families: [ipv6], ipv4Pool: 10.0.0.0/16}", "ipam: ipv4Pool is set but ipv4 is not in families"},
+	} {
+		if _, err := Parse([]byte(bad.doc)); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("Parse(%q) = %v, want an error containing %q", bad.doc, err, bad.want)
 		}
 	}
 }

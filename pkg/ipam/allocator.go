@@ -3,12 +3,27 @@ package ipam
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 )
 
+// Family is an address family pod CIDRs are given in.
+type Family string
+
+const (
+	IPv4 Family = "ipv4"
+	IPv6 Family = "ipv6"
+)
+
 // Config describes the pools.
 type Config struct {
+	// Families are the families pod CIDRs are given in (nil: IPv4 when
+	// IPv4Pool is set, IPv6 when IPv6Pool is set). A request for any other
+	// family is ignored: pod CIDRs never change once set, so an IPv4-only
+	// cluster must not give a node an IPv6 CIDR because it has a prefix.
+	// IPv6 without IPv6Pool gives IPv6 only from nodes' own prefixes.
+	Families []Family
 	// IPv4Pool is the cluster IPv4 pool (zero: no IPv4 allocation).
 	IPv4Pool netip.Prefix
 	// IPv4MaskSize is the per-node IPv4 segment (default 24).
@@ -36,13 +51,22 @@ type Request struct {
 
 // Allocator holds every pool and who has what. It is not safe for
 // concurrent use; the coordinator serializes calls.
+//
+// The pools overlap: the fallback pool, node prefixes inside it, nested
+// node prefixes. Every held CIDR, reserved address and service CIDR blocks
+// the segments it overlaps in every pool (pool.block), and releasing it
+// lifts exactly those blocks, so a segment one pool hands out is taken in
+// all of them.
 type Allocator struct {
-	cfg      Config
-	v4, v6   *pool
-	sets     map[netip.Prefix]*pool // per-node-prefix IPv6 sets, keyed by set prefix
-	reserved map[netip.Addr]bool    // Node addresses: never inside a handed-out segment
-	owners   map[string][]netip.Prefix
-	byCIDR   map[netip.Prefix]string // who holds each CIDR, for O(1) rebuild checks
+	cfg        Config
+	ipv4, ipv6 bool // the families handed out
+	v4, v6     *pool
+	sets       map[netip.Prefix]*pool // per-node-prefix IPv6 sets, keyed by set prefix
+	reserved   map[netip.Addr]bool    // Node addresses: never inside a handed-out segment
+	owners     map[string][]netip.Prefix
+	byCIDR     map[netip.Prefix]string   // who holds each CIDR, for O(1) lookups
+	shared     map[netip.Prefix][]string // further holders of a CIDR (only after Occupy reported a conflict)
+	heldLens   [2][129]int               // held CIDRs per family (IPv4, IPv6) and prefix length: lookups instead of scans
 
 	// Indexes by the /64 holding them, so creating a per-node set or
 	// reserving an address touches only its neighbourhood (every set prefix
@@ -51,12 +75,26 @@ type Allocator struct {
 	heldBy64     map[netip.Prefix][]netip.Prefix
 	reservedBy64 map[netip.Prefix][]netip.Addr
 	wideHeld     []netip.Prefix
+	near         []*pool // scratch for poolsNear
 }
 
 func slash64(a netip.Addr) netip.Prefix { p, _ := a.Prefix(64); return p }
 
+func family(a netip.Addr) int {
+	if a.Is4() {
+		return 0
+	}
+	return 1
+}
+
+// hold records node as a holder of c and blocks c in every pool.
 func (a *Allocator) hold(c netip.Prefix, node string) {
-	a.byCIDR[c] = node
+	if _, ok := a.byCIDR[c]; ok {
+		a.shared[c] = append(a.shared[c], node)
+	} else {
+		a.byCIDR[c] = node
+	}
+	a.heldLens[family(c.Addr())][c.Bits()]++
 	switch {
 	case !c.Addr().Is6():
 	case c.Bits() >= 64:
@@ -65,29 +103,81 @@ func (a *Allocator) hold(c netip.Prefix, node string) {
 	default:
 		a.wideHeld = append(a.wideHeld, c)
 	}
+	for _, p := range a.poolsNear(c) {
+		p.block(c)
+	}
 }
 
-func (a *Allocator) unhold(c netip.Prefix) {
-	delete(a.byCIDR, c)
+// unhold undoes one hold(c, node).
+func (a *Allocator) unhold(c netip.Prefix, node string) {
+	others := a.shared[c]
+	if a.byCIDR[c] == node {
+		if len(others) == 0 {
+			delete(a.byCIDR, c)
+		} else {
+			a.byCIDR[c], others = others[0], others[1:]
+		}
+	} else if i := slices.Index(others, node); i >= 0 {
+		others = slices.Delete(others, i, i+1)
+	}
+	if len(others) == 0 {
+		delete(a.shared, c)
+	} else {
+		a.shared[c] = others
+	}
+	a.heldLens[family(c.Addr())][c.Bits()]--
+	removeOne := func(xs []netip.Prefix) []netip.Prefix {
+		if i := slices.Index(xs, c); i >= 0 {
+			return slices.Delete(xs, i, i+1)
+		}
+		return xs
+	}
 	switch {
 	case !c.Addr().Is6():
 	case c.Bits() >= 64:
 		k := slash64(c.Addr())
-		a.heldBy64[k] = slices.DeleteFunc(a.heldBy64[k], func(x netip.Prefix) bool { return x == c })
+		if a.heldBy64[k] = removeOne(a.heldBy64[k]); len(a.heldBy64[k]) == 0 {
+			delete(a.heldBy64, k)
+		}
 	default:
-		a.wideHeld = slices.DeleteFunc(a.wideHeld, func(x netip.Prefix) bool { return x == c })
+		a.wideHeld = removeOne(a.wideHeld)
+	}
+	for _, p := range a.poolsNear(c) {
+		p.unblock(c)
 	}
 }
 
 // New validates the configuration and builds the cluster pools.
 func New(cfg Config) (*Allocator, error) {
-	a := &Allocator{cfg: cfg, sets: map[netip.Prefix]*pool{}, reserved: map[netip.Addr]bool{}, owners: map[string][]netip.Prefix{}, byCIDR: map[netip.Prefix]string{},
+	a := &Allocator{cfg: cfg, sets: map[netip.Prefix]*pool{}, reserved: map[netip.Addr]bool{}, owners: map[string][]netip.Prefix{},
+		byCIDR: map[netip.Prefix]string{}, shared: map[netip.Prefix][]string{},
 		setsBy64: map[netip.Prefix][]*pool{}, heldBy64: map[netip.Prefix][]netip.Prefix{}, reservedBy64: map[netip.Prefix][]netip.Addr{}}
 	if cfg.IPv4MaskSize == 0 {
 		a.cfg.IPv4MaskSize = 24
 	}
 	if cfg.IPv6MaskSize == 0 {
 		a.cfg.IPv6MaskSize = 80
+	}
+	if cfg.Families == nil {
+		a.ipv4, a.ipv6 = cfg.IPv4Pool.IsValid(), cfg.IPv6Pool.IsValid()
+	}
+	for _, f := range cfg.Families {
+		switch f {
+		case IPv4:
+			a.ipv4 = true
+		case IPv6:
+			a.ipv6 = true
+		default:
+			return nil, fmt.Errorf("family %q: want %s or %s", f, IPv4, IPv6)
+		}
+	}
+	switch {
+	case a.ipv4 && !cfg.IPv4Pool.IsValid():
+		return nil, errors.New("IPv4 is a family but no IPv4 pool is configured")
+	case !a.ipv4 && cfg.IPv4Pool.IsValid():
+		return nil, fmt.Errorf("IPv4 pool %s is configured but IPv4 is not a family", cfg.IPv4Pool)
+	case !a.ipv6 && cfg.IPv6Pool.IsValid():
+		return nil, fmt.Errorf("IPv6 pool %s is configured but IPv6 is not a family", cfg.IPv6Pool)
 	}
 	var err error
 	if cfg.IPv4Pool.IsValid() {
@@ -111,11 +201,14 @@ func New(cfg Config) (*Allocator, error) {
 			continue
 		}
 		for _, s := range cfg.ServiceCIDRs {
-			p.reserveOverlap(s)
+			p.block(s)
 		}
 	}
 	return a, nil
 }
+
+// Families reports the families the allocator hands out.
+func (a *Allocator) Families() (ipv4, ipv6 bool) { return a.ipv4, a.ipv6 }
 
 // SegmentFor returns the set prefix and segment size a node's own IPv6
 // prefix gives (DESIGN.md §4, compatible with Talos CCM): a /64 gives /80s;
@@ -149,46 +242,34 @@ func (a *Allocator) Reserve(addr netip.Addr) {
 		return
 	}
 	a.reserved[addr] = true
-	pools := []*pool{a.v4, a.v6}
 	if addr.Is6() {
-		pools = append(pools, a.setsBy64[slash64(addr)]...)
 		a.reservedBy64[slash64(addr)] = append(a.reservedBy64[slash64(addr)], addr)
 	}
-	for _, p := range pools {
-		if p == nil {
-			continue
-		}
-		if i := p.index(addr); i >= 0 {
-			p.mark(i)
-		}
+	r := netip.PrefixFrom(addr, addr.BitLen())
+	for _, p := range a.poolsNear(r) {
+		p.block(r)
 	}
 }
 
 // Unreserve forgets an address Reserve recorded (the Node withdrew it). A
-// segment it kept out of circulation returns to its pool unless a node holds
-// it or it holds another reserved address or a service CIDR.
+// segment it kept out of circulation returns to its pool unless something
+// else blocks it: a node holds it, or it holds another reserved address or
+// a service CIDR.
 func (a *Allocator) Unreserve(addr netip.Addr) {
 	addr = addr.Unmap()
 	if !a.reserved[addr] {
 		return
 	}
 	delete(a.reserved, addr)
-	pools := []*pool{a.v4, a.v6}
 	if addr.Is6() {
 		k := slash64(addr)
-		a.reservedBy64[k] = slices.DeleteFunc(a.reservedBy64[k], func(x netip.Addr) bool { return x == addr })
-		pools = append(pools, a.setsBy64[k]...)
+		if a.reservedBy64[k] = slices.DeleteFunc(a.reservedBy64[k], func(x netip.Addr) bool { return x == addr }); len(a.reservedBy64[k]) == 0 {
+			delete(a.reservedBy64, k)
+		}
 	}
-	for _, p := range pools {
-		if p == nil {
-			continue
-		}
-		if i := p.index(addr); i >= 0 && p.isUsed(i) {
-			seg := p.segment(i)
-			if _, held := a.byCIDR[seg]; !held && !a.holdsReserved(seg) {
-				p.unmark(i)
-			}
-		}
+	r := netip.PrefixFrom(addr, addr.BitLen())
+	for _, p := range a.poolsNear(r) {
+		p.unblock(r)
 	}
 }
 
@@ -196,23 +277,13 @@ func (a *Allocator) Unreserve(addr netip.Addr) {
 // "" when none does.
 func (a *Allocator) Holder(addr netip.Addr) (string, netip.Prefix) {
 	addr = addr.Unmap()
-	if addr.Is6() {
-		for _, c := range append(slices.Clone(a.heldBy64[slash64(addr)]), a.wideHeld...) {
-			if c.Contains(addr) {
-				return a.byCIDR[c], c
-			}
+	for bits, n := range a.heldLens[family(addr)] {
+		if n == 0 {
+			continue
 		}
-		return "", netip.Prefix{}
-	}
-	if a.v4 != nil && a.v4.prefix.Contains(addr) {
-		seg := a.v4.segment(a.v4.index(addr))
-		if n, ok := a.byCIDR[seg]; ok {
-			return n, seg
-		}
-	}
-	for c, n := range a.byCIDR {
-		if c.Addr().Is4() && c.Contains(addr) {
-			return n, c
+		c, _ := addr.Prefix(bits)
+		if node, ok := a.byCIDR[c]; ok {
+			return node, c
 		}
 	}
 	return "", netip.Prefix{}
@@ -221,20 +292,8 @@ func (a *Allocator) Holder(addr netip.Addr) (string, netip.Prefix) {
 // Reserved reports whether addr is reserved.
 func (a *Allocator) Reserved(addr netip.Addr) bool { return a.reserved[addr.Unmap()] }
 
-func (a *Allocator) allPools() []*pool {
-	ps := make([]*pool, 0, len(a.sets)+2)
-	for _, p := range []*pool{a.v4, a.v6} {
-		if p != nil {
-			ps = append(ps, p)
-		}
-	}
-	for _, p := range a.sets {
-		ps = append(ps, p)
-	}
-	return ps
-}
-
-// set returns (creating) the IPv6 set for a node prefix.
+// set returns (creating) the IPv6 set for a node prefix. A new set starts
+// with the blocks every other pool already has in its range.
 func (a *Allocator) set(prefix netip.Prefix, segBits int) (*pool, error) {
 	if p, ok := a.sets[prefix]; ok {
 		return p, nil
@@ -244,139 +303,186 @@ func (a *Allocator) set(prefix netip.Prefix, segBits int) (*pool, error) {
 		return nil, err
 	}
 	for _, s := range a.cfg.ServiceCIDRs {
-		p.reserveOverlap(s)
+		p.block(s)
 	}
 	k := slash64(prefix.Addr())
 	for _, addr := range a.reservedBy64[k] {
-		if i := p.index(addr); i >= 0 {
-			p.mark(i)
-		}
+		p.block(netip.PrefixFrom(addr, 128))
 	}
-	// Segments already given out from an overlapping pool stay taken.
-	for _, c := range slices.Concat(a.heldBy64[k], a.wideHeld) {
-		p.reserveOverlap(c)
+	for _, c := range a.heldBy64[k] {
+		p.block(c)
+	}
+	for _, c := range a.wideHeld {
+		p.block(c)
 	}
 	a.sets[prefix] = p
 	a.setsBy64[k] = append(a.setsBy64[k], p)
 	return p, nil
 }
 
-// Allocate gives a node its CIDRs. A node that already has CIDRs keeps them
-// (they never change once set). On error nothing is held for the node.
+// Allocate gives a node its CIDRs, in the families the allocator hands
+// out (a request for another family is ignored). A node that already has
+// CIDRs keeps them (they never change once set). On error nothing is held
+// for the node.
 func (a *Allocator) Allocate(node string, req Request) ([]netip.Prefix, error) {
 	if have, ok := a.owners[node]; ok {
 		return slices.Clone(have), nil
 	}
-	var got []netip.Prefix
-	undo := func() {
-		for _, c := range got {
-			a.free(c)
+	wantV4, wantV6 := req.IPv4 && a.ipv4, req.IPv6 && a.ipv6
+	if !wantV4 && !wantV6 {
+		if a.ipv6 && !a.ipv4 && a.v6 == nil {
+			return nil, errors.New("IPv6 is the only family, the node has no global IPv6 prefix of its own and no IPv6 pool is configured for such nodes")
 		}
+		return nil, fmt.Errorf("nothing to allocate: the request (IPv4 %t, IPv6 %t) asks for no family the allocator hands out", req.IPv4, req.IPv6)
 	}
-	if req.IPv4 {
-		if a.v4 == nil {
-			return nil, errors.New("IPv4 requested but no IPv4 pool is configured")
-		}
-		c, err := a.v4.allocate()
-		if err != nil {
-			return nil, fmt.Errorf("IPv4: %w", err)
-		}
-		got = append(got, c)
+	var pools []*pool
+	if wantV4 {
+		pools = append(pools, a.v4)
 	}
-	if req.IPv6 {
+	if wantV6 {
 		p := a.v6
 		if req.IPv6Prefix.IsValid() {
 			setPrefix, segBits, err := SegmentFor(req.IPv6Prefix, req.IPv6Addr)
 			if err != nil {
-				undo()
 				return nil, err
 			}
 			if p, err = a.set(setPrefix, segBits); err != nil {
-				undo()
 				return nil, err
 			}
 		}
 		if p == nil {
-			undo()
 			return nil, errors.New("IPv6 requested but the node has no global prefix and no IPv6 pool is configured")
 		}
-		c, err := p.allocate()
+		pools = append(pools, p)
+	}
+	var got []netip.Prefix
+	for _, p := range pools {
+		i, err := p.firstFree()
 		if err != nil {
-			undo()
+			for _, c := range got {
+				a.unhold(c, node)
+			}
+			if p == a.v4 {
+				return nil, fmt.Errorf("IPv4: %w", err)
+			}
 			return nil, fmt.Errorf("IPv6: %w", err)
 		}
+		c := p.segment(i)
+		a.hold(c, node)
 		got = append(got, c)
 	}
 	a.owners[node] = got
-	for _, c := range got {
-		a.hold(c, node)
-	}
 	return slices.Clone(got), nil
 }
 
-// Occupy records CIDRs a node already has (rebuilding from spec.podCIDRs).
-// It refuses a CIDR another node holds.
+// Occupy records CIDRs a node already has (rebuilding from spec.podCIDRs),
+// replacing what it held. They are held even when they overlap another
+// node's (they are on the Node, so nothing overlapping them may be handed
+// out while it has them), and the overlap is returned as an error.
 func (a *Allocator) Occupy(node string, cidrs []netip.Prefix) error {
-	for _, c := range cidrs {
-		if other, ok := a.byCIDR[c.Masked()]; ok && other != node {
-			return fmt.Errorf("%s of node %s is already node %s's", c, node, other)
-		}
-	}
-	a.owners[node] = slices.Clone(cidrs)
+	a.Release(node)
+	var conflicts []error
+	held := make([]netip.Prefix, 0, len(cidrs))
 	for _, c := range cidrs {
 		c = c.Masked()
+		if other, oc, ok := a.heldOverlapping(c, node); ok {
+			conflicts = append(conflicts, fmt.Errorf("%s of node %s overlaps %s, already node %s's", c, node, oc, other))
+		}
+		held = append(held, c)
+	}
+	a.owners[node] = held
+	for _, c := range held {
 		a.hold(c, node)
-		for _, p := range a.poolsNear(c) {
-			p.reserveOverlap(c)
+	}
+	return errors.Join(conflicts...)
+}
+
+// heldOverlapping finds a CIDR overlapping c that a node other than node
+// holds. It looks up each held prefix length rather than scanning: those
+// containing c by masking c, those inside it by enumerating them when
+// there are few, else by scanning c's /64.
+func (a *Allocator) heldOverlapping(c netip.Prefix, node string) (string, netip.Prefix, bool) {
+	other := func(p netip.Prefix) (string, bool) {
+		if n, ok := a.byCIDR[p]; ok && n != node {
+			return n, true
+		}
+		for _, n := range a.shared[p] {
+			if n != node {
+				return n, true
+			}
+		}
+		return "", false
+	}
+	scan := false
+	for bits, n := range a.heldLens[family(c.Addr())] {
+		switch {
+		case n == 0:
+		case bits <= c.Bits():
+			p, _ := c.Addr().Prefix(bits)
+			if o, ok := other(p); ok {
+				return o, p, true
+			}
+		case bits-c.Bits() <= 8:
+			for i := range 1 << (bits - c.Bits()) {
+				if p := subprefix(c, bits, i); a.byCIDR[p] != "" {
+					if o, ok := other(p); ok {
+						return o, p, true
+					}
+				}
+			}
+		default:
+			scan = true
 		}
 	}
-	return nil
+	if !scan {
+		return "", netip.Prefix{}, false
+	}
+	candidates := a.heldBy64[slash64(c.Addr())]
+	if !c.Addr().Is6() || c.Bits() < 64 {
+		candidates = slices.Collect(maps.Keys(a.byCIDR))
+	}
+	for _, p := range candidates {
+		if p.Bits() > c.Bits()+8 && c.Overlaps(p) {
+			if o, ok := other(p); ok {
+				return o, p, true
+			}
+		}
+	}
+	return "", netip.Prefix{}, false
 }
 
 // Release frees a node's CIDRs (call only once the Node object is gone).
 func (a *Allocator) Release(node string) {
 	for _, c := range a.owners[node] {
-		a.free(c)
-		a.unhold(c)
+		a.unhold(c, node)
 	}
 	delete(a.owners, node)
 }
 
-// poolsNear are the pools that can overlap c.
+// poolsNear are the pools that can overlap c (in a scratch slice, valid
+// until the next call): every set overlapping a /64 or longer is in its /64.
 func (a *Allocator) poolsNear(c netip.Prefix) []*pool {
-	if c.Addr().Is6() && c.Bits() >= 64 {
-		return slices.DeleteFunc(append([]*pool{a.v4, a.v6}, a.setsBy64[slash64(c.Addr())]...), func(p *pool) bool { return p == nil })
-	}
-	return a.allPools()
-}
-
-func (a *Allocator) free(c netip.Prefix) {
-	for _, p := range a.poolsNear(c) {
-		if i := p.indexOf(c); i >= 0 && !a.holdsReserved(p.segment(i)) {
-			p.unmark(i)
+	ps := a.near[:0]
+	switch {
+	case c.Addr().Is4():
+		if a.v4 != nil {
+			ps = append(ps, a.v4)
+		}
+	case c.Bits() >= 64:
+		if a.v6 != nil {
+			ps = append(ps, a.v6)
+		}
+		ps = append(ps, a.setsBy64[slash64(c.Addr())]...)
+	default:
+		if a.v6 != nil {
+			ps = append(ps, a.v6)
+		}
+		for _, p := range a.sets {
+			ps = append(ps, p)
 		}
 	}
-}
-
-func (a *Allocator) holdsReserved(seg netip.Prefix) bool {
-	candidates := a.reservedBy64[slash64(seg.Addr())]
-	if seg.Addr().Is4() || seg.Bits() < 64 {
-		candidates = nil
-		for addr := range a.reserved {
-			candidates = append(candidates, addr)
-		}
-	}
-	for _, addr := range candidates {
-		if seg.Contains(addr) {
-			return true
-		}
-	}
-	for _, s := range a.cfg.ServiceCIDRs {
-		if seg.Overlaps(s) {
-			return true
-		}
-	}
-	return false
+	a.near = ps
+	return ps
 }
 
 // Owned returns a node's CIDRs.
@@ -396,12 +502,12 @@ func (a *Allocator) Usage() []Usage {
 		pool *pool
 	}{{"ipv4", a.v4}, {"ipv6", a.v6}} {
 		if p.pool != nil {
-			out = append(out, Usage{Pool: p.name, Used: p.pool.n - p.pool.free, Total: p.pool.n})
+			out = append(out, Usage{Pool: p.name, Used: p.pool.blocked(), Total: p.pool.n})
 		}
 	}
 	sets := Usage{Pool: "node-prefixes"}
 	for _, s := range a.sets {
-		sets.Used += s.n - s.free
+		sets.Used += s.blocked()
 		sets.Total += s.n
 	}
 	return append(out, sets)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -121,50 +123,127 @@ func TestRebuildNoDuplicates(t *testing.T) {
 	}
 }
 
-// TestProperties allocates, releases and reserves at random and checks no two
-// nodes ever overlap and no segment holds a reserved address.
+// TestProperties allocates, releases, reserves and withdraws at random in
+// one /56 where everything overlaps: the fallback pool, node prefixes of
+// every length (nested, shared, a /56 whose /64s are others'), service
+// CIDRs inside them. No allocation may overlap another node's, a service
+// CIDR, or hold an address reserved when it was made; a new leader that
+// occupies what the first handed out must keep to the same rules.
 func TestProperties(t *testing.T) {
-	for seed := uint64(1); seed <= 20; seed++ {
-		r := rand.New(rand.NewPCG(seed, seed))
-		a, _ := New(Config{IPv4Pool: mp("10.0.0.0/20"), IPv6Pool: mp("fd00::/72"), IPv6MaskSize: 80})
-		prefixes := []netip.Prefix{mp("2001:db8:1::/64"), mp("2001:db8:2::/56"), mp("2001:db8:3::/96")}
-		var reserved []netip.Addr
-		for i := 0; i < 40; i++ { // node addresses known before any allocation
-			p := prefixes[r.IntN(len(prefixes))]
+	fallbacks := []struct {
+		pool netip.Prefix
+		mask int
+	}{{mp("2001:db8:0:1::/64"), 80}, {mp("2001:db8::/62"), 80}, {mp("2001:db8::/60"), 72}, {mp("2001:db8:0:1::/72"), 88}, {}}
+	nodePrefixes := []netip.Prefix{
+		mp("2001:db8::/56"), // the set is the /64 holding the node's address
+		mp("2001:db8:0:1::/64"), mp("2001:db8:0:2::/64"),
+		mp("2001:db8:0:1::/72"), mp("2001:db8:0:1:100::/72"),
+		mp("2001:db8:0:1:1::/80"), mp("2001:db8:0:1:1::/96"), mp("2001:db8:0:1::/112"),
+	}
+	services := []netip.Prefix{mp("2001:db8:0:1::/112"), mp("2001:db8:0:1:2::/112"), mp("2001:db8:0:1:1::/100"),
+		mp("2001:db8:0:2:0:0:1:0/112"), mp("2001:db8:0:1:0:100::/88"), mp("10.0.4.0/24")}
+	// an address of the node inside prefix p: in one of its first segments,
+	// so that reservations meet allocations
+	addrIn := func(r *rand.Rand, p netip.Prefix) netip.Addr {
+		set, segBits, err := SegmentFor(p, p.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Bits() < 64 {
 			b := p.Addr().As16()
-			b[8], b[9], b[15] = byte(r.IntN(2)), byte(r.IntN(256)), byte(r.IntN(256)|1)
-			if p.Bits() == 96 {
-				b[8], b[9], b[12] = 0, 0, byte(r.IntN(256))
-			}
-			addr := netip.AddrFrom16(b)
-			reserved = append(reserved, addr)
-			a.Reserve(addr)
+			b[7] = byte(r.IntN(4))
+			set, _ = netip.AddrFrom16(b).Prefix(64)
 		}
-		for step := 0; step < 600; step++ {
-			node := fmt.Sprintf("n%d", r.IntN(200))
-			switch op := r.IntN(8); {
-			case op < 6:
-				p := prefixes[r.IntN(len(prefixes))]
-				req := Request{IPv4: r.IntN(2) == 0, IPv6: true}
-				if r.IntN(3) > 0 {
-					addr := p.Addr().Next()
-					req.IPv6Prefix, req.IPv6Addr = p, addr
+		sp, _ := newPool(set, segBits)
+		seg := sp.segment(r.IntN(min(sp.n, 24)))
+		b := seg.Addr().As16()
+		b[15] |= byte(r.IntN(255) + 1)
+		return netip.AddrFrom16(b)
+	}
+	type held struct {
+		node string
+		c    netip.Prefix
+	}
+	for seed := uint64(1); seed <= 30; seed++ {
+		r := rand.New(rand.NewPCG(seed, seed))
+		fb := fallbacks[r.IntN(len(fallbacks))]
+		cfg := Config{Families: []Family{IPv4, IPv6}, IPv4Pool: mp("10.0.0.0/20"), IPv6Pool: fb.pool, IPv6MaskSize: fb.mask}
+		for _, s := range services {
+			if r.IntN(2) == 0 {
+				cfg.ServiceCIDRs = append(cfg.ServiceCIDRs, s)
+			}
+		}
+		reserved := map[netip.Addr]bool{}
+		randomRequest := func() Request {
+			req := Request{IPv4: r.IntN(4) == 0, IPv6: true}
+			if r.IntN(4) > 0 || !cfg.IPv6Pool.IsValid() {
+				p := nodePrefixes[r.IntN(len(nodePrefixes))]
+				req.IPv6Prefix, req.IPv6Addr = p, addrIn(r, p)
+			}
+			return req
+		}
+		// check refuses a new allocation that breaks a rule.
+		check := func(a *Allocator, owners map[string][]netip.Prefix, node string, got []netip.Prefix) {
+			t.Helper()
+			for _, c := range got {
+				for other, cs := range owners {
+					for _, o := range cs {
+						if other != node && o.Overlaps(c) {
+							t.Fatalf("seed %d (pool %s/%d): %s got %s, overlapping %s of %s", seed, fb.pool, fb.mask, node, c, o, other)
+						}
+					}
 				}
-				_, _ = a.Allocate(node, req)
-			default:
-				a.Release(node)
+				for _, s := range cfg.ServiceCIDRs {
+					if s.Overlaps(c) {
+						t.Fatalf("seed %d: %s got %s, overlapping service CIDR %s", seed, node, c, s)
+					}
+				}
+				for addr := range reserved {
+					if c.Contains(addr) {
+						t.Fatalf("seed %d: %s got %s, holding reserved node address %s", seed, node, c, addr)
+					}
+				}
 			}
 		}
-		var all []struct {
-			node string
-			c    netip.Prefix
+		a, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
 		}
-		for n, cs := range a.owners {
+		owners := map[string][]netip.Prefix{}
+		allocated := 0
+		for step := 0; step < 800; step++ {
+			node := fmt.Sprintf("n%d", r.IntN(150))
+			switch op := r.IntN(20); {
+			case op < 11:
+				if _, ok := owners[node]; ok {
+					continue
+				}
+				got, err := a.Allocate(node, randomRequest())
+				if err != nil {
+					continue
+				}
+				check(a, owners, node, got)
+				owners[node] = got
+				allocated++
+			case op < 15:
+				a.Release(node)
+				delete(owners, node)
+			case op < 18:
+				addr := addrIn(r, nodePrefixes[r.IntN(len(nodePrefixes))])
+				reserved[addr] = true
+				a.Reserve(addr)
+			default:
+				for addr := range reserved {
+					delete(reserved, addr)
+					a.Unreserve(addr)
+					break
+				}
+			}
+		}
+		var all []held
+		for n, cs := range owners {
 			for _, c := range cs {
-				all = append(all, struct {
-					node string
-					c    netip.Prefix
-				}{n, c})
+				all = append(all, held{n, c})
 			}
 		}
 		for i := range all {
@@ -174,21 +253,32 @@ func TestProperties(t *testing.T) {
 				}
 			}
 		}
-		for _, x := range all {
-			for _, addr := range reserved {
-				if x.c.Contains(addr) {
-					t.Fatalf("seed %d: %s given to %s holds node address %s", seed, x.c, x.node, addr)
-				}
+		if allocated < 100 || len(all) < 20 {
+			t.Fatalf("seed %d: %d allocations, %d CIDRs held; the test exercised too little", seed, allocated, len(all))
+		}
+
+		// A new leader rebuilds from what the Nodes hold and allocates on.
+		b, _ := New(cfg)
+		for addr := range reserved {
+			b.Reserve(addr)
+		}
+		for n, cs := range owners {
+			if err := b.Occupy(n, cs); err != nil {
+				t.Fatalf("seed %d: occupy %s %v: %v", seed, n, cs, err)
 			}
 		}
-		if len(all) < 20 {
-			t.Fatalf("seed %d: only %d CIDRs held; the test exercised too little", seed, len(all))
+		for i := 0; i < 100; i++ {
+			node := fmt.Sprintf("new%d", i)
+			if got, err := b.Allocate(node, randomRequest()); err == nil {
+				check(b, owners, node, got)
+				owners[node] = got
+			}
 		}
 	}
 }
 
 func TestReservedNeverHandedOut(t *testing.T) {
-	a, _ := New(Config{})
+	a, _ := New(Config{Families: []Family{IPv6}})
 	p := mp("2001:db8:1::/120") // 4 segments of /122
 	for i := 0; i < 3; i++ {
 		a.Reserve(ma(fmt.Sprintf("2001:db8:1::%x", i*64+1)))
@@ -206,7 +296,7 @@ func BenchmarkAllocate(b *testing.B) {
 	for _, n := range []int{5000, 50000} {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			for b.Loop() {
-				a, _ := New(Config{IPv4Pool: mp("10.0.0.0/8")})
+				a, _ := New(Config{Families: []Family{IPv4, IPv6}, IPv4Pool: mp("10.0.0.0/8")})
 				for i := 0; i < n; i++ {
 					if _, err := a.Allocate(fmt.Sprintf("n%d", i), Request{IPv4: true, IPv6: true,
 						IPv6Prefix: mp("2001:db8::/48"), IPv6Addr: netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 0, 0, byte(i >> 8), byte(i), 15: 1})}); err != nil {
@@ -283,5 +373,192 @@ func TestUnreserveReturnsSegments(t *testing.T) {
 	a.Unreserve(addrs[1])
 	if got, err := a.Allocate("second", Request{IPv4: true}); err != nil || got[0] != netip.MustParsePrefix("10.244.1.0/24") {
 		t.Fatalf("second: %v, %v; want 10.244.1.0/24, never the victim's", got, err)
+	}
+}
+
+// A segment handed out by one pool is never handed out by another pool or
+// per-node-prefix set that overlaps it: the fallback pool and node prefixes
+// inside it, nested node prefixes, a /56 node whose /64 is another's.
+func TestOverlappingPoolsAndPrefixes(t *testing.T) {
+	pool := func(prefix, addr string) Request {
+		if prefix == "" {
+			return Request{IPv6: true}
+		}
+		return Request{IPv6: true, IPv6Prefix: mp(prefix), IPv6Addr: ma(addr)}
+	}
+	cases := []struct {
+		name     string
+		cfg      Config
+		requests []Request // taken in turn, three rounds
+	}{
+		{"fallback pool and a node prefix equal to it", Config{IPv6Pool: mp("2001:db8:0:1::/64")},
+			[]Request{pool("", ""), pool("2001:db8:0:1::/64", "2001:db8:0:1:ffff::1")}},
+		{"fallback pool and a node /72 inside it", Config{IPv6Pool: mp("2001:db8:0:1::/64")},
+			[]Request{pool("", ""), pool("2001:db8:0:1::/72", "2001:db8:0:1:ff::1")}},
+		{"node /64 and another node's /72 inside it", Config{Families: []Family{IPv6}},
+			[]Request{pool("2001:db8:1:2::/64", "2001:db8:1:2:ffff::1"), pool("2001:db8:1:2::/72", "2001:db8:1:2:ff::1")}},
+		{"node /56 whose /64 holds a node /72", Config{Families: []Family{IPv6}},
+			[]Request{pool("2001:db8:1::/56", "2001:db8:1:2:ffff::1"), pool("2001:db8:1:2::/72", "2001:db8:1:2:ff::1")}},
+		{"fallback /60 of /72s and node /64s inside it", Config{IPv6Pool: mp("2001:db8::/60"), IPv6MaskSize: 72},
+			[]Request{pool("", ""), pool("2001:db8::/64", "2001:db8::ffff:0:0:1"), pool("2001:db8:0:1::/64", "2001:db8:0:1:ffff::1")}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a, err := New(tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held := map[string]netip.Prefix{}
+			for round := range 3 {
+				for i, req := range tc.requests {
+					node := fmt.Sprintf("n%d-%d", round, i)
+					got, err := a.Allocate(node, req)
+					if err != nil {
+						t.Fatalf("%s: %v", node, err)
+					}
+					for other, c := range held {
+						if c.Overlaps(got[0]) {
+							t.Fatalf("%s got %s, overlapping %s of %s", node, got[0], c, other)
+						}
+					}
+					held[node] = got[0]
+				}
+			}
+		})
+	}
+}
+
+// Releasing a segment frees it in every pool it was marked in, and only
+// once nothing else there is held: a set exhausted by a nested node's
+// segments gets them back when those nodes are gone, and the other way round.
+func TestReleaseAcrossOverlappingSets(t *testing.T) {
+	a, _ := New(Config{Families: []Family{IPv6}})
+	wide := Request{IPv6: true, IPv6Prefix: mp("2001:db8::/120"), IPv6Addr: ma("2001:db8::ff")}   // 4 × /122
+	narrow := Request{IPv6: true, IPv6Prefix: mp("2001:db8::/122"), IPv6Addr: ma("2001:db8::3f")} // 2 × /123, the first /122
+	for _, n := range []string{"inner0", "inner1"} {
+		if got, err := a.Allocate(n, narrow); err != nil || !mp("2001:db8::/122").Contains(got[0].Addr()) {
+			t.Fatalf("%s: %v %v", n, got, err)
+		}
+	}
+	for i := 1; i <= 3; i++ {
+		if got, err := a.Allocate(fmt.Sprintf("wide%d", i), wide); err != nil || got[0].Overlaps(mp("2001:db8::/122")) {
+			t.Fatalf("wide%d got %v %v while the nested nodes hold 2001:db8::/122", i, got, err)
+		}
+	}
+	if got, err := a.Allocate("wide4", wide); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("wide4 got %v %v, want exhaustion", got, err)
+	}
+	a.Release("inner0")
+	if got, err := a.Allocate("wide4", wide); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("wide4 got %v %v while inner1 still holds part of it", got, err)
+	}
+	a.Release("inner1")
+	if got, err := a.Allocate("wide4", wide); err != nil || got[0] != mp("2001:db8::/122") {
+		t.Fatalf("after both nested nodes left: %v %v, want 2001:db8::/122", got, err)
+	}
+	if got, err := a.Allocate("inner2", narrow); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("inner2 got %v %v inside wide4's segment", got, err)
+	}
+	a.Release("wide4")
+	if _, err := a.Allocate("inner2", narrow); err != nil {
+		t.Fatalf("after wide4 left: %v", err)
+	}
+}
+
+// BenchmarkSharedPrefix is the overlapping case at scale: the fallback pool
+// and the node prefix are one /64, so every allocation blocks its segment in
+// both, and nodes come and go.
+func BenchmarkSharedPrefix(b *testing.B) {
+	const n = 5000
+	for b.Loop() {
+		a, _ := New(Config{IPv6Pool: mp("2001:db8:0:1::/64")})
+		for i := range n {
+			req := Request{IPv6: true}
+			if i%2 == 1 {
+				req.IPv6Prefix, req.IPv6Addr = mp("2001:db8:0:1::/64"), ma("2001:db8:0:1::1")
+			}
+			if _, err := a.Allocate(fmt.Sprintf("n%d", i), req); err != nil {
+				b.Fatal(err)
+			}
+			if i%10 == 9 {
+				a.Release(fmt.Sprintf("n%d", i-5))
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/node")
+}
+
+// Pod CIDRs found on Nodes that overlap another Node's (not only equal
+// ones) are reported, and held all the same: nothing overlapping them is
+// handed out while any of their Nodes has them.
+func TestOccupyOverlap(t *testing.T) {
+	a, _ := New(Config{IPv4Pool: mp("10.0.0.0/20"), IPv6Pool: mp("fd00::/64")})
+	if err := a.Occupy("x", []netip.Prefix{mp("10.0.0.0/23"), mp("fd00::/80")}); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []struct {
+		node string
+		c    netip.Prefix
+	}{{"y", mp("10.0.1.0/24")}, {"z", mp("fd00::/96")}, {"w", mp("10.0.0.0/22")}} {
+		if err := a.Occupy(o.node, []netip.Prefix{o.c}); err == nil || !strings.Contains(err.Error(), "10.0.0.0/23, already node x's") && !strings.Contains(err.Error(), "fd00::/80, already node x's") {
+			t.Errorf("occupying %s for %s, overlapping x's: %v, want an error naming x", o.c, o.node, err)
+		}
+	}
+	a.Release("x")
+	a.Release("w")
+	for i := 0; ; i++ {
+		got, err := a.Allocate(fmt.Sprintf("n%d", i), Request{IPv4: true, IPv6: true})
+		if err != nil {
+			break
+		}
+		if got[0].Overlaps(mp("10.0.1.0/24")) || got[1].Overlaps(mp("fd00::/96")) {
+			t.Fatalf("n%d got %v while y and z still hold 10.0.1.0/24 and fd00::/96", i, got)
+		}
+	}
+}
+
+// Only the configured families are handed out; pod CIDRs never change, so
+// an IPv4-only cluster never gives a node with a prefix an IPv6 CIDR.
+func TestFamilies(t *testing.T) {
+	withPrefix := Request{IPv4: true, IPv6: true, IPv6Prefix: mp("2001:db8:1:2::/64"), IPv6Addr: ma("2001:db8:1:2::5")}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		req  Request
+		want []string // families of the CIDRs, in order
+		err  string
+	}{
+		{"IPv4 pool only: IPv4 only", Config{IPv4Pool: mp("10.0.0.0/16")}, withPrefix, []string{"ipv4"}, ""},
+		{"IPv4 family only", Config{Families: []Family{IPv4}, IPv4Pool: mp("10.0.0.0/16")}, withPrefix, []string{"ipv4"}, ""},
+		{"both, IPv6 from the node's prefix", Config{Families: []Family{IPv4, IPv6}, IPv4Pool: mp("10.0.0.0/16")}, withPrefix, []string{"ipv4", "ipv6"}, ""},
+		{"both, no prefix and no IPv6 pool", Config{Families: []Family{IPv4, IPv6}, IPv4Pool: mp("10.0.0.0/16")}, Request{IPv4: true}, []string{"ipv4"}, ""},
+		{"both pools", Config{IPv4Pool: mp("10.0.0.0/16"), IPv6Pool: mp("fd00::/64")}, Request{IPv4: true, IPv6: true}, []string{"ipv4", "ipv6"}, ""},
+		{"IPv6 pool only", Config{IPv6Pool: mp("fd00::/64")}, withPrefix, []string{"ipv6"}, ""},
+		{"IPv6 only without a pool, a node with a prefix", Config{Families: []Family{IPv6}}, withPrefix, []string{"ipv6"}, ""},
+		{"IPv6 only without a pool, a node without", Config{Families: []Family{IPv6}}, Request{IPv4: true}, nil, "no IPv6 pool"},
+		{"IPv4 family without its pool", Config{Families: []Family{IPv4}}, Request{}, nil, "no IPv4 pool"},
+		{"IPv6 pool but not the family", Config{Families: []Family{IPv4}, IPv4Pool: mp("10.0.0.0/16"), IPv6Pool: mp("fd00::/64")}, Request{}, nil, "IPv6 is not a family"},
+		{"unknown family", Config{Families: []Family{"ipv5"}}, Request{}, nil, `"ipv5"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, err := New(tc.cfg)
+			var got []netip.Prefix
+			if err == nil {
+				got, err = a.Allocate("n", tc.req)
+			}
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("got %v %v, want an error containing %q", got, err, tc.err)
+				}
+				return
+			}
+			var fams []string
+			for _, c := range got {
+				fams = append(fams, map[bool]string{true: "ipv4", false: "ipv6"}[c.Addr().Is4()])
+			}
+			if err != nil || !slices.Equal(fams, tc.want) {
+				t.Fatalf("got %v %v, want CIDRs in %v", got, err, tc.want)
+			}
+		})
 	}
 }

@@ -5,9 +5,10 @@
 package ipam
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/big"
+	"math/bits"
 	"net/netip"
 )
 
@@ -17,16 +18,22 @@ var ErrExhausted = errors.New("pool exhausted")
 // maxSegmentBits bounds a pool's bitmap to 2^20 segments (128 KiB).
 const maxSegmentBits = 20
 
-// pool hands out fixed-size segments of one prefix. Free segments are found
-// with a bitmap and a rotating cursor, so allocation is amortized O(1). The
-// bitmap is sparse (words that are all zero are not stored): a node's own /64
-// has 65,536 segments but usually holds a handful.
+// pool hands out fixed-size segments of one prefix. A segment is free when
+// nothing blocks it: no held CIDR (from this pool or any other that
+// overlaps it), reserved address or service CIDR. Blocks are counted, so
+// lifting one frees the segment only when it was the last; the count lives
+// in a bitmap (first block) and a map (the rare further ones). Free
+// segments are found with the bitmap and a rotating cursor, so allocation
+// is amortized O(1). The bitmap is sparse (words that are all zero are not
+// stored): a node's own /64 has 65,536 segments but usually holds a handful.
 type pool struct {
 	prefix  netip.Prefix
 	segBits int // segment prefix length
 	n       int // number of segments
 	used    map[int]uint64
-	free    int
+	more    map[int]uint32 // blocks beyond the first, per segment
+	whole   int            // blocks covering the whole pool
+	free    int            // segments nothing blocks, ignoring whole
 	cursor  int
 }
 
@@ -42,63 +49,109 @@ func newPool(prefix netip.Prefix, segBits int) (*pool, error) {
 	return &pool{prefix: prefix, segBits: segBits, n: n, used: map[int]uint64{}, free: n}, nil
 }
 
-func (p *pool) isUsed(i int) bool { return p.used[i/64]&(1<<(i%64)) != 0 }
+func (p *pool) isUsed(i int) bool { return p.whole > 0 || p.used[i/64]&(1<<(i%64)) != 0 }
 
-func (p *pool) mark(i int) bool {
-	if p.isUsed(i) {
-		return false
+// blocked is how many segments are not free.
+func (p *pool) blocked() int {
+	if p.whole > 0 {
+		return p.n
+	}
+	return p.n - p.free
+}
+
+func (p *pool) mark(i int) {
+	if p.used[i/64]&(1<<(i%64)) != 0 {
+		if p.more == nil {
+			p.more = map[int]uint32{}
+		}
+		p.more[i]++
+		return
 	}
 	p.used[i/64] |= 1 << (i % 64)
 	p.free--
-	return true
 }
 
 func (p *pool) unmark(i int) {
-	if p.isUsed(i) {
-		w := i / 64
-		if p.used[w] &^= 1 << (i % 64); p.used[w] == 0 {
-			delete(p.used, w)
+	if k := p.more[i]; k > 0 {
+		if k == 1 {
+			delete(p.more, i)
+		} else {
+			p.more[i] = k - 1
 		}
-		p.free++
+		return
+	}
+	w := i / 64
+	if p.used[w]&(1<<(i%64)) == 0 {
+		return
+	}
+	if p.used[w] &^= 1 << (i % 64); p.used[w] == 0 {
+		delete(p.used, w)
+	}
+	p.free++
+}
+
+// span returns the segments overlapping r: count of them from first, or
+// whole when r covers the pool; ok is false when r does not overlap it.
+func (p *pool) span(r netip.Prefix) (first, count int, whole, ok bool) {
+	if r.Addr().BitLen() != p.prefix.Addr().BitLen() || !p.prefix.Overlaps(r) {
+		return 0, 0, false, false
+	}
+	r = r.Masked()
+	switch {
+	case r.Bits() <= p.prefix.Bits():
+		return 0, p.n, true, true
+	case r.Bits() >= p.segBits:
+		return p.index(r.Addr()), 1, false, true
+	default:
+		return p.index(r.Addr()), 1 << (p.segBits - r.Bits()), false, true
+	}
+}
+
+// block counts one more block on every segment overlapping r.
+func (p *pool) block(r netip.Prefix) {
+	first, count, whole, ok := p.span(r)
+	switch {
+	case !ok:
+	case whole:
+		p.whole++
+	default:
+		for i := first; i < first+count; i++ {
+			p.mark(i)
+		}
+	}
+}
+
+// unblock lifts one block that block(r) counted.
+func (p *pool) unblock(r netip.Prefix) {
+	first, count, whole, ok := p.span(r)
+	switch {
+	case !ok:
+	case whole:
+		p.whole--
+	default:
+		for i := first; i < first+count; i++ {
+			p.unmark(i)
+		}
 	}
 }
 
 // segment returns the i-th segment.
-func (p *pool) segment(i int) netip.Prefix {
-	base := new(big.Int).SetBytes(p.prefix.Addr().AsSlice())
-	off := new(big.Int).Lsh(big.NewInt(int64(i)), uint(p.prefix.Addr().BitLen()-p.segBits))
-	b := base.Add(base, off).FillBytes(make([]byte, p.prefix.Addr().BitLen()/8))
-	addr, _ := netip.AddrFromSlice(b)
-	return netip.PrefixFrom(addr, p.segBits)
-}
+func (p *pool) segment(i int) netip.Prefix { return subprefix(p.prefix, p.segBits, i) }
 
 // index returns the segment holding addr, or -1.
 func (p *pool) index(addr netip.Addr) int {
 	if !p.prefix.Contains(addr) {
 		return -1
 	}
-	a := new(big.Int).SetBytes(addr.AsSlice())
-	base := new(big.Int).SetBytes(p.prefix.Addr().AsSlice())
-	off := a.Sub(a, base).Rsh(a, uint(addr.BitLen()-p.segBits))
-	return int(off.Int64())
+	off := u128Of(addr).sub(u128Of(p.prefix.Addr())).shr(uint(addr.BitLen() - p.segBits))
+	return int(off.lo)
 }
 
-// indexOf returns the segment equal to s, or -1.
-func (p *pool) indexOf(s netip.Prefix) int {
-	if s.Bits() != p.segBits {
-		return -1
-	}
-	i := p.index(s.Addr())
-	if i < 0 || p.segment(i) != s.Masked() {
-		return -1
-	}
-	return i
-}
-
-// allocate takes the next free segment after the cursor.
-func (p *pool) allocate() (netip.Prefix, error) {
-	if p.free == 0 {
-		return netip.Prefix{}, fmt.Errorf("%w: %s has no free /%d", ErrExhausted, p.prefix, p.segBits)
+// firstFree finds the next free segment after the cursor; the caller
+// blocks it (the allocator does, in every pool it overlaps).
+func (p *pool) firstFree() (int, error) {
+	if p.free == 0 || p.whole > 0 {
+		return 0, fmt.Errorf("%w: %s has no free /%d", ErrExhausted, p.prefix, p.segBits)
 	}
 	for {
 		w := p.cursor / 64
@@ -108,29 +161,65 @@ func (p *pool) allocate() (netip.Prefix, error) {
 		}
 		i := p.cursor
 		p.cursor = (p.cursor + 1) % p.n
-		if i < p.n && p.mark(i) {
-			return p.segment(i), nil
+		if p.used[w]&(1<<(i%64)) == 0 {
+			return i, nil
 		}
 	}
 }
 
-// reserveOverlap marks every segment overlapping r.
-func (p *pool) reserveOverlap(r netip.Prefix) {
-	if !p.prefix.Overlaps(r) || r.Addr().BitLen() != p.prefix.Addr().BitLen() {
-		return
+// subprefix returns the i-th /bits inside p.
+func subprefix(p netip.Prefix, bits, i int) netip.Prefix {
+	a := p.Masked().Addr()
+	off := u128{lo: uint64(i)}.shl(uint(a.BitLen() - bits))
+	return netip.PrefixFrom(u128Of(a).add(off).addr(a.Is4()), bits)
+}
+
+// u128 is an address as a number, for segment arithmetic without big.Int.
+type u128 struct{ hi, lo uint64 }
+
+func u128Of(a netip.Addr) u128 {
+	if a.Is4() {
+		b := a.As4()
+		return u128{lo: uint64(binary.BigEndian.Uint32(b[:]))}
 	}
-	if r.Bits() <= p.prefix.Bits() { // r covers the whole pool
-		for i := 0; i < p.n; i++ {
-			p.mark(i)
-		}
-		return
+	b := a.As16()
+	return u128{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])}
+}
+
+func (u u128) addr(is4 bool) netip.Addr {
+	if is4 {
+		var b [4]byte
+		binary.BigEndian.PutUint32(b[:], uint32(u.lo))
+		return netip.AddrFrom4(b)
 	}
-	first := p.index(r.Masked().Addr())
-	if r.Bits() >= p.segBits {
-		p.mark(first)
-		return
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], u.hi)
+	binary.BigEndian.PutUint64(b[8:], u.lo)
+	return netip.AddrFrom16(b)
+}
+
+func (u u128) add(v u128) u128 {
+	lo, c := bits.Add64(u.lo, v.lo, 0)
+	hi, _ := bits.Add64(u.hi, v.hi, c)
+	return u128{hi, lo}
+}
+
+func (u u128) sub(v u128) u128 {
+	lo, b := bits.Sub64(u.lo, v.lo, 0)
+	hi, _ := bits.Sub64(u.hi, v.hi, b)
+	return u128{hi, lo}
+}
+
+func (u u128) shl(n uint) u128 {
+	if n >= 64 {
+		return u128{hi: u.lo << (n - 64)}
 	}
-	for i := 0; i < 1<<(p.segBits-r.Bits()); i++ {
-		p.mark(first + i)
+	return u128{u.hi<<n | u.lo>>(64-n), u.lo << n}
+}
+
+func (u u128) shr(n uint) u128 {
+	if n >= 64 {
+		return u128{lo: u.hi >> (n - 64)}
 	}
+	return u128{u.hi >> n, u.lo>>n | u.hi<<(64-n)}
 }
