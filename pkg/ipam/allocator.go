@@ -11,6 +11,7 @@ import (
 // Family is an address family pod CIDRs are given in.
 type Family string
 
+// The families, spelled as ipam.families spells them.
 const (
 	IPv4 Family = "ipv4"
 	IPv6 Family = "ipv6"
@@ -61,6 +62,7 @@ type Allocator struct {
 	cfg        Config
 	ipv4, ipv6 bool // the families handed out
 	v4, v6     *pool
+	services   []netip.Prefix         // the configured ServiceCIDRs, then those added since
 	sets       map[netip.Prefix]*pool // per-node-prefix IPv6 sets, keyed by set prefix
 	reserved   map[netip.Addr]bool    // Node addresses: never inside a handed-out segment
 	owners     map[string][]netip.Prefix
@@ -196,15 +198,38 @@ func New(cfg Config) (*Allocator, error) {
 			return nil, fmt.Errorf("IPv6 pool: %w", err)
 		}
 	}
-	for _, p := range []*pool{a.v4, a.v6} {
-		if p == nil {
-			continue
-		}
-		for _, s := range cfg.ServiceCIDRs {
-			p.block(s)
+	for _, s := range cfg.ServiceCIDRs {
+		a.services = append(a.services, s.Masked())
+		for _, p := range a.poolsNear(s.Masked()) {
+			p.block(s.Masked())
 		}
 	}
 	return a, nil
+}
+
+// AddServiceCIDR adds a service range learned from the cluster (a
+// ServiceCIDR object): nothing overlapping it is handed out from now on.
+// CIDRs nodes already hold stay theirs (Holder finds them).
+func (a *Allocator) AddServiceCIDR(p netip.Prefix) {
+	p = p.Masked()
+	a.services = append(a.services, p)
+	for _, pl := range a.poolsNear(p) {
+		pl.block(p)
+	}
+}
+
+// RemoveServiceCIDR undoes one AddServiceCIDR (the ServiceCIDR object is
+// gone); a range the configuration lists stays.
+func (a *Allocator) RemoveServiceCIDR(p netip.Prefix) {
+	p = p.Masked()
+	i := slices.Index(a.services[len(a.cfg.ServiceCIDRs):], p)
+	if i < 0 {
+		return
+	}
+	a.services = slices.Delete(a.services, len(a.cfg.ServiceCIDRs)+i, len(a.cfg.ServiceCIDRs)+i+1)
+	for _, pl := range a.poolsNear(p) {
+		pl.unblock(p)
+	}
 }
 
 // Families reports the families the allocator hands out.
@@ -302,7 +327,7 @@ func (a *Allocator) set(prefix netip.Prefix, segBits int) (*pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, s := range a.cfg.ServiceCIDRs {
+	for _, s := range a.services {
 		p.block(s)
 	}
 	k := slash64(prefix.Addr())
@@ -382,17 +407,14 @@ func (a *Allocator) Allocate(node string, req Request) ([]netip.Prefix, error) {
 func (a *Allocator) Occupy(node string, cidrs []netip.Prefix) error {
 	a.Release(node)
 	var conflicts []error
-	held := make([]netip.Prefix, 0, len(cidrs))
 	for _, c := range cidrs {
-		c = c.Masked()
-		if other, oc, ok := a.heldOverlapping(c, node); ok {
+		if other, oc, ok := a.heldOverlapping(c.Masked(), node); ok {
 			conflicts = append(conflicts, fmt.Errorf("%s of node %s overlaps %s, already node %s's", c, node, oc, other))
 		}
-		held = append(held, c)
 	}
-	a.owners[node] = held
-	for _, c := range held {
-		a.hold(c, node)
+	a.owners[node] = slices.Clone(cidrs)
+	for _, c := range cidrs {
+		a.hold(c.Masked(), node)
 	}
 	return errors.Join(conflicts...)
 }
@@ -454,7 +476,7 @@ func (a *Allocator) heldOverlapping(c netip.Prefix, node string) (string, netip.
 // Release frees a node's CIDRs (call only once the Node object is gone).
 func (a *Allocator) Release(node string) {
 	for _, c := range a.owners[node] {
-		a.unhold(c, node)
+		a.unhold(c.Masked(), node)
 	}
 	delete(a.owners, node)
 }

@@ -140,7 +140,7 @@ func TestProperties(t *testing.T) {
 		mp("2001:db8:0:1::/72"), mp("2001:db8:0:1:100::/72"),
 		mp("2001:db8:0:1:1::/80"), mp("2001:db8:0:1:1::/96"), mp("2001:db8:0:1::/112"),
 	}
-	services := []netip.Prefix{mp("2001:db8:0:1::/112"), mp("2001:db8:0:1:2::/112"), mp("2001:db8:0:1:1::/100"),
+	serviceCIDRs := []netip.Prefix{mp("2001:db8:0:1::/112"), mp("2001:db8:0:1:2::/112"), mp("2001:db8:0:1:1::/100"),
 		mp("2001:db8:0:2:0:0:1:0/112"), mp("2001:db8:0:1:0:100::/88"), mp("10.0.4.0/24")}
 	// an address of the node inside prefix p: in one of its first segments,
 	// so that reservations meet allocations
@@ -168,11 +168,12 @@ func TestProperties(t *testing.T) {
 		r := rand.New(rand.NewPCG(seed, seed))
 		fb := fallbacks[r.IntN(len(fallbacks))]
 		cfg := Config{Families: []Family{IPv4, IPv6}, IPv4Pool: mp("10.0.0.0/20"), IPv6Pool: fb.pool, IPv6MaskSize: fb.mask}
-		for _, s := range services {
+		for _, s := range serviceCIDRs {
 			if r.IntN(2) == 0 {
 				cfg.ServiceCIDRs = append(cfg.ServiceCIDRs, s)
 			}
 		}
+		services := slices.Clone(cfg.ServiceCIDRs) // and those added as ServiceCIDR objects
 		reserved := map[netip.Addr]bool{}
 		randomRequest := func() Request {
 			req := Request{IPv4: r.IntN(4) == 0, IPv6: true}
@@ -183,17 +184,17 @@ func TestProperties(t *testing.T) {
 			return req
 		}
 		// check refuses a new allocation that breaks a rule.
-		check := func(a *Allocator, owners map[string][]netip.Prefix, node string, got []netip.Prefix) {
+		check := func(owners map[string][]netip.Prefix, node string, got []netip.Prefix) {
 			t.Helper()
 			for _, c := range got {
 				for other, cs := range owners {
 					for _, o := range cs {
 						if other != node && o.Overlaps(c) {
-							t.Fatalf("seed %d (pool %s/%d): %s got %s, overlapping %s of %s", seed, fb.pool, fb.mask, node, c, o, other)
+							t.Fatalf("seed %d (fallback %s /%d): %s got %s, overlapping %s of %s", seed, fb.pool, fb.mask, node, c, o, other)
 						}
 					}
 				}
-				for _, s := range cfg.ServiceCIDRs {
+				for _, s := range services {
 					if s.Overlaps(c) {
 						t.Fatalf("seed %d: %s got %s, overlapping service CIDR %s", seed, node, c, s)
 					}
@@ -213,7 +214,7 @@ func TestProperties(t *testing.T) {
 		allocated := 0
 		for step := 0; step < 800; step++ {
 			node := fmt.Sprintf("n%d", r.IntN(150))
-			switch op := r.IntN(20); {
+			switch op := r.IntN(21); {
 			case op < 11:
 				if _, ok := owners[node]; ok {
 					continue
@@ -222,7 +223,7 @@ func TestProperties(t *testing.T) {
 				if err != nil {
 					continue
 				}
-				check(a, owners, node, got)
+				check(owners, node, got)
 				owners[node] = got
 				allocated++
 			case op < 15:
@@ -232,12 +233,20 @@ func TestProperties(t *testing.T) {
 				addr := addrIn(r, nodePrefixes[r.IntN(len(nodePrefixes))])
 				reserved[addr] = true
 				a.Reserve(addr)
-			default:
+			case op < 20:
 				for addr := range reserved {
 					delete(reserved, addr)
 					a.Unreserve(addr)
 					break
 				}
+			case len(services) > len(cfg.ServiceCIDRs) && r.IntN(2) == 0:
+				s := services[len(services)-1]
+				services = services[:len(services)-1]
+				a.RemoveServiceCIDR(s)
+			default:
+				s := serviceCIDRs[r.IntN(len(serviceCIDRs))]
+				services = append(services, s)
+				a.AddServiceCIDR(s)
 			}
 		}
 		var all []held
@@ -253,7 +262,7 @@ func TestProperties(t *testing.T) {
 				}
 			}
 		}
-		if allocated < 100 || len(all) < 20 {
+		if allocated < 100 || len(all) < 50 {
 			t.Fatalf("seed %d: %d allocations, %d CIDRs held; the test exercised too little", seed, allocated, len(all))
 		}
 
@@ -261,6 +270,9 @@ func TestProperties(t *testing.T) {
 		b, _ := New(cfg)
 		for addr := range reserved {
 			b.Reserve(addr)
+		}
+		for _, s := range services[len(cfg.ServiceCIDRs):] {
+			b.AddServiceCIDR(s)
 		}
 		for n, cs := range owners {
 			if err := b.Occupy(n, cs); err != nil {
@@ -270,7 +282,7 @@ func TestProperties(t *testing.T) {
 		for i := 0; i < 100; i++ {
 			node := fmt.Sprintf("new%d", i)
 			if got, err := b.Allocate(node, randomRequest()); err == nil {
-				check(b, owners, node, got)
+				check(owners, node, got)
 				owners[node] = got
 			}
 		}
@@ -560,5 +572,41 @@ func TestFamilies(t *testing.T) {
 				t.Fatalf("got %v %v, want CIDRs in %v", got, err, tc.want)
 			}
 		})
+	}
+}
+
+// Service ranges learned from the cluster (ServiceCIDR objects) are never
+// handed out once added, in the cluster pools and in node prefixes' sets
+// created before or after; removing one returns its segments unless the
+// configuration also lists it.
+func TestServiceCIDRsFromTheCluster(t *testing.T) {
+	a, _ := New(Config{Families: []Family{IPv4, IPv6}, IPv4Pool: mp("10.0.0.0/22"), ServiceCIDRs: []netip.Prefix{mp("10.0.3.0/24")}})
+	prefix := func(p string) Request {
+		return Request{IPv6: true, IPv6Prefix: mp(p), IPv6Addr: mp(p).Addr().Next()}
+	}
+	if _, err := a.Allocate("before", prefix("2001:db8:1::/120")); err != nil { // creates the set
+		t.Fatal(err)
+	}
+	a.Release("before")
+	a.AddServiceCIDR(mp("10.0.0.0/23"))
+	a.AddServiceCIDR(mp("2001:db8:1::/121"))
+	a.AddServiceCIDR(mp("2001:db8:2::/121"))
+	a.AddServiceCIDR(mp("10.0.3.0/24")) // also configured
+	for i, req := range []Request{{IPv4: true}, prefix("2001:db8:1::/120"), prefix("2001:db8:2::/120")} {
+		got, err := a.Allocate(fmt.Sprintf("n%d", i), req)
+		if err != nil || got[0] != []netip.Prefix{mp("10.0.2.0/24"), mp("2001:db8:1::80/122"), mp("2001:db8:2::80/122")}[i] {
+			t.Fatalf("n%d got %v %v, want the first segment after the service range", i, got, err)
+		}
+	}
+	if got, err := a.Allocate("full", Request{IPv4: true}); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("got %v %v, want the IPv4 pool exhausted", got, err)
+	}
+	a.RemoveServiceCIDR(mp("10.0.3.0/24"))
+	if got, err := a.Allocate("full", Request{IPv4: true}); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("got %v %v: 10.0.3.0/24 is still configured", got, err)
+	}
+	a.RemoveServiceCIDR(mp("10.0.0.0/23"))
+	if got, err := a.Allocate("full", Request{IPv4: true}); err != nil || !mp("10.0.0.0/23").Contains(got[0].Addr()) {
+		t.Fatalf("after the ServiceCIDR went: %v %v", got, err)
 	}
 }

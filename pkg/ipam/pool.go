@@ -49,8 +49,6 @@ func newPool(prefix netip.Prefix, segBits int) (*pool, error) {
 	return &pool{prefix: prefix, segBits: segBits, n: n, used: map[int]uint64{}, free: n}, nil
 }
 
-func (p *pool) isUsed(i int) bool { return p.whole > 0 || p.used[i/64]&(1<<(i%64)) != 0 }
-
 // blocked is how many segments are not free.
 func (p *pool) blocked() int {
 	if p.whole > 0 {
