@@ -91,13 +91,14 @@ type Coordinator struct {
 	observer       *observer
 	networks       []netip.Prefix
 	configReserved []csrcheck.Reserved
-	reservedBy     map[netip.Addr]int   // observed Node addresses reserved in the allocator, by how many Nodes
-	unadopted      map[string]bool      // initialized Nodes without a record, left alone
-	pools          []netip.Prefix       // the configured pod pools: node addresses there are never reserved
-	allocUID       map[string]types.UID // the Node object each allocation belongs to
-	reviewAsked    map[string]time.Time // when this replica asked (or first saw it asked) for each CSR's review
-	waitingNodes   map[string]string    // uninitialized Nodes waiting for their agent, at which resourceVersion
-	claimLocks     [64]sync.Mutex       // address stripes: claims are decided and recorded under them
+	reservedBy     map[netip.Addr]int    // observed Node addresses reserved in the allocator, by how many Nodes
+	unadopted      map[string]bool       // initialized Nodes without a record, left alone
+	pools          []netip.Prefix        // the configured pod pools: node addresses there are never reserved
+	allocUID       map[string]types.UID  // the Node object each allocation belongs to
+	reviewAsked    map[string]time.Time  // when this replica asked (or first saw it asked) for each CSR's review
+	waitingNodes   map[string]string     // uninitialized Nodes waiting for their agent, at which resourceVersion
+	sceAdded       map[netip.Prefix]bool // ServiceCIDR objects' ranges added to the allocator
+	claimLocks     [64]sync.Mutex        // address stripes: claims are decided and recorded under them
 
 	pendingMu             sync.Mutex // the flood guard's count, reused for pendingTTL
 	pending, pendingLimit int
@@ -179,7 +180,7 @@ func New(cfg Config) (*Coordinator, error) {
 	c := &Coordinator{
 		cfg: cfg, client: cfg.Client, settings: cfg.Settings, log: cfg.Log, m: cfg.Metrics, policy: policy,
 		records: records.NewStore(cfg.Dynamic), facts: newClusterFacts(cfg.Client), observer: newObserver(cfg.Settings.MaxNodeAddresses),
-		networks: networks, configReserved: cfg.Settings.Reserved(), reservedBy: map[netip.Addr]int{}, unadopted: map[string]bool{}, pools: pools, allocUID: map[string]types.UID{}, reviewAsked: map[string]time.Time{}, waitingNodes: map[string]string{},
+		networks: networks, configReserved: cfg.Settings.Reserved(), reservedBy: map[netip.Addr]int{}, unadopted: map[string]bool{}, pools: pools, allocUID: map[string]types.UID{}, reviewAsked: map[string]time.Time{}, waitingNodes: map[string]string{}, sceAdded: map[netip.Prefix]bool{},
 		lastSaid: map[string]string{}, ready: errors.New("starting"),
 		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes"}),
@@ -346,6 +347,32 @@ func (c *Coordinator) nodeChanged(obj any) {
 	}
 }
 
+// serviceCIDRsChanged keeps the allocator's service ranges equal to the
+// cluster's ServiceCIDR objects (plus the configured ones).
+func (c *Coordinator) serviceCIDRsChanged() {
+	want := map[netip.Prefix]bool{}
+	for _, r := range c.facts.serviceRanges() {
+		want[r.Prefix] = true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.alloc == nil {
+		return
+	}
+	for p := range want {
+		if !c.sceAdded[p] {
+			c.alloc.AddServiceCIDR(p)
+			c.sceAdded[p] = true
+		}
+	}
+	for p := range c.sceAdded {
+		if !want[p] {
+			c.alloc.RemoveServiceCIDR(p)
+			delete(c.sceAdded, p)
+		}
+	}
+}
+
 // inPool reports whether ip is inside a configured pod pool: no real node
 // address is, so a Node listing one does not get to reserve a segment.
 func (c *Coordinator) inPool(ip netip.Addr) bool {
@@ -444,7 +471,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	c.facts.factory.Discovery().V1().EndpointSlices().Informer()
 	c.factory.Start(informers.Done())
 	c.csrFactory.Start(informers.Done())
-	factsSynced := c.facts.start(informers.Done(), c.log.Info)
+	factsSynced := c.facts.start(informers.Done(), c.log.Info, c.serviceCIDRsChanged)
 	var recordsDone sync.WaitGroup
 	recordsDone.Go(func() { c.records.Informer().Run(informers.Done()) })
 	defer recordsDone.Wait()
@@ -610,16 +637,22 @@ func (c *Coordinator) rebuild(nodes []corev1.Node) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.alloc = alloc
+	v4, v6 := c.settings.Families()
 	for _, u := range alloc.Usage() {
 		switch u.Pool {
 		case "ipv4":
-			c.hasV4 = u.Total > 0
+			c.hasV4 = v4 && u.Total > 0
 		case "ipv6":
-			c.hasV6 = u.Total > 0
+			c.hasV6 = v6 && u.Total > 0
 		}
 	}
 	for ip := range c.reservedBy {
 		alloc.Reserve(ip)
+	}
+	// The cluster's ServiceCIDR objects are never overlapped either.
+	for _, r := range c.facts.serviceRanges() {
+		alloc.AddServiceCIDR(r.Prefix)
+		c.sceAdded[r.Prefix] = true
 	}
 	for i := range nodes {
 		n := &nodes[i]

@@ -37,12 +37,16 @@ type clusterFacts struct {
 }
 
 // start starts the informers and returns the HasSynced functions to wait on.
-func (f *clusterFacts) start(stop <-chan struct{}, log func(msg string, args ...any)) []cache.InformerSynced {
+func (f *clusterFacts) start(stop <-chan struct{}, log func(msg string, args ...any), changed func()) []cache.InformerSynced {
 	synced := []cache.InformerSynced{f.factory.Discovery().V1().EndpointSlices().Informer().HasSynced}
 	if served(f.client, "networking.k8s.io/v1", "servicecidrs") {
 		f.scFactory = informers.NewSharedInformerFactory(f.client, 0)
 		f.serviceCIDRs = f.scFactory.Networking().V1().ServiceCIDRs().Lister()
-		synced = append(synced, f.scFactory.Networking().V1().ServiceCIDRs().Informer().HasSynced)
+		inf := f.scFactory.Networking().V1().ServiceCIDRs().Informer()
+		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: func(any) { changed() }, UpdateFunc: func(any, any) { changed() }, DeleteFunc: func(any) { changed() },
+		})
+		synced = append(synced, inf.HasSynced)
 		f.scFactory.Start(stop)
 	} else {
 		log("ServiceCIDR objects are not served (Kubernetes before 1.33): only ipam.serviceCIDRs are reserved")
