@@ -41,9 +41,11 @@ bench: kube-tools ## join storm of N nodes on a real control plane: latencies, w
 bench-scale: kube-tools ## 5,000 initialized Nodes, then the coordinator, then 500 joins: RSS, leader→ready, allocation time
 	KUBE_TOOLS_DIR=$$(hack/kube-tools/build.sh 2>/dev/null) $(GO) run ./hack/bench -existing 5000 -nodes 500 -quiet 10s -floor=false
 
-lint: ## gofmt check and go vet
+lint: ## gofmt check, go vet, and the binaries import no test harness or fake
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^hack/kube-tools/')); \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+	@bad=$$($(GO) list -deps ./agent ./coordinator | grep -E '/pkg/harness(/|$$)|/(talostest|csrtest|netnstest)$$' || true); \
+	if [ -n "$$bad" ]; then echo "the binaries import test code:"; echo "$$bad"; exit 1; fi
 	$(GO) vet ./...
 	cd hack/kube-tools && $(GO) vet ./cmd/...
 

@@ -25,9 +25,9 @@ import (
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/agentkey"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/gobuild"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/testcluster"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/testnode"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/gobuild"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testcluster"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testnode"
 )
 
 var cluster *testcluster.Cluster

@@ -23,10 +23,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/gobuild"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/kubeapply"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/kubeletsim"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/testcluster"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/gobuild"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeapply"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeletsim"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testcluster"
 )
 
 var cluster *testcluster.Cluster

@@ -28,12 +28,12 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck/csrtest"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testcluster"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testnode"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr/netnstest"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/testcluster"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/testnode"
 )
 
 var cluster *testcluster.Cluster

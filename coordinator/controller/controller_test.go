@@ -32,9 +32,9 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck/csrtest"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/kubeapply"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/kubeletsim"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/testcluster"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeapply"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeletsim"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testcluster"
 )
 
 var cluster *testcluster.Cluster

@@ -31,12 +31,12 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/agentkey"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/kubeapply"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/kubeletsim"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeapply"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeletsim"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testcluster"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos/talostest"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/testcluster"
 )
 
 // benchRules label every metal node and request a role the coordinator grants.

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/testcluster"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testcluster"
 )
 
 // procUsage is a process's CPU time and peak resident set, from /proc.

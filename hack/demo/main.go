@@ -34,10 +34,10 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/kubeapply"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/kubeletsim"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeapply"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeletsim"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testcluster"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos/talostest"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/testcluster"
 )
 
 //go:embed scenario.yaml

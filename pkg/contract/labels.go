@@ -28,7 +28,7 @@ var kubeletLabelNamespaces = []string{"kubelet.kubernetes.io", "node.kubernetes.
 // It mirrors kube-apiserver v1.34: node-restriction.kubernetes.io keys are
 // always refused; other kubernetes.io and k8s.io keys are refused unless they
 // are kubelet labels; every other key (custom domains, unprefixed) is allowed.
-// The integration table in pkg/testcluster checks it against a real API server.
+// The integration table in pkg/harness/testcluster checks it against a real API server.
 func NodeMaySetLabel(key string) bool {
 	ns := labelNamespace(key)
 	if inDomain(ns, "node-restriction.kubernetes.io") {

@@ -15,8 +15,8 @@ import (
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/kubeletsim"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/testcluster"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeletsim"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testcluster"
 )
 
 var cluster *testcluster.Cluster

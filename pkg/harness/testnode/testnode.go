@@ -12,10 +12,10 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/kubeletsim"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeletsim"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testcluster"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr/netnstest"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos/talostest"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/testcluster"
 )
 
 // Spec describes a node.
