@@ -511,7 +511,11 @@ func TestCSRApprovalAndDenial(t *testing.T) {
 
 	// A good CSR: approved only after the matching attestation, then issued.
 	a.csr(t, "csr-a-good", []string{"csr-a"}, []string{"10.0.4.1"})
-	time.Sleep(500 * time.Millisecond)
+	// The review request is the sync point: the coordinator has checked the
+	// CSR and now waits for the agent; it must not have decided.
+	waitFor(t, 10*time.Second, "review of csr-a-good", func() bool {
+		return get(t, "csr-a").Annotations[contract.AnnotationCSRReview] == "csr-a-good"
+	})
 	if _, decided := condition(t, "csr-a-good"); decided {
 		t.Fatal("approved before the node attested")
 	}
