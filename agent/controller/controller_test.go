@@ -269,16 +269,29 @@ func TestJoinThenSteadyStateWritesNothing(t *testing.T) {
 		t.Errorf("join writes = %q, want one metadata patch and one status patch", kinds)
 	}
 
-	// Quiet window: nothing changes, nothing is written.
+	// Steady state: the agent resyncs (an admin touches an annotation it
+	// does not own, so its Node watch fires) and writes nothing. The sync
+	// counter is the sync point, not a sleep.
 	before := len(writes)
-	time.Sleep(10 * time.Second)
+	for i := range 3 {
+		synced := testutil.ToFloat64(a.metrics.Syncs.WithLabelValues("ok"))
+		poke := fmt.Appendf(nil, `{"metadata":{"annotations":{"example.com/poke":"%d"}}}`, i)
+		if _, err := n.admin.CoreV1().Nodes().Patch(t.Context(), n.name, types.MergePatchType, poke, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(a.metrics.Syncs.WithLabelValues("ok")) <= synced; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the agent did not resync after its Node changed")
+			}
+		}
+	}
 	if after := len(agentWrites(t, n.name)); after != before {
-		t.Errorf("steady state: %d agent writes in a 10s quiet window, want 0", after-before)
+		t.Errorf("steady state: %d agent writes over 3 resyncs with nothing to do, want 0", after-before)
 	}
 	if err := a.Ready(); err != nil {
 		t.Errorf("agent not ready in steady state: %v", err)
 	}
-	t.Logf("steady state: 0 writes in 10s; %d writes in all", before)
+	t.Logf("steady state: 0 writes over 3 resyncs; %d writes in all", before)
 }
 
 func TestAddressChangesWithinOneSecond(t *testing.T) {
