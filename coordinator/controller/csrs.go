@@ -48,10 +48,6 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 	if reason, ok := heldReasons[d.Category]; ok {
 		c.say(csr, "csr", name, corev1.EventTypeWarning, reason, d.Reason)
 	}
-	c.m.FloodGuard.Set(0)
-	if d.Category == "flood-guard" {
-		c.m.FloodGuard.Set(1)
-	}
 	switch d.Action {
 	case approval.Approve, approval.Deny:
 		return c.decide(ctx, csr, d)
@@ -195,6 +191,11 @@ func (c *Coordinator) pendingCount() (count, limit int) {
 		limit = len(c.nodeIndex.ListKeys()) + 100
 	}
 	c.m.PendingCSRs.Set(float64(count))
+	guard := 0.0
+	if limit > 0 && count > limit {
+		guard = 1
+	}
+	c.m.FloodGuard.Set(guard) // from the count, not from whichever CSR synced last
 	return count, limit
 }
 
