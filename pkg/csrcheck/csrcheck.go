@@ -506,23 +506,39 @@ func CheckDNSSAN(name, node string, facts Facts, policy Policy) error {
 }
 
 func checkDNSNames(in input) error {
-	var errs []error
-	var retry retryError
+	var v sanVerdicts
 	for _, name := range in.csr.DNSNames {
-		err := CheckDNSSAN(name, in.node.Name, in.facts, in.policy)
-		var r retryError
-		if errors.As(err, &r) {
-			retry.msg = strings.TrimPrefix(retry.msg+", "+r.msg, ", ")
-			retry.conflict = retry.conflict || r.conflict
-		} else if err != nil {
-			errs = append(errs, err)
-		}
+		v.add(CheckDNSSAN(name, in.node.Name, in.facts, in.policy))
 	}
-	if len(errs) > 0 {
-		return joinErrs(errs)
+	return v.err()
+}
+
+// sanVerdicts collects one check's verdicts on each SAN: any refusal makes
+// the check a refusal (every reason joined); otherwise the retries, merged,
+// make it a retry.
+type sanVerdicts struct {
+	refused []error
+	retry   retryError
+}
+
+func (v *sanVerdicts) add(err error) {
+	var r retryError
+	switch {
+	case errors.As(err, &r):
+		v.retry.msg = strings.TrimPrefix(v.retry.msg+", "+r.msg, ", ")
+		v.retry.after = max(v.retry.after, r.after)
+		v.retry.conflict = v.retry.conflict || r.conflict
+	case err != nil:
+		v.refused = append(v.refused, err)
 	}
-	if retry.msg != "" {
-		return retry
+}
+
+func (v *sanVerdicts) err() error {
+	switch {
+	case len(v.refused) > 0:
+		return joinErrs(v.refused)
+	case v.retry.msg != "":
+		return v.retry
 	}
 	return nil
 }
@@ -596,31 +612,16 @@ func CheckIP(ip netip.Addr, node string, nodeIPs []netip.Addr, facts Facts, poli
 
 func checkIPAddresses(in input) error {
 	nodeIPs := NodeIPs(in.node)
-	var errs []error
-	var retry retryError
+	var v sanVerdicts
 	for _, raw := range in.csr.IPAddresses {
 		ip, ok := netip.AddrFromSlice(raw)
 		if !ok {
-			errs = append(errs, fmt.Errorf("IP SAN %v is malformed", raw))
+			v.add(fmt.Errorf("IP SAN %v is malformed", raw))
 			continue
 		}
-		err := CheckIP(ip, in.node.Name, nodeIPs, in.facts, in.policy)
-		var r retryError
-		if errors.As(err, &r) {
-			retry.msg = strings.TrimPrefix(retry.msg+", "+r.msg, ", ")
-			retry.after = max(retry.after, r.after)
-			retry.conflict = retry.conflict || r.conflict
-		} else if err != nil {
-			errs = append(errs, err)
-		}
+		v.add(CheckIP(ip, in.node.Name, nodeIPs, in.facts, in.policy))
 	}
-	if len(errs) > 0 {
-		return joinErrs(errs)
-	}
-	if retry.msg != "" {
-		return retry
-	}
-	return nil
+	return v.err()
 }
 
 // joinErrs joins errors into one line (errors.Join uses newlines, which do
