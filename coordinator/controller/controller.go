@@ -98,6 +98,7 @@ type Coordinator struct {
 	reviewAsked    map[string]time.Time  // when this replica asked (or first saw it asked) for each CSR's review
 	waitingNodes   map[string]string     // uninitialized Nodes waiting for their agent, at which resourceVersion
 	sceAdded       map[netip.Prefix]bool // ServiceCIDR objects' ranges added to the allocator
+	apiSANsRead    bool                  // the API server's certificate SANs are in cfg (read or given)
 	claimLocks     [64]sync.Mutex        // address stripes: claims are decided and recorded under them
 
 	pendingMu             sync.Mutex // the flood guard's count, reused for pendingTTL
@@ -180,7 +181,7 @@ func New(cfg Config) (*Coordinator, error) {
 	c := &Coordinator{
 		cfg: cfg, client: cfg.Client, settings: cfg.Settings, log: cfg.Log, m: cfg.Metrics, policy: policy,
 		records: records.NewStore(cfg.Dynamic), facts: newClusterFacts(cfg.Client), observer: newObserver(cfg.Settings.MaxNodeAddresses),
-		networks: networks, configReserved: cfg.Settings.Reserved(), reservedBy: map[netip.Addr]int{}, unadopted: map[string]bool{}, pools: pools, allocUID: map[string]types.UID{}, reviewAsked: map[string]time.Time{}, waitingNodes: map[string]string{}, sceAdded: map[netip.Prefix]bool{},
+		networks: networks, configReserved: cfg.Settings.Reserved(), reservedBy: map[netip.Addr]int{}, unadopted: map[string]bool{}, pools: pools, apiSANsRead: cfg.APIServerNames != nil || cfg.APIServerIPs != nil, allocUID: map[string]types.UID{}, reviewAsked: map[string]time.Time{}, waitingNodes: map[string]string{}, sceAdded: map[netip.Prefix]bool{},
 		lastSaid: map[string]string{}, ready: errors.New("starting"),
 		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes"}),
@@ -427,11 +428,11 @@ func (c *Coordinator) waitForAPI(ctx context.Context) error {
 			// Without its records the coordinator cannot decide anything safely.
 			err = c.records.Installed(ctx)
 		}
-		if err == nil && c.cfg.REST != nil && c.cfg.APIServerNames == nil {
+		if err == nil && c.cfg.REST != nil && !c.apiSANsRead {
 			var names []string
 			var ips []netip.Addr
 			if names, ips, err = APIServerSANs(ctx, c.cfg.REST); err == nil {
-				c.cfg.APIServerNames, c.cfg.APIServerIPs = append(names, ""), ips
+				c.cfg.APIServerNames, c.cfg.APIServerIPs, c.apiSANsRead = names, ips, true
 				c.log.Info("the API server's certificate names and addresses are never certified for a node", "names", names, "ips", ips)
 			}
 		}

@@ -80,7 +80,7 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningRequest, now time.Time) (approval.Input, *corev1.Node) {
 	nodeName := csrcheck.NodeName(csr.Spec.Username)
 	in := approval.Input{
-		CSR: csrcheck.FromCSR(csr), Created: csr.CreationTimestamp.Time, ReviewRequested: c.reviewRequested(csr.Name, ""), Policy: c.policy,
+		CSR: csrcheck.FromCSR(csr), Created: csr.CreationTimestamp.Time, ReviewRequested: c.reviewRequested(csr.Name), Policy: c.policy,
 		AttestationRequired: c.settings.AttestationRequired(), Timeout: c.settings.CSR.AttestationTimeout.Duration,
 		OnTimeout: c.settings.CSR.OnTimeout, Renewals: c.settings.CSR.Renewals, Now: now,
 	}
@@ -93,7 +93,8 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 	in.Review = self.Annotations[contract.AnnotationCSRReview]
 	if in.Review == csr.Name && in.ReviewRequested.IsZero() {
 		// Asked before this replica led: the timeout starts now.
-		in.ReviewRequested = c.reviewRequested(csr.Name, "seen")
+		in.ReviewRequested = now
+		c.setReviewRequested(csr.Name, now)
 	}
 	if a, err := contract.DecodeAttestation(self.Annotations[contract.AnnotationCSRAttestation]); err == nil {
 		in.Attestation = &a
@@ -278,17 +279,19 @@ func (c *Coordinator) reviewWanted(node *corev1.Node) (csr string, stale bool) {
 	return "", false
 }
 
-// reviewRequested is when the coordinator asked for csr's review; with
-// mark, it records now if nothing was recorded.
-func (c *Coordinator) reviewRequested(csr string, mark string) time.Time {
+// reviewRequested is when this replica asked for csr's review (zero: not yet).
+func (c *Coordinator) reviewRequested(csr string) time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t, ok := c.reviewAsked[csr]
-	if !ok && mark != "" {
-		t = time.Now()
-		c.reviewAsked[csr] = t
-	}
-	return t
+	return c.reviewAsked[csr]
+}
+
+// setReviewRequested records that csr's review was asked for at t (again,
+// for a stale attestation: the timeout starts over).
+func (c *Coordinator) setReviewRequested(csr string, t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reviewAsked[csr] = t
 }
 
 // recordServing keeps the record's serving SANs true after a decision:

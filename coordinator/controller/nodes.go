@@ -81,10 +81,11 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	}
 	// Claims are decided and written under the addresses' locks: two
 	// workers never record one address for two Nodes.
-	unlock := c.lockAddrs(slices.Concat(nodeAddresses(node, c.settings.MaxNodeAddresses), records.ClaimedIPs(prev.Addresses)))
+	current := nodeAddresses(node, c.settings.MaxNodeAddresses)
+	unlock := c.lockAddrs(slices.Concat(current, records.ClaimedIPs(prev.Addresses)))
 	defer unlock()
-	others := c.otherOwners(node)
-	claims, refused := records.NextClaims(prev.Addresses, nodeAddresses(node, c.settings.MaxNodeAddresses), others, c.claimPolicy(node), now)
+	others := c.otherOwners(node.Name, current)
+	claims, refused := records.NextClaims(prev.Addresses, current, others, c.claimPolicy(node), now)
 	if len(refused) > 0 {
 		c.m.AddressesRefused.Add(float64(len(refused)))
 		c.say(node, "node", name, corev1.EventTypeWarning, "AddressNotRecorded",
@@ -179,9 +180,7 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	c.m.NodeWrites.WithLabelValues("finalize", "ok").Inc()
 	if review != "" && (node.Annotations[contract.AnnotationCSRReview] != review || stale) {
 		c.m.NodeWrites.WithLabelValues("review", "ok").Inc()
-		c.mu.Lock()
-		c.reviewAsked[review] = time.Now()
-		c.mu.Unlock()
+		c.setReviewRequested(review, time.Now())
 		c.csrQueue.AddAfter(review, c.settings.CSR.AttestationTimeout.Duration)
 	}
 	if len(cidrs) > 0 {
@@ -289,18 +288,18 @@ func (c *Coordinator) nodeGone(ctx context.Context, name string) error {
 // looked at again (besides when a record releases them).
 const claimRetry = 10 * time.Second
 
-// otherOwners maps node's current addresses to the other Node that holds
-// each: the one whose record has it, or else one that has listed it
-// continuously since before node did (a Node still waiting to be
+// otherOwners maps the node's current addresses to the other Node that
+// holds each: the one whose record has it, or else one that has listed it
+// continuously since before this node did (a Node still waiting to be
 // initialized, or one not adopted, holds its addresses without a record).
-func (c *Coordinator) otherOwners(node *corev1.Node) map[netip.Addr]string {
+func (c *Coordinator) otherOwners(node string, current []netip.Addr) map[netip.Addr]string {
 	out := map[netip.Addr]string{}
-	for _, ip := range nodeAddresses(node, c.settings.MaxNodeAddresses) {
+	for _, ip := range current {
 		owner := c.records.Owner(ip)
 		if owner == "" {
-			owner = c.observer.earlier(ip, node.Name)
+			owner = c.observer.earlier(ip, node)
 		}
-		if owner != "" && owner != node.Name {
+		if owner != "" && owner != node {
 			out[ip] = owner
 		}
 	}
