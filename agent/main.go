@@ -24,6 +24,7 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/envflag"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/facts"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos"
@@ -125,16 +126,16 @@ func runAgent(args []string, stderr io.Writer) int {
 		log.Error("invalid rules; not starting", "file", *rulesFile, "err", err)
 		return 1
 	}
-	var facts func(context.Context, func(talos.Facts)) error
+	var watchFacts func(context.Context, func(facts.Talos)) error
 	switch *factsFrom {
 	case "machined":
-		facts = (&talos.Reader{Socket: *socket, Log: log}).Watch
+		watchFacts = (&talos.Reader{Socket: *socket, Log: log}).Watch
 	case "cmdline":
 		if *nodeName == "" {
 			log.Error("--facts=cmdline needs --node-name (in a static pod, from the downward API)")
 			return 2
 		}
-		facts = func(ctx context.Context, update func(talos.Facts)) error {
+		watchFacts = func(ctx context.Context, update func(facts.Talos)) error {
 			f, err := talos.FromCmdline(*cmdline)
 			if err != nil {
 				return err
@@ -167,7 +168,7 @@ func runAgent(args []string, stderr io.Writer) int {
 	}
 	telemetry.RouteKlog(log) // from here on client-go logs too
 	agent, err := controller.New(controller.Config{
-		NodeName: *nodeName, Kubeconfig: *kubeconfig, CredentialsPoll: *credPoll, Facts: facts, NetNS: *netns,
+		NodeName: *nodeName, Kubeconfig: *kubeconfig, CredentialsPoll: *credPoll, Facts: watchFacts, NetNS: *netns,
 		Rules: rs, Classifier: netaddr.NewClassifier(extra...), Policy: pol, Version: version.Version,
 		Key: key, Log: log, Metrics: controller.NewMetrics(reg),
 	})

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/facts"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos"
 )
 
 // The informer drops a deleted Node between a sync's patches and its
@@ -23,7 +23,7 @@ func TestAttestWithoutNode(t *testing.T) {
 	}
 	a, err := New(Config{
 		Kubeconfig: "/nonexistent", Rules: rs, Key: key,
-		Facts: func(context.Context, func(talos.Facts)) error { return nil },
+		Facts: func(context.Context, func(facts.Talos)) error { return nil },
 	})
 	if err != nil {
 		t.Fatal(err)

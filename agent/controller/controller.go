@@ -29,10 +29,11 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/facts"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/kubecreds"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr/netlinksource"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos"
 )
 
 // Config is everything the run loop needs. Zero durations take the defaults.
@@ -44,7 +45,7 @@ type Config struct {
 	Kubeconfig      string
 	CredentialsPoll time.Duration // default 2s
 	// Facts streams Talos facts: (*talos.Reader).Watch, or a degraded source.
-	Facts func(ctx context.Context, update func(talos.Facts)) error
+	Facts func(ctx context.Context, update func(facts.Talos)) error
 	// NetNS is the network namespace to read addresses from ("" = own).
 	NetNS string
 	// Debounce lets address bursts settle (default 50ms).
@@ -77,7 +78,7 @@ type Agent struct {
 
 	// Owned by the loop goroutine.
 	nodeName  string
-	facts     *talos.Facts
+	facts     *facts.Talos
 	addrs     []netaddr.Address
 	haveAddrs bool
 	client    *nodeclient.Client
@@ -146,16 +147,16 @@ func (a *Agent) setReady(err error) {
 // agent can never work with (a network namespace that cannot be opened);
 // everything transient is retried with backoff.
 func (a *Agent) Run(ctx context.Context) error {
-	src, err := netaddr.Open(a.cfg.NetNS)
+	src, err := netlinksource.Open(a.cfg.NetNS)
 	if err != nil {
 		return fmt.Errorf("reading addresses: %w", err)
 	}
 	defer src.Close()
 	addrs := src.Watch(ctx, a.cfg.Debounce)
 
-	facts := make(chan talos.Facts, 1)
+	factUpdates := make(chan facts.Talos, 1)
 	go func() {
-		if err := a.cfg.Facts(ctx, func(f talos.Facts) { replace(facts, f) }); err != nil && ctx.Err() == nil {
+		if err := a.cfg.Facts(ctx, func(f facts.Talos) { replace(factUpdates, f) }); err != nil && ctx.Err() == nil {
 			a.log.Error("facts source stopped", "err", err)
 		}
 	}()
@@ -182,7 +183,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			a.log.Info("stopping")
 			return nil
-		case f := <-facts:
+		case f := <-factUpdates:
 			a.factsChanged(f)
 		case list, ok := <-addrs:
 			if !ok {
@@ -213,7 +214,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
-func (a *Agent) factsChanged(f talos.Facts) {
+func (a *Agent) factsChanged(f facts.Talos) {
 	if f.Degraded != "" {
 		a.m.FactsDegraded.Set(1)
 		a.once("degraded", f.Degraded, func() { a.log.Warn("facts are degraded", "why", f.Degraded) })

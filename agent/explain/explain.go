@@ -24,16 +24,16 @@ import (
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/facts"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos"
 )
 
 // Input is one node's facts.
 type Input struct {
 	Rules    *rules.Rules
-	Metadata runtime.PlatformMetadataSpec
-	System   *hardware.SystemInformationSpec
+	Metadata facts.Platform
+	System   *facts.System
 	// NodeName defaults to the metadata hostname.
 	NodeName string
 	// Addresses are the node's interface addresses (CIDRs). The first is
@@ -72,7 +72,7 @@ func Explain(in Input) Output {
 	md := in.Metadata
 	want, _, err := desired.Compute(desired.Inputs{
 		NodeName:   name,
-		Talos:      talos.Facts{Metadata: &md, System: in.System, Nodename: name, NodeIPs: nodeIPs},
+		Talos:      facts.Talos{Metadata: &md, System: in.System, Nodename: name, NodeIPs: nodeIPs},
 		Addresses:  addrs,
 		Classifier: netaddr.NewClassifier(),
 		Rules:      in.Rules,
@@ -92,7 +92,7 @@ func Explain(in Input) Output {
 	if err != nil {
 		out.Errors = append(out.Errors, err.Error())
 	}
-	out.PlatformMetadata, err = camelCase(want.Rules.Metadata)
+	out.PlatformMetadata, err = camelCase(runtime.PlatformMetadataSpec(want.Rules.Metadata))
 	if err != nil {
 		out.Errors = append(out.Errors, err.Error())
 	}
@@ -117,26 +117,27 @@ func camelCase(spec any) (map[string]any, error) {
 }
 
 // ReadPlatformMetadata accepts `talosctl get platformmetadata -o yaml`
-// output (a resource with node, metadata and spec) or a bare spec.
-func ReadPlatformMetadata(data []byte) (runtime.PlatformMetadataSpec, error) {
+// output (a resource with node, metadata and spec) or a bare spec. It is
+// decoded as Talos's own type, whose YAML keys are the ones talosctl prints.
+func ReadPlatformMetadata(data []byte) (facts.Platform, error) {
 	var spec runtime.PlatformMetadataSpec
 	if err := readSpec(data, &spec); err != nil {
-		return spec, fmt.Errorf("platform metadata: %w", err)
+		return facts.Platform(spec), fmt.Errorf("platform metadata: %w", err)
 	}
 	if spec.Platform == "" {
-		return spec, errors.New("platform metadata: no platform (is this `talosctl get platformmetadata -o yaml` output?)")
+		return facts.Platform(spec), errors.New("platform metadata: no platform (is this `talosctl get platformmetadata -o yaml` output?)")
 	}
-	return spec, nil
+	return facts.Platform(spec), nil
 }
 
 // ReadSystemInformation accepts `talosctl get systeminformation -o yaml`
 // output or a bare spec.
-func ReadSystemInformation(data []byte) (hardware.SystemInformationSpec, error) {
+func ReadSystemInformation(data []byte) (facts.System, error) {
 	var spec hardware.SystemInformationSpec
 	if err := readSpec(data, &spec); err != nil {
-		return spec, fmt.Errorf("system information: %w", err)
+		return facts.System(spec), fmt.Errorf("system information: %w", err)
 	}
-	return spec, nil
+	return facts.System(spec), nil
 }
 
 // readSpec takes the first YAML document; a resource's spec is under

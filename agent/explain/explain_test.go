@@ -10,10 +10,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/facts"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
 )
 
@@ -33,7 +33,7 @@ func TestExplainTalosCCMExamples(t *testing.T) {
 	rs := ccmRules(t)
 	for _, tc := range []struct {
 		name            string
-		md              runtime.PlatformMetadataSpec
+		md              facts.Platform
 		addresses       []string
 		policy          desired.ProviderIDPolicy
 		labels          map[string]string
@@ -42,7 +42,7 @@ func TestExplainTalosCCMExamples(t *testing.T) {
 	}{
 		{
 			name: "nocloud node gets the storage class label",
-			md:   runtime.PlatformMetadataSpec{Platform: "nocloud", Hostname: "pve-1", Region: "home", Zone: "rack-1"},
+			md:   facts.Platform{Platform: "nocloud", Hostname: "pve-1", Region: "home", Zone: "rack-1"},
 			labels: map[string]string{
 				"pvc-storage-class/name": "my-storage-class", "topology.kubernetes.io/region": "home", "topology.kubernetes.io/zone": "rack-1",
 			},
@@ -50,7 +50,7 @@ func TestExplainTalosCCMExamples(t *testing.T) {
 		},
 		{
 			name:            "metal web-www gets the web role, requested from the coordinator",
-			md:              runtime.PlatformMetadataSpec{Platform: "metal", Hostname: "web-www"},
+			md:              facts.Platform{Platform: "metal", Hostname: "web-www"},
 			addresses:       []string{"192.168.1.10/24"},
 			policy:          desired.ProviderIDTalosFallback,
 			labels:          map[string]string{},
@@ -59,26 +59,26 @@ func TestExplainTalosCCMExamples(t *testing.T) {
 		},
 		{
 			name:            "metal web-1 does not match ^web-[w]+$ (only w's)",
-			md:              runtime.PlatformMetadataSpec{Platform: "metal", Hostname: "web-1"},
+			md:              facts.Platform{Platform: "metal", Hostname: "web-1"},
 			labels:          map[string]string{},
 			requestedLabels: map[string]string{},
 		},
 		{
 			name:            "nocloud web-www matches only the first rule",
-			md:              runtime.PlatformMetadataSpec{Platform: "nocloud", Hostname: "web-www"},
+			md:              facts.Platform{Platform: "nocloud", Hostname: "web-www"},
 			labels:          map[string]string{"pvc-storage-class/name": "my-storage-class"},
 			requestedLabels: map[string]string{},
 		},
 		{
 			name:            "a cloud providerID comes from metadata",
-			md:              runtime.PlatformMetadataSpec{Platform: "aws", Hostname: "ip-10-0-0-1", Region: "us-east-1", Zone: "us-east-1a", InstanceType: "t3.small", ProviderID: "aws:///us-east-1a/i-0abc"},
+			md:              facts.Platform{Platform: "aws", Hostname: "ip-10-0-0-1", Region: "us-east-1", Zone: "us-east-1a", InstanceType: "t3.small", ProviderID: "aws:///us-east-1a/i-0abc"},
 			labels:          map[string]string{"topology.kubernetes.io/region": "us-east-1", "topology.kubernetes.io/zone": "us-east-1a", "node.kubernetes.io/instance-type": "t3.small"},
 			requestedLabels: map[string]string{},
 			providerID:      "aws:///us-east-1a/i-0abc",
 		},
 		{
 			name:            "metal without the fallback policy gets no providerID",
-			md:              runtime.PlatformMetadataSpec{Platform: "metal", Hostname: "web-www"},
+			md:              facts.Platform{Platform: "metal", Hostname: "web-www"},
 			addresses:       []string{"192.168.1.10/24"},
 			labels:          map[string]string{},
 			requestedLabels: map[string]string{"node-role.kubernetes.io/web": ""},
@@ -229,7 +229,7 @@ func readMD(b []byte) error { _, err := ReadPlatformMetadata(b); return err }
 
 func TestTable(t *testing.T) {
 	var buf bytes.Buffer
-	out := Explain(Input{Rules: ccmRules(t), Metadata: runtime.PlatformMetadataSpec{Platform: "metal", Hostname: "web-www"}})
+	out := Explain(Input{Rules: ccmRules(t), Metadata: facts.Platform{Platform: "metal", Hostname: "web-www"}})
 	if err := out.Write(&buf, "table"); err != nil {
 		t.Fatal(err)
 	}

@@ -12,9 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/facts"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos"
 )
 
 // ProviderIDPolicy says where spec.providerID may come from. It can be set
@@ -43,7 +43,7 @@ func ParseProviderIDPolicy(s string) (ProviderIDPolicy, error) {
 // Inputs are everything the desired Node depends on.
 type Inputs struct {
 	NodeName     string
-	Talos        talos.Facts
+	Talos        facts.Talos
 	Addresses    []netaddr.Address
 	Classifier   netaddr.Classifier
 	Rules        *rules.Rules
@@ -79,11 +79,11 @@ func Compute(in Inputs) (State, bool, error) {
 	if md == nil {
 		return State{}, false, nil
 	}
-	facts := rules.Facts{Metadata: *md}
+	rf := rules.Facts{Metadata: *md}
 	if in.Talos.System != nil {
-		facts.System = *in.Talos.System
+		rf.System = *in.Talos.System
 	}
-	res := in.Rules.Evaluate(facts)
+	res := in.Rules.Evaluate(rf)
 	eff := res.Metadata
 
 	labels := map[string]string{}

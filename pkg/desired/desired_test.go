@@ -7,11 +7,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/facts"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos"
@@ -25,8 +25,8 @@ func inputs(t *testing.T, ruleDoc string) Inputs {
 	}
 	return Inputs{
 		NodeName: "web-1",
-		Talos: talos.Facts{
-			Metadata: &runtime.PlatformMetadataSpec{Platform: "metal", Hostname: "web-1", Region: "eu", Zone: "eu-1a"},
+		Talos: facts.Talos{
+			Metadata: &facts.Platform{Platform: "metal", Hostname: "web-1", Region: "eu", Zone: "eu-1a"},
 			NodeIPs:  []netip.Addr{netip.MustParseAddr("10.0.0.5")}, ExternalIPs: []netip.Addr{netip.MustParseAddr("198.51.100.1")},
 		},
 		Addresses: []netaddr.Address{

@@ -1,7 +1,7 @@
-// Package netaddr reads the node's addresses from the kernel over netlink,
-// in this or another network namespace, and classifies them: which are
-// external (ExternalIP candidates), and which global IPv6 prefixes the node
-// holds (the source of its pod CIDR segments).
+// Package netaddr classifies the node's addresses: which are external
+// (ExternalIP candidates), and which global IPv6 prefixes the node holds (the
+// source of its pod CIDR segments). It is pure; pkg/netaddr/netlinksource
+// reads the addresses from the kernel.
 package netaddr
 
 import (
@@ -67,9 +67,10 @@ func IsExternal(ip netip.Addr) bool {
 	return ip.IsGlobalUnicast() && !ip.IsPrivate() && !ula.Contains(ip) && !sharedAddressSpace.Contains(ip)
 }
 
-// order puts permanent addresses first, then IPv4 before IPv6, then by
-// link and address, so the result does not depend on kernel listing order.
-func order(a, b Address) int {
+// Compare orders address lists: permanent addresses first, then IPv4 before
+// IPv6, then by link and address, so a list does not depend on kernel
+// listing order.
+func (a Address) Compare(b Address) int {
 	if a.Permanent != b.Permanent {
 		if a.Permanent {
 			return -1
@@ -88,7 +89,7 @@ func order(a, b Address) int {
 // ExternalIPs are the usable external addresses, permanent ones first.
 func (c Classifier) ExternalIPs(addrs []Address) []netip.Addr {
 	usable := slices.DeleteFunc(slices.Clone(addrs), func(a Address) bool { return !c.Usable(a) || !IsExternal(a.Prefix.Addr()) })
-	slices.SortStableFunc(usable, order)
+	slices.SortStableFunc(usable, Address.Compare)
 	var out []netip.Addr
 	for _, a := range usable {
 		if ip := a.Prefix.Addr().Unmap(); !slices.Contains(out, ip) {
@@ -105,7 +106,7 @@ func (c Classifier) GlobalPrefixes(addrs []Address) []netip.Prefix {
 	usable := slices.DeleteFunc(slices.Clone(addrs), func(a Address) bool {
 		return !c.Usable(a) || !a.Prefix.Addr().Is6() || a.Prefix.Addr().Is4In6() || !IsExternal(a.Prefix.Addr()) || a.Prefix.Bits() >= 128
 	})
-	slices.SortStableFunc(usable, order)
+	slices.SortStableFunc(usable, Address.Compare)
 	var out []netip.Prefix
 	for _, a := range usable {
 		if p := a.Prefix.Masked(); !slices.Contains(out, p) {

@@ -8,9 +8,8 @@ import (
 	"strings"
 	"text/template"
 
-	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
-
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/facts"
 )
 
 // Result is what the rules want for one node.
@@ -24,7 +23,7 @@ type Result struct {
 	// Taints are always requested: nodes may never set taints.
 	Taints []contract.Taint
 	// Metadata is the effective platform metadata after overrides.
-	Metadata runtime.PlatformMetadataSpec
+	Metadata facts.Platform
 	// Matched names the rules that matched, in order.
 	Matched []string
 	// Errors are evaluation failures (a template erroring on these facts, a
@@ -36,20 +35,20 @@ type Result struct {
 // Evaluate applies every rule in order to the facts. A platformMetadata
 // override is visible to the selectors and templates of later rules; when
 // several rules set the same key, the later one wins.
-func (r *Rules) Evaluate(facts Facts) Result {
+func (r *Rules) Evaluate(f Facts) Result {
 	res := Result{Labels: map[string]string{}, RequestedLabels: map[string]string{}, Annotations: map[string]string{}}
-	facts.Metadata = cloneMetadata(facts.Metadata)
+	f.Metadata = cloneMetadata(f.Metadata)
 	if r == nil {
-		res.Metadata = facts.Metadata
+		res.Metadata = f.Metadata
 		return res
 	}
 	taints := map[string]contract.Taint{}
 	for _, rule := range r.rules {
-		if !rule.matches(facts) {
+		if !rule.matches(f) {
 			continue
 		}
 		res.Matched = append(res.Matched, rule.name)
-		data := newTemplateData(facts)
+		data := newTemplateData(f)
 		exec := func(field string, t *template.Template) (string, bool) {
 			var b strings.Builder
 			if err := t.Execute(&b, data); err != nil {
@@ -99,7 +98,7 @@ func (r *Rules) Evaluate(facts Facts) Result {
 		for _, o := range rule.overrides {
 			if v, ok := exec("platformMetadata["+o.field+"]", o.tmpl); ok {
 				set, v := fields[o.field].set, strings.TrimSpace(v)
-				sets = append(sets, func() { set(&facts.Metadata, v) })
+				sets = append(sets, func() { set(&f.Metadata, v) })
 			}
 		}
 		for _, s := range sets {
@@ -109,11 +108,11 @@ func (r *Rules) Evaluate(facts Facts) Result {
 	for _, k := range slices.Sorted(maps.Keys(taints)) {
 		res.Taints = append(res.Taints, taints[k])
 	}
-	res.Metadata = facts.Metadata
+	res.Metadata = f.Metadata
 	return res
 }
 
-func cloneMetadata(m runtime.PlatformMetadataSpec) runtime.PlatformMetadataSpec {
+func cloneMetadata(m facts.Platform) facts.Platform {
 	m.Tags = maps.Clone(m.Tags)
 	return m
 }

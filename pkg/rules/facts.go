@@ -4,14 +4,13 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
-	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/facts"
 )
 
 // Facts are what rules are evaluated against.
 type Facts struct {
-	Metadata runtime.PlatformMetadataSpec
-	System   hardware.SystemInformationSpec
+	Metadata facts.Platform
+	System   facts.System
 }
 
 // templateData is what templates see: platform metadata and system
@@ -44,7 +43,7 @@ func newTemplateData(f Facts) templateData {
 type field struct {
 	get func(Facts) (string, bool)
 	// set is nil for fields rules may not override.
-	set func(*runtime.PlatformMetadataSpec, string)
+	set func(*facts.Platform, string)
 }
 
 func str(get func(Facts) string) func(Facts) (string, bool) {
@@ -58,21 +57,21 @@ var fields = map[string]field{
 	"platform": {get: str(func(f Facts) string { return f.Metadata.Platform })},
 	"hostname": {get: str(func(f Facts) string { return f.Metadata.Hostname })},
 	"region": {get: str(func(f Facts) string { return f.Metadata.Region }),
-		set: func(m *runtime.PlatformMetadataSpec, v string) { m.Region = v }},
+		set: func(m *facts.Platform, v string) { m.Region = v }},
 	"zone": {get: str(func(f Facts) string { return f.Metadata.Zone }),
-		set: func(m *runtime.PlatformMetadataSpec, v string) { m.Zone = v }},
+		set: func(m *facts.Platform, v string) { m.Zone = v }},
 	"instancetype": {get: str(func(f Facts) string { return f.Metadata.InstanceType }),
-		set: func(m *runtime.PlatformMetadataSpec, v string) { m.InstanceType = v }},
+		set: func(m *facts.Platform, v string) { m.InstanceType = v }},
 	"instanceid": {get: str(func(f Facts) string { return f.Metadata.InstanceID }),
-		set: func(m *runtime.PlatformMetadataSpec, v string) { m.InstanceID = v }},
+		set: func(m *facts.Platform, v string) { m.InstanceID = v }},
 	"providerid": {get: str(func(f Facts) string { return f.Metadata.ProviderID }),
-		set: func(m *runtime.PlatformMetadataSpec, v string) { m.ProviderID = v }},
+		set: func(m *facts.Platform, v string) { m.ProviderID = v }},
 	"spot": {get: func(f Facts) (string, bool) { return strconv.FormatBool(f.Metadata.Spot), true },
-		set: func(m *runtime.PlatformMetadataSpec, v string) { m.Spot = strings.EqualFold(v, "true") }},
+		set: func(m *facts.Platform, v string) { m.Spot = strings.EqualFold(v, "true") }},
 	"internaldns": {get: str(func(f Facts) string { return f.Metadata.InternalDNS }),
-		set: func(m *runtime.PlatformMetadataSpec, v string) { m.InternalDNS = v }},
+		set: func(m *facts.Platform, v string) { m.InternalDNS = v }},
 	"externaldns": {get: str(func(f Facts) string { return f.Metadata.ExternalDNS }),
-		set: func(m *runtime.PlatformMetadataSpec, v string) { m.ExternalDNS = v }},
+		set: func(m *facts.Platform, v string) { m.ExternalDNS = v }},
 
 	"manufacturer": {get: str(func(f Facts) string { return f.System.Manufacturer })},
 	"productname":  {get: str(func(f Facts) string { return f.System.ProductName })},

@@ -6,10 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
-	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
-
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/facts"
 )
 
 func mustLoad(t *testing.T, doc string) *Rules {
@@ -22,9 +20,9 @@ func mustLoad(t *testing.T, doc string) *Rules {
 }
 
 var metalWeb = Facts{
-	Metadata: runtime.PlatformMetadataSpec{Platform: "metal", Hostname: "web-1", Region: "eu", Zone: "eu-1a", InstanceType: "c5", InstanceID: "42",
+	Metadata: facts.Platform{Platform: "metal", Hostname: "web-1", Region: "eu", Zone: "eu-1a", InstanceType: "c5", InstanceID: "42",
 		Tags: map[string]string{"rack": "r7"}},
-	System: hardware.SystemInformationSpec{Manufacturer: "Supermicro", ProductName: "X11", SerialNumber: "SN123", UUID: "u-1", SKUNumber: "sku=a;gen=3"},
+	System: facts.System{Manufacturer: "Supermicro", ProductName: "X11", SerialNumber: "SN123", UUID: "u-1", SKUNumber: "sku=a;gen=3"},
 }
 
 func TestOperators(t *testing.T) {
@@ -120,11 +118,11 @@ transformations:
 		labels    map[string]string
 		requested map[string]string
 	}{
-		{"nocloud node", Facts{Metadata: runtime.PlatformMetadataSpec{Platform: "nocloud", Hostname: "pve-1"}},
+		{"nocloud node", Facts{Metadata: facts.Platform{Platform: "nocloud", Hostname: "pve-1"}},
 			map[string]string{"pvc-storage-class/name": "my-storage-class"}, map[string]string{}},
-		{"metal web node", Facts{Metadata: runtime.PlatformMetadataSpec{Platform: "metal", Hostname: "web-frontend"}},
+		{"metal web node", Facts{Metadata: facts.Platform{Platform: "metal", Hostname: "web-frontend"}},
 			map[string]string{}, map[string]string{"node-role.kubernetes.io/web": ""}},
-		{"metal db node", Facts{Metadata: runtime.PlatformMetadataSpec{Platform: "metal", Hostname: "db-1"}},
+		{"metal db node", Facts{Metadata: facts.Platform{Platform: "metal", Hostname: "db-1"}},
 			map[string]string{}, map[string]string{}},
 	}
 	for _, c := range cases {
@@ -145,7 +143,7 @@ transformations:
     node.kubernetes.io/instance-type: "{{ .InstanceType }}"
     node.cloudprovider.kubernetes.io/platform: "{{ .Platform }}"
 `)
-	res := r.Evaluate(Facts{Metadata: runtime.PlatformMetadataSpec{Platform: "someprovider", Region: "region-2", Zone: "zone", InstanceType: "type-of-instance"}})
+	res := r.Evaluate(Facts{Metadata: facts.Platform{Platform: "someprovider", Region: "region-2", Zone: "zone", InstanceType: "type-of-instance"}})
 	wantLabels := map[string]string{"topology.kubernetes.io/region": "region-2", "topology.kubernetes.io/zone": "zone", "node.kubernetes.io/instance-type": "type-of-instance"}
 	if !maps.Equal(res.Labels, wantLabels) || res.RequestedLabels["node.cloudprovider.kubernetes.io/platform"] != "someprovider" {
 		t.Errorf("reference/001 node: labels %v requested %v", res.Labels, res.RequestedLabels)
@@ -374,7 +372,7 @@ func FuzzLoadEvaluate(f *testing.F) {
 		if err != nil {
 			return
 		}
-		res := r.Evaluate(Facts{Metadata: runtime.PlatformMetadataSpec{Platform: platform, Hostname: hostname, Zone: hostname}})
+		res := r.Evaluate(Facts{Metadata: facts.Platform{Platform: platform, Hostname: hostname, Zone: hostname}})
 		for k, v := range res.Labels {
 			if !contract.NodeMaySetLabel(k) || contract.CheckLabel(k, v) != nil {
 				t.Fatalf("label %q=%q should not be in Labels", k, v)

@@ -5,7 +5,8 @@ import (
 	"os"
 
 	"github.com/siderolabs/go-procfs/procfs"
-	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/facts"
 )
 
 // DegradedCmdline explains facts taken from the kernel command line.
@@ -15,23 +16,23 @@ const DegradedCmdline = "machined's socket is not available (static pods may not
 
 // FromCmdline reads talos.platform and talos.hostname from a kernel command
 // line file (normally /proc/cmdline). The facts are marked degraded.
-func FromCmdline(path string) (Facts, error) {
+func FromCmdline(path string) (facts.Talos, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return Facts{}, fmt.Errorf("reading the kernel command line: %w", err)
+		return facts.Talos{}, fmt.Errorf("reading the kernel command line: %w", err)
 	}
 	return ParseCmdline(string(data)), nil
 }
 
 // ParseCmdline is FromCmdline on the command line's text.
-func ParseCmdline(cmdline string) Facts {
+func ParseCmdline(cmdline string) facts.Talos {
 	c := procfs.NewCmdline(cmdline)
-	md := &runtime.PlatformMetadataSpec{}
+	md := &facts.Platform{}
 	if v := c.Get("talos.platform").First(); v != nil {
 		md.Platform = *v
 	}
 	if v := c.Get("talos.hostname").First(); v != nil {
 		md.Hostname = *v
 	}
-	return Facts{Metadata: md, Nodename: md.Hostname, Degraded: DegradedCmdline}
+	return facts.Talos{Metadata: md, Nodename: md.Hostname, Degraded: DegradedCmdline}
 }

@@ -1,3 +1,9 @@
+// Package talos reads the node's facts from Talos's machined over its local
+// socket, and watches them: platform metadata, system information, the
+// kubelet's node name and node IPs, and the cloud public IPs Talos puts on
+// the pseudo-link "external". When the socket is not usable (a static pod
+// since Talos 1.13), the kernel command line gives a degraded subset.
+// Talos's resource types stop here: what it hands on is pkg/facts.
 package talos
 
 import (
@@ -25,6 +31,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/facts"
 )
 
 // DefaultSocket is machined's socket on a Talos node.
@@ -62,7 +70,7 @@ var kinds = []resource.Kind{
 // the socket is missing or machined goes away, and re-reads everything on
 // reconnection so nothing changed meanwhile is missed. It returns when ctx
 // ends.
-func (r *Reader) Watch(ctx context.Context, update func(Facts)) error {
+func (r *Reader) Watch(ctx context.Context, update func(facts.Talos)) error {
 	log := r.Log
 	if log == nil {
 		log = slog.Default()
@@ -78,7 +86,7 @@ func (r *Reader) Watch(ctx context.Context, update func(Facts)) error {
 	connected := false
 	for {
 		began := time.Now()
-		err := r.session(ctx, func(f Facts) {
+		err := r.session(ctx, func(f facts.Talos) {
 			if !connected {
 				log.Info("reading facts from machined", "socket", r.socket())
 				connected = true
@@ -115,7 +123,7 @@ func (r *Reader) socket() string {
 }
 
 // session watches until an error; it always returns a non-nil error.
-func (r *Reader) session(ctx context.Context, update func(Facts)) error {
+func (r *Reader) session(ctx context.Context, update func(facts.Talos)) error {
 	if _, err := os.Stat(r.socket()); err != nil {
 		return fmt.Errorf("machined socket: %w", err)
 	}
@@ -171,9 +179,9 @@ func (r *Reader) session(ctx context.Context, update func(Facts)) error {
 	}
 }
 
-// snapshot accumulates watch events into Facts.
+// snapshot accumulates watch events into facts.
 type snapshot struct {
-	f        Facts
+	f        facts.Talos
 	external map[resource.ID]netip.Addr
 }
 
@@ -197,13 +205,13 @@ func (s *snapshot) apply(e state.Event, bootstrapped *int) error {
 	case *runtime.PlatformMetadata:
 		s.f.Metadata = nil
 		if !gone {
-			spec := *res.TypedSpec()
+			spec := facts.Platform(*res.TypedSpec())
 			s.f.Metadata = &spec
 		}
 	case *hardware.SystemInformation:
 		s.f.System = nil
 		if !gone {
-			spec := *res.TypedSpec()
+			spec := facts.System(*res.TypedSpec())
 			s.f.System = &spec
 		}
 	case *k8s.Nodename:
@@ -276,7 +284,7 @@ func externalAddress(r resource.Resource) (netip.Addr, bool, error) {
 	return ip.Unmap(), true, nil
 }
 
-func (s *snapshot) facts() Facts {
+func (s *snapshot) facts() facts.Talos {
 	f := s.f
 	f.NodeIPs = slices.Clone(f.NodeIPs)
 	f.ExternalIPs = nil

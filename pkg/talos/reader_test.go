@@ -16,25 +16,26 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/facts"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos/talostest"
 )
 
 // follow runs a Reader and hands its snapshots to the test.
-func follow(t *testing.T, socket string) <-chan talos.Facts {
+func follow(t *testing.T, socket string) <-chan facts.Talos {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	out := make(chan talos.Facts, 64)
+	out := make(chan facts.Talos, 64)
 	r := &talos.Reader{Socket: socket, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	done := make(chan struct{})
-	go func() { _ = r.Watch(ctx, func(f talos.Facts) { out <- f }); close(done) }()
+	go func() { _ = r.Watch(ctx, func(f facts.Talos) { out <- f }); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return out
 }
 
 // waitFacts waits for a snapshot satisfying cond and returns it with the wait.
-func waitFacts(t *testing.T, ch <-chan talos.Facts, what string, cond func(talos.Facts) bool) (talos.Facts, time.Duration) {
+func waitFacts(t *testing.T, ch <-chan facts.Talos, what string, cond func(facts.Talos) bool) (facts.Talos, time.Duration) {
 	t.Helper()
 	start := time.Now()
 	deadline := time.After(5 * time.Second)
@@ -89,7 +90,7 @@ func TestWatchReadsUpdatesAndDeletes(t *testing.T) {
 	}
 
 	ch := follow(t, m.Socket)
-	f, _ := waitFacts(t, ch, "the first snapshot", func(f talos.Facts) bool { return f.Metadata != nil })
+	f, _ := waitFacts(t, ch, "the first snapshot", func(f facts.Talos) bool { return f.Metadata != nil })
 	if f.Metadata.Platform != "metal" || f.Metadata.Tags["a"] != "b" || f.System == nil || f.System.Manufacturer != "ACME" ||
 		f.Nodename != "n1" || !slices.Equal(f.NodeIPs, []netip.Addr{netip.MustParseAddr("10.0.0.1")}) ||
 		!slices.Equal(f.ExternalIPs, []netip.Addr{netip.MustParseAddr("203.0.113.9")}) || f.Degraded != "" {
@@ -99,25 +100,25 @@ func TestWatchReadsUpdatesAndDeletes(t *testing.T) {
 	if err := m.SetPlatformMetadata(ctx, runtime.PlatformMetadataSpec{Platform: "metal", Hostname: "n1", Zone: "z2"}); err != nil {
 		t.Fatal(err)
 	}
-	_, took := waitFacts(t, ch, "the zone update", func(f talos.Facts) bool { return f.Metadata != nil && f.Metadata.Zone == "z2" })
+	_, took := waitFacts(t, ch, "the zone update", func(f facts.Talos) bool { return f.Metadata != nil && f.Metadata.Zone == "z2" })
 	t.Logf("metadata update seen after %s", took)
 
 	if err := m.SetExternalAddresses(ctx, netip.MustParsePrefix("203.0.113.9/32"), netip.MustParsePrefix("2001:db8::9/128")); err != nil {
 		t.Fatal(err)
 	}
-	waitFacts(t, ch, "a second external IP", func(f talos.Facts) bool { return len(f.ExternalIPs) == 2 })
+	waitFacts(t, ch, "a second external IP", func(f facts.Talos) bool { return len(f.ExternalIPs) == 2 })
 
 	if err := m.Delete(ctx, runtime.NewPlatformMetadataSpec(runtime.NamespaceName, runtime.PlatformMetadataID).Metadata()); err != nil {
 		t.Fatal(err)
 	}
-	waitFacts(t, ch, "metadata deleted", func(f talos.Facts) bool { return f.Metadata == nil && f.Nodename == "n1" })
+	waitFacts(t, ch, "metadata deleted", func(f facts.Talos) bool { return f.Metadata == nil && f.Nodename == "n1" })
 }
 
 func TestReconnectsAfterMachinedRestart(t *testing.T) {
 	ctx := context.Background()
 	m := startSeeded(t)
 	ch := follow(t, m.Socket)
-	waitFacts(t, ch, "the first snapshot", func(f talos.Facts) bool { return f.Metadata != nil && f.Metadata.Zone == "z1" })
+	waitFacts(t, ch, "the first snapshot", func(f facts.Talos) bool { return f.Metadata != nil && f.Metadata.Zone == "z1" })
 
 	m.Stop()
 	// Changed while machined is away: must be seen after reconnecting.
@@ -131,7 +132,7 @@ func TestReconnectsAfterMachinedRestart(t *testing.T) {
 	if err := m.Serve(); err != nil {
 		t.Fatal(err)
 	}
-	f, took := waitFacts(t, ch, "facts after the restart", func(f talos.Facts) bool { return f.Metadata != nil && f.Metadata.Zone == "while-down" })
+	f, took := waitFacts(t, ch, "facts after the restart", func(f facts.Talos) bool { return f.Metadata != nil && f.Metadata.Zone == "while-down" })
 	if f.System != nil {
 		t.Fatalf("system information deleted while down is still reported: %+v", f.System)
 	}
@@ -150,14 +151,14 @@ func TestWaitsForSocket(t *testing.T) {
 	if err := m.Serve(); err != nil {
 		t.Fatal(err)
 	}
-	waitFacts(t, ch, "facts once the socket appears", func(f talos.Facts) bool { return f.Nodename == "n1" })
+	waitFacts(t, ch, "facts once the socket appears", func(f facts.Talos) bool { return f.Nodename == "n1" })
 }
 
 func TestCallsCarryReaderRole(t *testing.T) {
 	m := startSeeded(t)
 	ch := follow(t, m.Socket)
 	// The stand-in refuses calls without talos-role: getting facts at all proves the role is sent.
-	waitFacts(t, ch, "facts", func(f talos.Facts) bool { return f.Metadata != nil })
+	waitFacts(t, ch, "facts", func(f facts.Talos) bool { return f.Metadata != nil })
 }
 
 func TestCmdlineFallback(t *testing.T) {

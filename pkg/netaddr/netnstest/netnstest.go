@@ -16,7 +16,7 @@ import (
 // NS is a network namespace that is deleted when the test ends.
 type NS struct {
 	Name string
-	// Path is /var/run/netns/<Name>, for netaddr.Open and --netns.
+	// Path is /var/run/netns/<Name>, for netlinksource.Open and --netns.
 	Path string
 	t    testing.TB
 }

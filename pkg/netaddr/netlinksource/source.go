@@ -1,4 +1,7 @@
-package netaddr
+// Package netlinksource reads the node's addresses from the kernel over
+// netlink, in this or another network namespace, and watches them. It hands
+// them on as netaddr.Address for pkg/netaddr to classify.
+package netlinksource
 
 import (
 	"context"
@@ -11,6 +14,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr"
 )
 
 // Source reads addresses from one network namespace.
@@ -58,7 +63,7 @@ func (s *Source) Close() {
 }
 
 // List returns every address on every link.
-func (s *Source) List() ([]Address, error) {
+func (s *Source) List() ([]netaddr.Address, error) {
 	links, err := s.h.LinkList()
 	if err != nil {
 		return nil, fmt.Errorf("listing links in %s: %w", s.where(), err)
@@ -77,7 +82,7 @@ func (s *Source) List() ([]Address, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing addresses in %s: %w", s.where(), err)
 	}
-	out := make([]Address, 0, len(addrs))
+	out := make([]netaddr.Address, 0, len(addrs))
 	for _, a := range addrs {
 		ip, ok := netip.AddrFromSlice(a.IP)
 		if !ok || a.IPNet == nil {
@@ -85,7 +90,7 @@ func (s *Source) List() ([]Address, error) {
 		}
 		ones, _ := a.Mask.Size()
 		link := byIndex[a.LinkIndex]
-		out = append(out, Address{
+		out = append(out, netaddr.Address{
 			Prefix: netip.PrefixFrom(ip.Unmap(), ones),
 			Link:   link.name, LinkUp: link.up,
 			Tentative:  a.Flags&unix.IFA_F_TENTATIVE != 0,
@@ -95,7 +100,7 @@ func (s *Source) List() ([]Address, error) {
 			Temporary:  a.Flags&unix.IFA_F_TEMPORARY != 0,
 		})
 	}
-	slices.SortFunc(out, func(a, b Address) int { return order(a, b) })
+	slices.SortFunc(out, netaddr.Address.Compare)
 	return out, nil
 }
 
@@ -104,16 +109,16 @@ func (s *Source) List() ([]Address, error) {
 // going down with many addresses, become one update). Identical lists are
 // not resent. Netlink subscription failures are retried with backoff. The
 // channel is closed when ctx ends.
-func (s *Source) Watch(ctx context.Context, debounce time.Duration) <-chan []Address {
-	out := make(chan []Address, 1)
+func (s *Source) Watch(ctx context.Context, debounce time.Duration) <-chan []netaddr.Address {
+	out := make(chan []netaddr.Address, 1)
 	go s.watch(ctx, debounce, out)
 	return out
 }
 
-func (s *Source) watch(ctx context.Context, debounce time.Duration, out chan<- []Address) {
+func (s *Source) watch(ctx context.Context, debounce time.Duration, out chan<- []netaddr.Address) {
 	defer close(out)
 	backoff := 100 * time.Millisecond
-	var last []Address
+	var last []netaddr.Address
 	sent := false
 	for ctx.Err() == nil {
 		events, failed, stop, err := s.subscribe()
@@ -187,7 +192,7 @@ func (s *Source) subscribe() (<-chan struct{}, <-chan error, chan struct{}, erro
 	return events, failed, stop, nil
 }
 
-func (s *Source) loop(ctx context.Context, debounce time.Duration, events <-chan struct{}, failed <-chan error, out chan<- []Address, last *[]Address, sent *bool) error {
+func (s *Source) loop(ctx context.Context, debounce time.Duration, events <-chan struct{}, failed <-chan error, out chan<- []netaddr.Address, last *[]netaddr.Address, sent *bool) error {
 	var timer <-chan time.Time
 	for {
 		select {
@@ -207,7 +212,7 @@ func (s *Source) loop(ctx context.Context, debounce time.Duration, events <-chan
 }
 
 // emit lists and sends the addresses unless they equal the last ones sent.
-func (s *Source) emit(ctx context.Context, out chan<- []Address, last []Address, sent bool) ([]Address, bool) {
+func (s *Source) emit(ctx context.Context, out chan<- []netaddr.Address, last []netaddr.Address, sent bool) ([]netaddr.Address, bool) {
 	addrs, err := s.List()
 	if err != nil || (sent && slices.Equal(addrs, last)) {
 		return last, sent

@@ -1,4 +1,4 @@
-package netaddr_test
+package netlinksource_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr/netlinksource"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr/netnstest"
 )
 
@@ -21,7 +22,7 @@ type watcher struct {
 
 func watch(t *testing.T, ns *netnstest.NS, extraExcluded ...string) *watcher {
 	t.Helper()
-	src, err := netaddr.Open(ns.Path)
+	src, err := netlinksource.Open(ns.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +175,7 @@ func TestTwoGlobalPrefixes(t *testing.T) {
 }
 
 func TestOpenMissingNamespace(t *testing.T) {
-	if _, err := netaddr.Open("/var/run/netns/does-not-exist"); err == nil {
+	if _, err := netlinksource.Open("/var/run/netns/does-not-exist"); err == nil {
 		t.Fatal("opened a namespace that does not exist")
 	}
 }
