@@ -6,8 +6,13 @@ BIN     ?= bin
 # Tests start real etcd/kube-apiserver binaries; the first build takes ~6-10 min.
 TEST_TIMEOUT ?= 30m
 FUZZTIME ?= 10s
+# The Kubernetes minor the tests run against: 1.36 is what Talos 1.13 installs
+# by default, 1.31 the oldest it supports (make test-compat).
+KUBE_VERSION ?= 1.36
+export KUBE_VERSION
+KT = KUBE_TOOLS_DIR=$$(hack/kube-tools/build.sh 2>/dev/null)
 
-.PHONY: help build test fuzz lint kube-tools demo clean bench-units bench bench-scale extension
+.PHONY: help build test test-compat fuzz lint kube-tools demo clean bench-units bench bench-scale extension
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -19,12 +24,18 @@ build: ## static nodeinit-agent and nodeinit-coordinator binaries in ./bin
 extension: ## the Talos system extension without Docker: bin/extension/{oci,amd64,arm64,*.tar}
 	$(GO) run ./hack/extension -out $(BIN)/extension -version $(VERSION)
 
-kube-tools: ## build (or reuse from cache) etcd, kube-apiserver, kube-controller-manager v1.34.4
+kube-tools: ## build (or reuse from cache) etcd, kube-apiserver, kube-controller-manager for KUBE_VERSION (1.36; 1.31)
 	@hack/kube-tools/build.sh
 
 test: kube-tools ## all Go tests against the real control plane (needs root for netns tests); -race except hack/bench's fault tests, whose storms are timed
-	KUBE_TOOLS_DIR=$$(hack/kube-tools/build.sh 2>/dev/null) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v /hack/bench)
-	KUBE_TOOLS_DIR=$$(hack/kube-tools/build.sh 2>/dev/null) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./hack/bench
+	$(KT) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v /hack/bench)
+	$(KT) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./hack/bench
+
+COMPAT_TESTS = TestControlPlaneVersion|TestNodeIdentityLimits|TestServiceAccountIdentity|TestAuditCountsMutations|TestRBAC|TestDeployManifests|TestDemoConverges
+test-compat: ## on Kubernetes 1.31 (the oldest Talos 1.13 supports): the node-identity table, RBAC, admission policy and demo tests, then the demo
+	hack/kube-tools/build.sh 1.31 >/dev/null
+	KUBE_VERSION=1.31 KUBE_TOOLS_DIR=$$(hack/kube-tools/build.sh 1.31 2>/dev/null) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '^($(COMPAT_TESTS))$$' ./pkg/harness/testcluster ./coordinator/controller ./coordinator ./hack/demo
+	$(MAKE) demo KUBE_VERSION=1.31
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 10s), from its seed corpus
 	$(GO) test -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME) ./pkg/csrcheck
@@ -32,14 +43,14 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 10s), from its seed co
 
 bench-units: kube-tools ## component benchmarks that print figures: allocator, agent binary size and RSS
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/ipam
-	KUBE_TOOLS_DIR=$$(hack/kube-tools/build.sh 2>/dev/null) $(GO) test -run '^$$' -bench Footprint -benchtime 1x ./agent
+	$(KT) $(GO) test -run '^$$' -bench Footprint -benchtime 1x ./agent
 
 QUIET ?= 60s
 bench: kube-tools ## join storm of N nodes on a real control plane: latencies, writes per node, CPU, floor (N=500 QUIET=60s)
-	KUBE_TOOLS_DIR=$$(hack/kube-tools/build.sh 2>/dev/null) $(GO) run ./hack/bench -nodes $(or $(N),100) -quiet $(QUIET)
+	$(KT) $(GO) run ./hack/bench -nodes $(or $(N),100) -quiet $(QUIET)
 
 bench-scale: kube-tools ## 5,000 initialized Nodes, then the coordinator, then 500 joins: RSS, leader→ready, allocation time
-	KUBE_TOOLS_DIR=$$(hack/kube-tools/build.sh 2>/dev/null) $(GO) run ./hack/bench -existing 5000 -nodes 500 -quiet 10s -floor=false
+	$(KT) $(GO) run ./hack/bench -existing 5000 -nodes 500 -quiet 10s -floor=false
 
 lint: ## gofmt check, go vet, and the binaries import no test harness or fake
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^hack/kube-tools/')); \
@@ -47,10 +58,10 @@ lint: ## gofmt check, go vet, and the binaries import no test harness or fake
 	@bad=$$($(GO) list -deps ./agent ./coordinator | grep -E '/pkg/harness(/|$$)|/(talostest|csrtest|netnstest)$$' || true); \
 	if [ -n "$$bad" ]; then echo "the binaries import test code:"; echo "$$bad"; exit 1; fi
 	$(GO) vet ./...
-	cd hack/kube-tools && $(GO) vet ./cmd/...
+	for m in hack/kube-tools/v*/; do (cd $$m && $(GO) vet ./cmd/...) || exit 1; done
 
 demo: kube-tools ## real control plane + coordinator + N simulated Talos nodes running the real agent (N=4, KEEP=1)
-	KUBE_TOOLS_DIR=$$(hack/kube-tools/build.sh 2>/dev/null) $(GO) run ./hack/demo $(if $(N),-nodes $(N))
+	$(KT) $(GO) run ./hack/demo $(if $(N),-nodes $(N))
 
 clean: ## remove build outputs (the kube-tools cache is kept)
 	rm -rf $(BIN)
