@@ -46,8 +46,9 @@ const ExternalLink = talos.ExternalLink
 type Machined struct {
 	// Socket is the unix socket path, like /system/run/machined/machine.sock.
 	Socket string
-	// State is direct access to the in-memory resources.
-	State state.State
+	// Resources gives direct access to the in-memory state (its State field)
+	// and writes facts into it.
+	Resources
 
 	dir   string
 	calls atomic.Int64
@@ -64,9 +65,9 @@ func Start() (*Machined, error) {
 		return nil, err
 	}
 	m := &Machined{
-		Socket: filepath.Join(dir, "machine.sock"),
-		State:  state.WrapCore(namespaced.NewState(inmem.Build)),
-		dir:    dir,
+		Socket:    filepath.Join(dir, "machine.sock"),
+		Resources: Resources{State: state.WrapCore(namespaced.NewState(inmem.Build))},
+		dir:       dir,
 	}
 	if err := m.Serve(); err != nil {
 		os.RemoveAll(dir)
@@ -143,20 +144,27 @@ func (m *Machined) Close() {
 	_ = os.RemoveAll(m.dir)
 }
 
+// Resources writes the facts machined's controllers publish into a COSI
+// state: this stand-in's, or the real-authorizer stand-in's (hack/machined)
+// through its control socket.
+type Resources struct {
+	State state.State
+}
+
 // SetPlatformMetadata creates or replaces PlatformMetadata (runtime namespace).
-func (m *Machined) SetPlatformMetadata(ctx context.Context, spec runtime.PlatformMetadataSpec) error {
+func (m Resources) SetPlatformMetadata(ctx context.Context, spec runtime.PlatformMetadataSpec) error {
 	return safe.StateModify(ctx, m.State, runtime.NewPlatformMetadataSpec(runtime.NamespaceName, runtime.PlatformMetadataID),
 		func(r *runtime.PlatformMetadata) error { *r.TypedSpec() = spec; return nil })
 }
 
 // SetSystemInformation creates or replaces SystemInformation (hardware namespace).
-func (m *Machined) SetSystemInformation(ctx context.Context, spec hardware.SystemInformationSpec) error {
+func (m Resources) SetSystemInformation(ctx context.Context, spec hardware.SystemInformationSpec) error {
 	return safe.StateModify(ctx, m.State, hardware.NewSystemInformation(hardware.SystemInformationID),
 		func(r *hardware.SystemInformation) error { *r.TypedSpec() = spec; return nil })
 }
 
 // SetNodename creates or replaces the kubelet's Nodename.
-func (m *Machined) SetNodename(ctx context.Context, name string) error {
+func (m Resources) SetNodename(ctx context.Context, name string) error {
 	return safe.StateModify(ctx, m.State, k8s.NewNodename(k8s.NamespaceName, k8s.NodenameID),
 		func(r *k8s.Nodename) error {
 			r.TypedSpec().Nodename = name
@@ -166,14 +174,14 @@ func (m *Machined) SetNodename(ctx context.Context, name string) error {
 }
 
 // SetNodeIPs creates or replaces the kubelet's NodeIP.
-func (m *Machined) SetNodeIPs(ctx context.Context, ips ...netip.Addr) error {
+func (m Resources) SetNodeIPs(ctx context.Context, ips ...netip.Addr) error {
 	return safe.StateModify(ctx, m.State, k8s.NewNodeIP(k8s.NamespaceName, k8s.KubeletID),
 		func(r *k8s.NodeIP) error { r.TypedSpec().Addresses = slices.Clone(ips); return nil })
 }
 
 // SetExternalAddresses makes the AddressStatus resources on the "external"
 // link exactly the given prefixes, creating and destroying as needed.
-func (m *Machined) SetExternalAddresses(ctx context.Context, prefixes ...netip.Prefix) error {
+func (m Resources) SetExternalAddresses(ctx context.Context, prefixes ...netip.Prefix) error {
 	want := map[resource.ID]netip.Prefix{}
 	for _, p := range prefixes {
 		want[network.AddressID(ExternalLink, p)] = p
@@ -207,6 +215,28 @@ func (m *Machined) SetExternalAddresses(ctx context.Context, prefixes ...netip.P
 }
 
 // Delete removes a resource; tests use it to drive watch deletions.
-func (m *Machined) Delete(ctx context.Context, ptr resource.Pointer) error {
+func (m Resources) Delete(ctx context.Context, ptr resource.Pointer) error {
 	return m.State.Destroy(ctx, ptr)
+}
+
+// RegisterService records a running service's PID and mount namespace as
+// machined's runner does (runtime.ServicePID, internal/app/machined/pkg/system/pid):
+// machined's socket authorizes a caller by them. Extension services are
+// registered as "ext-<name>".
+func (m Resources) RegisterService(ctx context.Context, id string, pid int) error {
+	mountNamespace, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid))
+	return safe.StateModify(ctx, m.State, runtime.NewServicePID(id), func(r *runtime.ServicePID) error {
+		r.TypedSpec().PID = int32(pid)
+		r.TypedSpec().MountNamespace = mountNamespace
+		return nil
+	})
+}
+
+// UnregisterService removes a service's PID, as the runner does when it stops.
+func (m Resources) UnregisterService(ctx context.Context, id string) error {
+	err := m.State.Destroy(ctx, runtime.NewServicePID(id).Metadata())
+	if state.IsNotFoundError(err) {
+		return nil
+	}
+	return err
 }
