@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
