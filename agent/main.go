@@ -94,7 +94,7 @@ func runAgent(args []string, stderr io.Writer) int {
 	fs := newFlagSet("run", "Usage: nodeinit-agent run [flags]\n\nWatch this node's facts and keep its Node object up to date.", stderr)
 	kubeconfig := fs.String("kubeconfig", "/etc/kubernetes/kubeconfig-kubelet", "the kubelet's kubeconfig (its client certificate may rotate)")
 	socket := fs.String("machined-socket", talos.DefaultSocket, "machined's API socket")
-	factsFrom := fs.String("facts", "machined", "where Talos facts come from: machined, or cmdline (degraded: platform and hostname from the kernel command line, for the static-pod fallback)")
+	factsFrom := fs.String("facts", "machined", "where Talos facts come from: machined; auto (machined, and the kernel command line while machined refuses this process); or cmdline (degraded: platform and hostname from the kernel command line, for the static-pod fallback)")
 	cmdline := fs.String("cmdline-file", "/proc/cmdline", "kernel command line, with --facts=cmdline")
 	rulesFile := fs.String("rules-file", DefaultRulesFile, "the rules (Talos CCM transformations) file; a missing file at the default path means no rules")
 	keyFile := fs.String("key-file", agentkey.DefaultFile, "the agent's own ed25519 key, which signs its CSR attestations; created when missing, never replaced")
@@ -126,10 +126,15 @@ func runAgent(args []string, stderr io.Writer) int {
 		log.Error("invalid rules; not starting", "file", *rulesFile, "err", err)
 		return 1
 	}
+	var reader *talos.Reader
 	var watchFacts func(context.Context, func(facts.Talos)) error
 	switch *factsFrom {
-	case "machined":
-		watchFacts = (&talos.Reader{Socket: *socket, Log: log}).Watch
+	case "machined", "auto":
+		reader = &talos.Reader{Socket: *socket, Log: log}
+		if *factsFrom == "auto" {
+			reader.Fallback = func() (facts.Talos, error) { return talos.FromCmdline(*cmdline) }
+		}
+		watchFacts = reader.Watch
 	case "cmdline":
 		if *nodeName == "" {
 			log.Error("--facts=cmdline needs --node-name (in a static pod, from the downward API)")
@@ -145,7 +150,7 @@ func runAgent(args []string, stderr io.Writer) int {
 			return nil
 		}
 	default:
-		log.Error("invalid flag", "err", fmt.Sprintf("--facts %q: want machined or cmdline", *factsFrom))
+		log.Error("invalid flag", "err", fmt.Sprintf("--facts %q: want machined, auto or cmdline", *factsFrom))
 		return 2
 	}
 
@@ -175,6 +180,9 @@ func runAgent(args []string, stderr io.Writer) int {
 	if err != nil {
 		log.Error("invalid configuration", "err", err)
 		return 2
+	}
+	if reader != nil {
+		reader.Problem = agent.SetFactsProblem // shown by /readyz
 	}
 	if *metricsAddr != "" {
 		srv := &telemetry.Server{Addr: *metricsAddr, Registry: reg, Ready: agent.Ready, Log: log}

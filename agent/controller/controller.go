@@ -70,8 +70,9 @@ type Agent struct {
 	log *slog.Logger
 	m   *Metrics
 
-	mu       sync.Mutex
-	notReady error
+	mu           sync.Mutex
+	notReady     error
+	factsProblem error
 
 	pub      ed25519.PublicKey
 	agentKey string // pub, as published
@@ -125,11 +126,24 @@ func New(cfg Config) (*Agent, error) {
 	}, nil
 }
 
-// Ready returns nil once the Node matches the desired state, else why not.
+// Ready returns nil once the Node matches the desired state and the facts
+// source has no problem, else why not.
 func (a *Agent) Ready() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.factsProblem != nil {
+		return a.factsProblem
+	}
 	return a.notReady
+}
+
+// SetFactsProblem is told by the facts source why it cannot be used (machined
+// refusing this process), and nil once it can; until then the agent is not
+// ready, whatever it managed on fallback facts.
+func (a *Agent) SetFactsProblem(err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.factsProblem = err
 }
 
 func (a *Agent) setReady(err error) {

@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	cosiv1alpha1 "github.com/cosi-project/runtime/api/v1alpha1"
@@ -28,8 +29,10 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/facts"
@@ -49,6 +52,30 @@ type Reader struct {
 	MinBackoff, MaxBackoff time.Duration
 	// Log receives connection state changes (slog.Default when nil).
 	Log *slog.Logger
+	// Fallback, when set, gives the facts to publish while machined refuses
+	// this process (the kernel command line's, for a static pod); they are
+	// marked degraded with the refusal. Machined is still retried, slowly.
+	Fallback func() (facts.Talos, error)
+	// Problem, when set, is told why machined cannot be used (a refusal),
+	// and nil once it can.
+	Problem func(error)
+}
+
+// ErrRefused is machined refusing this process its socket: it authorizes
+// only the PIDs (and mount namespaces) of services it runs itself, so only
+// a system extension service may read it, never a static pod (Talos 1.13+).
+var ErrRefused = errors.New("machined refused this process: only a service Talos runs (the nodeinit-agent system extension, ext-nodeinit-agent) may read its socket; a static pod may not since Talos 1.13")
+
+// Refused reports whether err is machined's PermissionDenied.
+func Refused(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, ErrRefused) || status.Code(err) == codes.PermissionDenied {
+		return true
+	}
+	// COSI's client wraps some stream errors as text.
+	return strings.Contains(err.Error(), "code = PermissionDenied")
 }
 
 // WithReaderRole adds the talos-role metadata machined requires on every call.
@@ -83,7 +110,12 @@ func (r *Reader) Watch(ctx context.Context, update func(facts.Talos)) error {
 		maxB = 10 * time.Second
 	}
 	backoff := minB
-	connected := false
+	connected, refused := false, false
+	problem := func(err error) {
+		if r.Problem != nil {
+			r.Problem(err)
+		}
+	}
 	for {
 		began := time.Now()
 		err := r.session(ctx, func(f facts.Talos) {
@@ -91,13 +123,27 @@ func (r *Reader) Watch(ctx context.Context, update func(facts.Talos)) error {
 				log.Info("reading facts from machined", "socket", r.socket())
 				connected = true
 			}
+			if refused {
+				log.Info("machined accepts this process now; facts are no longer degraded", "socket", r.socket())
+				refused = false
+				problem(nil)
+			}
 			backoff = minB
 			update(f)
 		})
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if connected {
+		if Refused(err) {
+			if !refused {
+				refused = true
+				err = fmt.Errorf("%w (%v)", ErrRefused, err)
+				problem(err)
+				r.fallBack(log, err, update)
+			}
+			connected = false
+			backoff = maxB // each try costs machined a 5 s wait for our PID
+		} else if connected {
 			log.Warn("lost machined, reconnecting", "socket", r.socket(), "error", err)
 			connected = false
 		} else {
@@ -113,6 +159,24 @@ func (r *Reader) Watch(ctx context.Context, update func(facts.Talos)) error {
 		}
 		backoff = min(backoff*2, maxB)
 	}
+}
+
+// fallBack logs a refusal once, loudly, and publishes the fallback facts.
+func (r *Reader) fallBack(log *slog.Logger, err error, update func(facts.Talos)) {
+	if r.Fallback == nil {
+		log.Error("cannot read facts: run the agent as the Talos system extension, or with --facts=cmdline in a static pod",
+			"socket", r.socket(), "err", err)
+		return
+	}
+	f, ferr := r.Fallback()
+	if ferr != nil {
+		log.Error("cannot read facts, and the fallback failed too", "socket", r.socket(), "err", err, "fallback_err", ferr)
+		return
+	}
+	f.Degraded = err.Error() + "; " + f.Degraded
+	log.Error("falling back to degraded facts; run the agent as the Talos system extension for complete ones",
+		"socket", r.socket(), "err", err)
+	update(f)
 }
 
 func (r *Reader) socket() string {
