@@ -17,6 +17,10 @@
 // Nodes are created and removed over an HTTP API on DIR/admin.sock:
 // PUT /nodes/NAME, DELETE /nodes/NAME, GET /healthz. State lives in memory:
 // a restarted stand-in starts empty, as machined's controllers rebuild theirs.
+//
+// `machined-standin talosctl-get --socket PATH --type TYPE` is a client
+// instead: it prints a node's resources as `talosctl get TYPE -o yaml` does,
+// with talosctl's own code (talosctl.go).
 package main
 
 import (
@@ -39,10 +43,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "talosctl-get" {
+		os.Exit(talosctlGet(os.Args[2:]))
+	}
 	dir := flag.String("dir", "", "directory for admin.sock and each node's sockets (keep it short: unix socket paths are limited to 108 bytes)")
 	verbose := flag.Bool("v", false, "log every authorization decision, as machined's authorizers do")
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "Usage: machined-standin --dir DIR [-v]\n\nServe machined's API socket (Talos v1.13.7's authorization) for simulated nodes.\n\n")
+		fmt.Fprintf(flag.CommandLine.Output(), "Usage: machined-standin --dir DIR [-v]\n       machined-standin talosctl-get --socket PATH --type TYPE [--id ID] [-o FORMAT] [--nodes N]\n\nServe machined's API socket (Talos v1.13.7's authorization) for simulated nodes,\nor print a node's resources as `talosctl get` does (talosctl-get -h).\n\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
