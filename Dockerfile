@@ -3,7 +3,8 @@
 #   docker build --target extension   -t <registry>/nodeinit-agent:<v> .      (Talos system extension, FROM scratch)
 #   docker build --target coordinator -t <registry>/nodeinit-coordinator:<v> .
 #   docker build --target agent-pod   -t <registry>/nodeinit-agent-pod:<v> .   (static-pod fallback)
-# Without Docker, `make extension` produces the same extension layout with Go tooling.
+# Without Docker, `make extension` produces the same extension layout with Go tooling, and
+# `make images` the coordinator and agent-pod images (go test ./hack/images checks they match).
 ARG GO_VERSION=1.26
 FROM --platform=$BUILDPLATFORM golang:${GO_VERSION} AS build
 WORKDIR /src

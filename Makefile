@@ -12,7 +12,7 @@ KUBE_VERSION ?= 1.36
 export KUBE_VERSION
 KT = KUBE_TOOLS_DIR=$$(hack/kube-tools/build.sh 2>/dev/null)
 
-.PHONY: help build test test-compat fuzz lint kube-tools demo clean bench-units bench bench-scale extension
+.PHONY: help build test test-compat fuzz lint kube-tools demo clean bench-units bench bench-scale extension images
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -23,6 +23,9 @@ build: ## static nodeinit-agent and nodeinit-coordinator binaries in ./bin
 
 extension: ## the Talos system extension without Docker: bin/extension/{oci,amd64,arm64,*.tar}
 	$(GO) run ./hack/extension -out $(BIN)/extension -version $(VERSION)
+
+images: ## coordinator and agent-pod images without Docker, tagged VERSION: bin/images/<image>/ (OCI, amd64+arm64), <image>-<arch>.tar
+	$(GO) run ./hack/images -out $(BIN)/images -version $(VERSION)
 
 kube-tools: ## build (or reuse from cache) etcd, kube-apiserver, kube-controller-manager for KUBE_VERSION (1.36; 1.31)
 	@hack/kube-tools/build.sh

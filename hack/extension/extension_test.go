@@ -1,8 +1,6 @@
 package main
 
 import (
-	"archive/tar"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,11 +8,11 @@ import (
 	"testing"
 
 	"github.com/blang/semver/v4"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/siderolabs/talos/pkg/machinery/extensions"
 	"github.com/siderolabs/talos/pkg/machinery/extensions/services"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/talos-nodeinit/talos-nodeinit/hack/internal/ociimage"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/agentkey"
 )
 
@@ -79,43 +77,24 @@ func TestExtensionImage(t *testing.T) {
 		t.Errorf("arm64 binary: %v %v", st, err)
 	}
 
-	idx, err := layout.ImageIndexFromPath(filepath.Join(out, "oci"))
+	imgs, err := ociimage.ReadLayout(filepath.Join(out, "oci"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	im, err := idx.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	inner, innerManifest := idx, im
 	var arches []string
-	for _, d := range innerManifest.Manifests {
-		arches = append(arches, d.Platform.Architecture)
-		img, err := inner.Image(d.Digest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		layers, _ := img.Layers()
-		rc, err := layers[0].Uncompressed()
+	for _, pi := range imgs {
+		arches = append(arches, pi.Platform.Architecture)
+		files, err := ociimage.Contents(pi.Image)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var paths []string
-		tr := tar.NewReader(rc)
-		for {
-			h, err := tr.Next()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			paths = append(paths, h.Name)
+		for _, f := range files {
+			paths = append(paths, f.Path)
 		}
-		rc.Close()
 		for _, want := range []string{ManifestPath, ServiceSpecPath, BinaryPath} {
 			if !slices.Contains(paths, want) {
-				t.Errorf("%s image lacks %s: %v", d.Platform.Architecture, want, paths)
+				t.Errorf("%s image lacks %s: %v", pi.Platform.Architecture, want, paths)
 			}
 		}
 	}
