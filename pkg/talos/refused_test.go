@@ -46,7 +46,9 @@ func TestRefusedByRealMachined(t *testing.T) {
 	updates := make(chan facts.Talos, 16)
 	r := &talos.Reader{
 		Socket: n.Socket, MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
-		Fallback: func() (facts.Talos, error) { return talos.ParseCmdline("talos.platform=metal talos.hostname=refused-1"), nil },
+		Fallback: func() (facts.Talos, error) {
+			return talos.ParseCmdline("talos.platform=metal talos.hostname=refused-1"), nil
+		},
 		Problem: func(err error) {
 			mu.Lock()
 			defer mu.Unlock()
