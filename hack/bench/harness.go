@@ -33,10 +33,10 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeapply"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeletsim"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/machined"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testcluster"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos/talostest"
 )
 
 // benchRules label every metal node and request a role the coordinator grants.
@@ -64,12 +64,17 @@ csr:
 
 // env is a control plane (etcd, kube-apiserver with Node,RBAC and
 // NodeRestriction and an audit log, kube-controller-manager's csrsigning),
-// the coordinator's RBAC and ServiceAccount kubeconfig, and the built binaries.
+// the machined stand-in serving every simulated node, the coordinator's RBAC
+// and ServiceAccount kubeconfig, and the built binaries.
 type env struct {
 	cluster *testcluster.Cluster
 	admin   kubernetes.Interface
 	dir     string
 	log     io.Writer
+	// machined is one process (hack/machined: Talos v1.13.7's socket
+	// authorization) holding every node's machined; its CPU is reported
+	// apart from this process's.
+	machined *machined.Process
 
 	coordBin, agentBin string
 	coordKubeconfig    string
@@ -93,6 +98,10 @@ func newEnv(ctx context.Context, logw io.Writer) (*env, error) {
 		return nil, err
 	}
 	e := &env{cluster: c, admin: kubernetes.NewForConfigOrDie(c.Admin()), dir: c.Dir(), log: logw}
+	if e.machined, err = machined.Start(logw); err != nil {
+		c.Close()
+		return nil, err
+	}
 	if err := e.setup(ctx, root); err != nil {
 		e.close()
 		return nil, err
@@ -145,6 +154,7 @@ func (e *env) close() {
 	if e.watch != nil {
 		e.watch.stop()
 	}
+	e.machined.Close()
 	e.cluster.Close()
 }
 
@@ -228,16 +238,17 @@ func (c *coordinator) logTail() string {
 	return string(data)
 }
 
-// simNode is one simulated Talos node: a network namespace, a machined
-// stand-in, a node identity, then (once the storm starts) an agent and a
-// kubelet stand-in.
+// simNode is one simulated Talos node: a network namespace, its machined
+// (in the shared stand-in), a node identity, then (once the storm starts) an
+// agent, registered with machined as its extension service, and a kubelet
+// stand-in.
 type simNode struct {
 	name  string
 	ip    netip.Addr   // kubelet --node-ip, on eth0 as a /24
 	ip6   netip.Prefix // a global address in the node's own /64
 	meta  runtime.PlatformMetadataSpec
 	ns    *namespace
-	md    *talostest.Machined
+	md    *machined.Node
 	id    *testcluster.NodeIdentity
 	certs string
 	key   string // the agent's key file, kept across agent restarts
@@ -288,7 +299,7 @@ func (e *env) prepareNode(ctx context.Context, prefix string, i int) (*simNode, 
 	if sn.ns, err = newNamespace(fmt.Sprintf("nb-%s-%d", prefix, i), []netip.Prefix{netip.PrefixFrom(sn.ip, 24), sn.ip6}); err != nil {
 		return nil, err
 	}
-	if sn.md, err = talostest.Start(); err != nil {
+	if sn.md, err = e.machined.Node(ctx, sn.name); err != nil {
 		sn.close()
 		return nil, err
 	}
@@ -308,11 +319,15 @@ func (e *env) prepareNode(ctx context.Context, prefix string, i int) (*simNode, 
 }
 
 // startAgent runs nodeinit-agent in this process with exactly the
-// configuration `nodeinit-agent run` builds from its flags.
+// configuration `nodeinit-agent run` builds from its flags; this process is
+// registered as the node's agent service, so machined admits it.
 func (e *env) startAgent(sn *simNode) error {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	key, _, err := agentkey.LoadOrCreate(sn.key)
 	if err != nil {
+		return err
+	}
+	if err := registerAgent(sn, os.Getpid()); err != nil {
 		return err
 	}
 	a, err := controller.New(controller.Config{
@@ -354,7 +369,19 @@ func (e *env) agentArgs(sn *simNode) []string {
 		"--rules-file", e.rulesFile, "--provider-id-policy", string(desired.ProviderIDTalosFallback), "--key-file", sn.key}
 }
 
-// startAgentProcess runs the real nodeinit-agent binary for this node.
+// registerAgent records pid as the node's ext-nodeinit-agent service, as
+// machined's runner does each time it starts the extension.
+func registerAgent(sn *simNode, pid int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := sn.md.RegisterAgent(ctx, pid); err != nil {
+		return fmt.Errorf("registering the agent of %s with machined: %w", sn.name, err)
+	}
+	return nil
+}
+
+// startAgentProcess runs the real nodeinit-agent binary for this node and
+// registers its PID with the node's machined (again on every restart).
 func (e *env) startAgentProcess(sn *simNode) error {
 	f, err := os.OpenFile(filepath.Join(e.dir, "agent-"+sn.name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -370,6 +397,11 @@ func (e *env) startAgentProcess(sn *simNode) error {
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); f.Close(); close(done) }()
 	sn.agentProc, sn.agentDone = cmd, done
+	if err := registerAgent(sn, cmd.Process.Pid); err != nil {
+		_ = cmd.Process.Kill()
+		<-done
+		return err
+	}
 	return nil
 }
 
@@ -430,9 +462,6 @@ func (sn *simNode) close() {
 	sn.stopAgent()
 	if sn.kubelet != nil {
 		sn.kubelet.Stop()
-	}
-	if sn.md != nil {
-		sn.md.Close()
 	}
 	if sn.ns != nil {
 		sn.ns.close()

@@ -4,11 +4,12 @@
 // log of every mutating request) and kube-controller-manager's csrsigning run
 // on 127.0.0.1. The coordinator is the real binary, running as its
 // ServiceAccount with the shipped RBAC. Each of N nodes has its own network
-// namespace, machined stand-in (a real COSI gRPC server) and node identity;
-// its agent runs in this process with exactly the configuration
-// `nodeinit-agent run` builds, over its own TLS connection and watch, and its
-// kubelet stand-in uses client-go's certificate manager. All N register at
-// once.
+// namespace, machined (one stand-in process, hack/machined, serves every
+// node's socket with Talos v1.13.7's own authorization) and node identity;
+// its agent runs in this process, registered with machined as the node's
+// extension service, with exactly the configuration `nodeinit-agent run`
+// builds, over its own TLS connection and watch, and its kubelet stand-in
+// uses client-go's certificate manager. All N register at once.
 //
 // It prints per-node latencies, writes per node counted from the API
 // server's audit log, CPU and memory, writes in a quiet window, and the
@@ -151,7 +152,7 @@ func run(ctx context.Context, o options) error {
 	lat := e.latencies(nodes)
 	lat.print(&r)
 	fmt.Fprintf(&r, "CPU seconds during the storm:")
-	for _, k := range []string{"kube-apiserver", "etcd", "kube-controller-manager", "coordinator", benchProcess} {
+	for _, k := range []string{"kube-apiserver", "etcd", "kube-controller-manager", "coordinator", machinedProcess, benchProcess} {
 		fmt.Fprintf(&r, " %s %.1f;", k, (cpuAfter[k] - cpuBefore[k]).Seconds())
 	}
 	fmt.Fprintf(&r, "\ncoordinator peak RSS: %.1f MiB\n", float64(coord.usage().PeakRSS)/(1<<20))
@@ -273,12 +274,16 @@ func (e *env) holder(ctx context.Context) string {
 	return *l.Spec.HolderIdentity
 }
 
-// benchProcess names this process's CPU: the simulated nodes.
-const benchProcess = "bench process (agents, kubelets, machined stand-ins)"
+// benchProcess names this process's CPU: the simulated nodes' agents and
+// kubelets; machinedProcess, the stand-in serving every node's machined.
+const (
+	benchProcess    = "bench process (agents, kubelets)"
+	machinedProcess = "machined stand-in"
+)
 
 // cpu is every component's CPU time so far.
 func (e *env) cpu(c *coordinator) map[string]time.Duration {
-	out := map[string]time.Duration{"coordinator": c.usage().CPU}
+	out := map[string]time.Duration{"coordinator": c.usage().CPU, machinedProcess: readProcUsage(e.machined.PID()).CPU}
 	for name, pid := range e.cluster.PIDs() {
 		out[name] = readProcUsage(pid).CPU
 	}

@@ -1,9 +1,10 @@
 // Command demo is `make demo`: a real control plane on 127.0.0.1, the
 // coordinator applied from coordinator/deploy and running as its
 // ServiceAccount, and N simulated Talos nodes, each in its own network
-// namespace with a machined stand-in, the real nodeinit-agent binary and a
-// kubelet stand-in. It exits 0 only when everything converged as the
-// scenario expects.
+// namespace with its machined (one real-authorizer stand-in process,
+// hack/machined, serves every node), the real nodeinit-agent binary
+// registered there as its extension service, and a kubelet stand-in. It
+// exits 0 only when everything converged as the scenario expects.
 package main
 
 import (
@@ -36,8 +37,8 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeapply"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeletsim"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/machined"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testcluster"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos/talostest"
 )
 
 //go:embed scenario.yaml
@@ -121,19 +122,19 @@ func (c *children) close() {
 	}
 }
 
-func (c *children) start(name, logFile string, args ...string) error {
+func (c *children) start(name, logFile string, args ...string) (*exec.Cmd, error) {
 	f, err := os.Create(logFile)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cmd := exec.Command(name, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		return err
+		return nil, err
 	}
 	c.procs = append(c.procs, cmd)
-	return nil
+	return cmd, nil
 }
 
 func ip(args ...string) error {
@@ -204,9 +205,22 @@ func run(n int, scenarioFile string, keep bool, timeout time.Duration) error {
 		return err
 	}
 	defer cluster.Close()
+	dir := cluster.Dir()
+	// Every node's machined; stopped after the agents (deferred first), as
+	// machined outlives the extension services on a node going down.
+	fmt.Println("==> starting the machined stand-in (Talos v1.13.7's socket authorization; one process serves every node)")
+	mdLog, err := os.Create(filepath.Join(dir, "machined.log"))
+	if err != nil {
+		return err
+	}
+	defer mdLog.Close()
+	mds, err := machined.Start(mdLog)
+	if err != nil {
+		return err
+	}
+	defer mds.Close()
 	kids := &children{}
 	defer kids.close()
-	dir := cluster.Dir()
 	fmt.Println("==> building nodeinit-agent and nodeinit-coordinator")
 	if err := build(dir); err != nil {
 		return err
@@ -232,23 +246,22 @@ func run(n int, scenarioFile string, keep bool, timeout time.Duration) error {
 	if err := os.WriteFile(rulesFile, []byte(sc.Rules), 0o600); err != nil {
 		return err
 	}
-	if err := kids.start(filepath.Join(dir, "nodeinit-coordinator"), filepath.Join(dir, "coordinator.log"),
+	if _, err := kids.start(filepath.Join(dir, "nodeinit-coordinator"), filepath.Join(dir, "coordinator.log"),
 		"run", "--kubeconfig", saKubeconfig, "--config", coordCfg, "--id", "demo-coordinator", "--metrics-addr", "127.0.0.1:0"); err != nil {
 		return err
 	}
 
-	fmt.Printf("==> starting %d nodes: network namespace, machined stand-in, nodeinit-agent, kubelet stand-in\n", len(sc.Nodes))
+	fmt.Printf("==> starting %d nodes: network namespace, machined, nodeinit-agent (registered as its extension service), kubelet stand-in\n", len(sc.Nodes))
 	kubelets := map[string]*kubeletsim.Kubelet{}
 	for _, node := range sc.Nodes {
 		path, err := kids.namespace(node)
 		if err != nil {
 			return err
 		}
-		md, err := talostest.Start()
+		md, err := mds.Node(ctx, node.Name)
 		if err != nil {
 			return err
 		}
-		defer md.Close()
 		nodeIP, err := netip.ParseAddr(node.NodeIP)
 		if err != nil {
 			return fmt.Errorf("node %s: %w", node.Name, err)
@@ -262,10 +275,16 @@ func run(n int, scenarioFile string, keep bool, timeout time.Duration) error {
 		if err != nil {
 			return err
 		}
-		if err := kids.start(filepath.Join(dir, "nodeinit-agent"), filepath.Join(dir, "agent-"+node.Name+".log"),
+		agent, err := kids.start(filepath.Join(dir, "nodeinit-agent"), filepath.Join(dir, "agent-"+node.Name+".log"),
 			"run", "--kubeconfig", id.Kubeconfig, "--machined-socket", md.Socket, "--netns", path,
 			"--rules-file", rulesFile, "--provider-id-policy", "talos-fallback",
-			"--key-file", filepath.Join(dir, "nodes", node.Name, "agent.key")); err != nil {
+			"--key-file", filepath.Join(dir, "nodes", node.Name, "agent.key"))
+		if err != nil {
+			return err
+		}
+		// As machined's runner records the extension service it started:
+		// machined's socket admits the agent by this PID.
+		if err := md.RegisterAgent(ctx, agent.Process.Pid); err != nil {
 			return err
 		}
 		cfg := kubeletsim.Config{NodeName: node.Name, NodeIPs: []netip.Addr{nodeIP}, Identity: id.Config(), CertDir: filepath.Join(dir, "nodes", node.Name, "pki")}
@@ -315,7 +334,7 @@ func run(n int, scenarioFile string, keep bool, timeout time.Duration) error {
 	if err := printTables(ctx, admin); err != nil {
 		return err
 	}
-	fmt.Printf("\nLogs: %s (coordinator.log, agent-<node>.log)\n", dir)
+	fmt.Printf("\nLogs: %s (coordinator.log, agent-<node>.log, machined.log)\n", dir)
 	if keep {
 		fmt.Printf("\nEverything keeps running. Try:\n  kubectl --kubeconfig %s get nodes -o wide\n  kubectl --kubeconfig %s get csr,events -A\nPress Ctrl-C to stop.\n", cluster.AdminKubeconfig(), cluster.AdminKubeconfig())
 		<-ctx.Done()

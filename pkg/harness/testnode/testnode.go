@@ -1,21 +1,37 @@
 // Package testnode assembles one simulated Talos node for tests and
-// benchmarks: a network namespace holding its addresses, a machined stand-in
+// benchmarks: a network namespace holding its addresses, its machined in the
+// real-authorizer stand-in (hack/machined: Talos's own socket authorization)
 // serving its platform metadata, a node client identity, and a kubelet
 // stand-in that has registered its Node. An agent pointed at it (in-process
 // or the real binary, with AgentArgs) sees exactly what it would on Talos.
 package testnode
 
 import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"net/netip"
+	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
-	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	"github.com/cosi-project/runtime/pkg/resource"
+	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
+	talosruntime "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeletsim"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/machined"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testcluster"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr/netnstest"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos/talostest"
 )
 
 // Spec describes a node.
@@ -25,26 +41,80 @@ type Spec struct {
 	NodeIP netip.Addr
 	// Addresses are further CIDRs on eth0 (IPv6 ones skip DAD).
 	Addresses []string
-	Metadata  runtime.PlatformMetadataSpec
+	Metadata  talosruntime.PlatformMetadataSpec
+	// Unregistered leaves the agent's extension service unregistered. By
+	// default New registers this test process (os.Getpid()) as
+	// ext-nodeinit-agent, for agents run in-process; a test that starts the
+	// real binary calls RegisterAgent with its PID once started.
+	//
+	// Talos lets ext-* services match by mount namespace too (processes
+	// forked in the extension's container), and every process here shares
+	// the host's: once any PID of this machine is registered, every other
+	// process of it is admitted as well. A test of the refusal must leave the
+	// node Unregistered.
+	Unregistered bool
 }
 
 // Node is a running simulated node; everything stops when the test ends.
 type Node struct {
 	Spec
 	NS       *netnstest.NS
-	Machined *talostest.Machined
+	Machined *Machined
 	Identity *testcluster.NodeIdentity
 	Kubelet  *kubeletsim.Kubelet
 	// KeyFile is where the node's agent keeps its key (not yet created): the
 	// same file for every agent started on the node, as on a real node.
 	KeyFile string
+
+	t testing.TB
+}
+
+// The stand-in is one process per test binary, started by the first New and
+// shared by every node of every test (each node has its own state and
+// sockets). It is never stopped by a test: it dies with the test binary
+// (Pdeathsig SIGKILL, including on kill -9 of the test), which leaves only
+// its socket directory in /tmp; a TestMain may call Close after m.Run to
+// remove that too.
+//
+// Pdeathsig fires when the OS *thread* that forked the child exits, and Go
+// retires a thread when a goroutine locked to it (netns work) returns
+// without unlocking, so the stand-in is forked from a goroutine locked to
+// its thread for the life of the binary, as testcluster does.
+var (
+	shared     *machined.Process
+	sharedErr  error
+	sharedOnce sync.Once
+	seq        atomic.Int64
+)
+
+func process() (*machined.Process, error) {
+	sharedOnce.Do(func() {
+		done := make(chan struct{})
+		go func() {
+			runtime.LockOSThread() // never unlocked: this thread must outlive the stand-in
+			shared, sharedErr = machined.Start(os.Stderr)
+			close(done)
+			select {}
+		}()
+		<-done
+	})
+	return shared, sharedErr
+}
+
+// Close stops the shared stand-in, if one was started. For a TestMain, after
+// m.Run; nodes created afterwards fail.
+func Close() {
+	sharedOnce.Do(func() { sharedErr = fmt.Errorf("testnode: closed") })
+	if shared != nil {
+		shared.Close()
+	}
 }
 
 // New builds the node and registers it with the cluster.
 func New(t testing.TB, c *testcluster.Cluster, spec Spec) *Node {
 	t.Helper()
 	ctx := t.Context()
-	n := &Node{Spec: spec, NS: netnstest.New(t), KeyFile: filepath.Join(t.TempDir(), "nodeinit", "agent.key")}
+	n := &Node{Spec: spec, NS: netnstest.New(t), KeyFile: filepath.Join(t.TempDir(), "nodeinit", "agent.key"), t: t}
 	n.NS.AddIFB("eth0")
 	n.NS.AddAddr("eth0", netip.PrefixFrom(spec.NodeIP, 24).String())
 	for _, a := range spec.Addresses {
@@ -55,19 +125,29 @@ func New(t testing.TB, c *testcluster.Cluster, spec Spec) *Node {
 			n.NS.AddAddr("eth0", a)
 		}
 	}
-	var err error
-	if n.Machined, err = talostest.Start(); err != nil {
+	p, err := process()
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(n.Machined.Close)
+	// The stand-in's node name is a key: unique per New, so a node name used
+	// again (-count, another test) gets a fresh machined state.
+	key := fmt.Sprintf("%s-%d", spec.Name, seq.Add(1))
+	md, err := p.Node(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Machined = &Machined{Node: md, key: key, admin: p.Dir}
 	for _, err := range []error{
-		n.Machined.SetPlatformMetadata(ctx, spec.Metadata),
-		n.Machined.SetNodename(ctx, spec.Name),
-		n.Machined.SetNodeIPs(ctx, spec.NodeIP),
+		md.SetPlatformMetadata(ctx, spec.Metadata),
+		md.SetNodename(ctx, spec.Name),
+		md.SetNodeIPs(ctx, spec.NodeIP),
 	} {
 		if err != nil {
 			t.Fatal(err)
 		}
+	}
+	if !spec.Unregistered {
+		n.RegisterAgent(os.Getpid())
 	}
 	if n.Identity, err = c.NodeIdentity(spec.Name); err != nil {
 		t.Fatal(err)
@@ -82,7 +162,125 @@ func New(t testing.TB, c *testcluster.Cluster, spec Spec) *Node {
 	return n
 }
 
+// RegisterAgent records pid as the node's ext-nodeinit-agent service, as
+// machined's runner does when it starts the extension: call it right after
+// starting the real agent binary (cmd.Start), and again after restarting it.
+// It fails the test on error, so call it from the test's goroutine.
+func (n *Node) RegisterAgent(pid int) {
+	n.t.Helper()
+	if err := n.Machined.RegisterAgent(context.Background(), pid); err != nil {
+		n.t.Fatalf("registering PID %d as %s: %v", pid, machined.AgentService, err)
+	}
+}
+
 // AgentArgs are the nodeinit-agent flags that point it at this node.
 func (n *Node) AgentArgs() []string {
 	return []string{"--kubeconfig", n.Identity.Kubeconfig, "--machined-socket", n.Machined.Socket, "--netns", n.NS.Path, "--key-file", n.KeyFile}
+}
+
+// Machined is the node's machined in the shared stand-in: its socket, its
+// facts (every machined.Node field and method) and, for this node alone,
+// machined going away and coming back.
+type Machined struct {
+	*machined.Node
+	key   string
+	admin string // the stand-in's directory, holding admin.sock
+
+	mu      sync.Mutex
+	saved   []resource.Resource
+	stopErr error
+}
+
+// kinds are what machined's controllers and runner publish again when it
+// comes back (pkg/harness/machined's Restart carries the same).
+var kinds = []resource.Kind{
+	talosruntime.NewPlatformMetadataSpec(talosruntime.NamespaceName, talosruntime.PlatformMetadataID).Metadata(),
+	hardware.NewSystemInformation(hardware.SystemInformationID).Metadata(),
+	k8s.NewNodename(k8s.NamespaceName, k8s.NodenameID).Metadata(),
+	k8s.NewNodeIP(k8s.NamespaceName, k8s.KubeletID).Metadata(),
+	network.NewAddressStatus(network.NamespaceName, "").Metadata(),
+	talosruntime.NewServicePID("").Metadata(),
+}
+
+// Stop is this node's machined going away: its sockets close, cutting the
+// agent's calls and watches; the other nodes of the stand-in keep serving.
+// Its resources are kept for Serve; until then the setters fail. Serve
+// returns Stop's error, if any.
+func (m *Machined) Stop() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.stopErr = m.stop()
+}
+
+func (m *Machined) stop() error {
+	m.saved = nil
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var saved []resource.Resource
+	for _, k := range kinds {
+		list, err := m.State.List(ctx, resource.NewMetadata(k.Namespace(), k.Type(), "", resource.VersionUndefined))
+		if err != nil {
+			return fmt.Errorf("saving %s of %s: %w", k.Type(), m.key, err)
+		}
+		saved = append(saved, list.Items...)
+	}
+	if err := m.adminDo(ctx, http.MethodDelete); err != nil {
+		return fmt.Errorf("stopping machined of %s: %w", m.key, err)
+	}
+	m.saved = saved
+	return nil
+}
+
+// Serve is this node's machined coming back after Stop, as machined's
+// controllers and runner rebuild it: the same socket, the facts and service
+// PIDs republished.
+func (m *Machined) Serve() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.stopErr; err != nil {
+		m.stopErr = nil
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := m.adminDo(ctx, http.MethodPut); err != nil {
+		return fmt.Errorf("starting machined of %s: %w", m.key, err)
+	}
+	for _, r := range m.saved {
+		r = r.DeepCopy()
+		r.Metadata().SetVersion(resource.VersionUndefined)
+		if err := m.State.Create(ctx, r); err != nil {
+			return fmt.Errorf("republishing %s of %s: %w", r.Metadata().Type(), m.key, err)
+		}
+	}
+	m.saved = nil
+	return nil
+}
+
+// Restart is Stop, then Serve.
+func (m *Machined) Restart() error {
+	m.Stop()
+	return m.Serve()
+}
+
+// adminDo removes (DELETE) or creates (PUT) the node in the stand-in.
+func (m *Machined) adminDo(ctx context.Context, method string) error {
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", filepath.Join(m.admin, "admin.sock"))
+	}}}
+	defer c.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, method, "http://machined/nodes/"+m.key, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		body, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("machined stand-in: %s %s: %s %s", method, m.key, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return nil
 }
