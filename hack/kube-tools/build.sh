@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver, kube-controller-manager and etcd for one Kubernetes
-# minor version, from the module pinned in hack/kube-tools/v<minor>/, into a
-# cache directory outside the checkout keyed on the version and the sha256 of
-# that module's go.sum. A finished cache entry is reused as is; a build that
-# is interrupted leaves nothing half-done behind (it is renamed into place).
+# Builds Kubernetes binaries and etcd for one Kubernetes minor version, from
+# the module pinned in hack/kube-tools/v<minor>/, into a cache directory
+# outside the checkout keyed on the version and the sha256 of that module's
+# go.sum. Binaries already in the cache entry are reused as they are; a
+# missing one is first looked for in an older entry of the same minor (reused
+# when it embeds exactly the module versions it would be built from now, so
+# adding a command to tools.go does not rebuild the others), and otherwise
+# built. A build that is interrupted leaves nothing half-done behind (each
+# binary is renamed into place).
 #
 # Usage: build.sh [VERSION]   VERSION is a minor such as 1.36 (the default,
 # what Talos 1.13 installs) or 1.31 (the oldest Talos 1.13 supports); the
 # environment variable KUBE_VERSION does the same.
+# KUBE_TOOLS_BINS lists the binaries wanted (default: kube-apiserver
+# kube-controller-manager etcd; kubelet and kube-scheduler are also known,
+# for the real-node tests, and only built when asked for).
 #
 # Prints the binary directory on stdout. Logs, with progress, go to stderr.
 set -euo pipefail
@@ -24,12 +31,26 @@ fi
 cache_root=${KUBE_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/talos-nodeinit/kube-tools}
 key=v$version-$(sha256sum "$mod/go.sum" | cut -c1-16)
 dest="$cache_root/$key"
-bins=(kube-apiserver kube-controller-manager etcd)
+read -r -a bins <<<"${KUBE_TOOLS_BINS:-kube-apiserver kube-controller-manager etcd}"
 
-complete() {
-	for b in "${bins[@]}"; do [ -x "$dest/$b" ] || return 1; done
+# pkg prints the Go package a binary is built from.
+pkg() {
+	case $1 in
+	etcd) echo ./cmd/etcd ;;
+	kube-apiserver | kube-controller-manager | kube-scheduler | kubelet) echo "k8s.io/kubernetes/cmd/$1" ;;
+	*)
+		echo "kube-tools: unknown binary $1 in KUBE_TOOLS_BINS; known: etcd kube-apiserver kube-controller-manager kube-scheduler kubelet" >&2
+		return 2
+		;;
+	esac
 }
-if complete; then
+for b in "${bins[@]}"; do pkg "$b" >/dev/null; done
+
+missing() {
+	local b
+	for b in "${bins[@]}"; do [ -x "$dest/$b" ] || echo "$b"; done
+}
+if [ -z "$(missing)" ]; then
 	echo "kube-tools: reusing $dest" >&2
 	echo "$dest"
 	exit 0
@@ -41,41 +62,73 @@ minor=$(echo "$k8s_version" | cut -d. -f2)
 build_date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 
 ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-	ldflags+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-	ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$build_date"
+for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+	ldflags+=" -X $p.gitVersion=$k8s_version -X $p.gitMajor=1 -X $p.gitMinor=$minor"
+	ldflags+=" -X $p.gitTreeState=clean -X $p.buildDate=$build_date"
 done
 
 mkdir -p "$cache_root"
 # One build at a time: parallel test packages wait for the first one.
 exec 9>"$cache_root/.lock"
 flock 9
-if complete; then
+mapfile -t todo < <(missing)
+if [ ${#todo[@]} -eq 0 ]; then
 	echo "$dest"
 	exit 0
 fi
+mkdir -p "$dest"
 tmp=$(mktemp -d "$cache_root/.build-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-
-echo "kube-tools: building Kubernetes $k8s_version and etcd $etcd_version into $dest" >&2
-echo "kube-tools: a cold build takes 6-10 min per version on 2 cores (3 binaries); later runs reuse the cache" >&2
 cd "$mod"
-start=$(date +%s)
-step() { # name, then the go build arguments
-	local name=$1 t0
-	shift
-	t0=$(date +%s)
-	echo "kube-tools: [$((++n))/${#bins[@]}] $name ..." >&2
-	CGO_ENABLED=0 go build -trimpath "$@"
-	echo "kube-tools: [$n/${#bins[@]}] $name built in $(( $(date +%s) - t0 ))s" >&2
-}
-n=0
-step kube-apiserver -ldflags "$ldflags" -o "$tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
-step kube-controller-manager -ldflags "$ldflags" -o "$tmp/kube-controller-manager" k8s.io/kubernetes/cmd/kube-controller-manager
-step etcd -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=$etcd_version" -o "$tmp/etcd" ./cmd/etcd
-echo "kube-tools: Kubernetes $k8s_version built in $(( $(date +%s) - start ))s" >&2
+export CGO_ENABLED=0
 
-rm -rf "$dest"
-mv "$tmp" "$dest"
-trap - EXIT
+# The module versions a binary is made of: the Go version, then one
+# "path version[ => path version]" line per module, sorted.
+wanted_mods() {
+	go env GOVERSION
+	go list -deps -f '{{with .Module}}{{if not .Main}}{{.Path}} {{.Version}}{{with .Replace}} => {{.Path}} {{.Version}}{{end}}{{end}}{{end}}' "$1" | grep . | sort -u
+}
+built_mods() {
+	go version -m "$1" | awk '
+		NR == 1 { print $2; next }
+		($1 == "dep" || ($1 == "mod" && $3 != "(devel)")) { if (cur != "") print cur; cur = $2 " " $3; next }
+		$1 == "=>" { cur = cur " => " $2 " " $3 }
+		END { if (cur != "") print cur }' | { read -r gov; echo "$gov"; sort -u; }
+}
+# reuse copies $1 from an older cache entry of this minor if it is made of
+# exactly the modules it would be built from now.
+reuse() {
+	local b=$1 want old
+	want=$(wanted_mods "$(pkg "$b")")
+	for old in "$cache_root"/v"$version"-*/"$b"; do
+		[ -x "$old" ] && [ "$old" != "$dest/$b" ] || continue
+		if [ "$(built_mods "$old")" = "$want" ]; then
+			cp "$old" "$tmp/$b" && mv "$tmp/$b" "$dest/$b"
+			echo "kube-tools: $b reused from $(dirname "$old") (same module versions)" >&2
+			return 0
+		fi
+	done
+	return 1
+}
+
+build=()
+for b in "${todo[@]}"; do reuse "$b" || build+=("$b"); done
+if [ ${#build[@]} -gt 0 ]; then
+	echo "kube-tools: building ${build[*]} (Kubernetes $k8s_version, etcd $etcd_version) into $dest" >&2
+	echo "kube-tools: a cold build takes 2-4 min per binary on 2 cores (kubelet about 4); later runs reuse the cache" >&2
+	start=$(date +%s)
+	n=0
+	for b in "${build[@]}"; do
+		t0=$(date +%s)
+		echo "kube-tools: [$((++n))/${#build[@]}] $b ..." >&2
+		if [ "$b" = etcd ]; then
+			go build -trimpath -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=$etcd_version" -o "$tmp/$b" ./cmd/etcd
+		else
+			go build -trimpath -ldflags "$ldflags" -o "$tmp/$b" "$(pkg "$b")"
+		fi
+		mv "$tmp/$b" "$dest/$b"
+		echo "kube-tools: [$n/${#build[@]}] $b built in $(($(date +%s) - t0))s" >&2
+	done
+	echo "kube-tools: ${build[*]} built in $(($(date +%s) - start))s" >&2
+fi
 echo "$dest"
