@@ -87,6 +87,10 @@ type Agent struct {
 	patched   *corev1.Node // the newest Node a patch returned
 	attested  map[string]string
 	lastLog   map[string]string // dedupes repeated warnings
+	// missingSince is when a synced watch first lacked the Node; recheck asks
+	// the loop to sync again soon (see checkWatch).
+	missingSince time.Time
+	recheck      bool
 }
 
 // New validates the config and fills in defaults.
@@ -215,9 +219,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-retry.C:
 		}
 		a.startInformer(nodeEvents)
+		a.recheck = false
 		switch err := a.sync(ctx); {
 		case err == nil:
 			backoff = a.cfg.MinBackoff
+			if a.recheck {
+				retry.Reset(time.Second)
+			}
 		default:
 			a.m.Syncs.WithLabelValues("error").Inc()
 			a.setReady(err)
@@ -300,8 +308,10 @@ func (a *Agent) sync(ctx context.Context) error {
 	}
 	node := a.observed()
 	if node == nil {
+		a.checkWatch(ctx)
 		return a.waiting("Node " + a.nodeName + " to be registered by the kubelet")
 	}
+	a.missingSince = time.Time{}
 	want, ok, err := desired.Compute(desired.Inputs{
 		NodeName: a.nodeName, Talos: *a.facts, Addresses: a.addrs, Classifier: a.cfg.Classifier,
 		Rules: a.cfg.Rules, Policy: a.cfg.Policy, AgentVersion: a.cfg.Version, AgentKey: a.agentKey,
@@ -351,6 +361,35 @@ func (a *Agent) sync(ctx context.Context) error {
 	a.lastLog["waiting"] = ""
 	a.setReady(nil)
 	return nil
+}
+
+// watchCheckAfter is how long the Node may be missing from a synced watch
+// before the agent reads it directly, in case the watch missed it.
+const watchCheckAfter = 5 * time.Second
+
+// checkWatch is the safety net for a watch that missed the Node's creation:
+// once the Node has been missing from a synced watch for watchCheckAfter,
+// it reads the Node (a node may read itself); if it is there, the watch is
+// restarted. The loop retries every second while the Node is missing.
+func (a *Agent) checkWatch(ctx context.Context) {
+	if a.informer == nil || !a.informer.synced() {
+		return
+	}
+	if a.missingSince.IsZero() {
+		a.missingSince = time.Now()
+	}
+	a.recheck = true
+	if time.Since(a.missingSince) < watchCheckAfter {
+		return
+	}
+	a.missingSince = time.Now()
+	if _, err := a.client.GetNode(ctx, a.nodeName); err != nil {
+		return // not registered yet (or unreachable): keep waiting
+	}
+	a.log.Warn("the Node exists but its watch has not delivered it; restarting the watch", "node", a.nodeName)
+	a.m.WatchRestarts.Inc()
+	a.informer.stop()
+	a.informer = nil
 }
 
 func (a *Agent) waiting(what string) error {

@@ -10,6 +10,7 @@ type Metrics struct {
 	CredReloads   prometheus.Counter
 	FactsDegraded prometheus.Gauge
 	Ready         prometheus.Gauge
+	WatchRestarts prometheus.Counter
 }
 
 // NewMetrics registers the agent's series with reg (nil: unregistered).
@@ -33,9 +34,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "nodeinit_agent_ready", Help: "1 when the Node matches what the agent wants.",
 		}),
+		WatchRestarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nodeinit_agent_node_watch_restarts_total", Help: "Times the Node was found by a direct read while its synced watch lacked it, and the watch was restarted.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Writes, m.Syncs, m.Attestations, m.CredReloads, m.FactsDegraded, m.Ready)
+		reg.MustRegister(m.Writes, m.Syncs, m.Attestations, m.CredReloads, m.FactsDegraded, m.Ready, m.WatchRestarts)
 	}
 	return m
 }

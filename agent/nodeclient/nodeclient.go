@@ -65,6 +65,12 @@ func (c *Client) WatchNode(name string) cache.ListerWatcher {
 	return cache.NewListWatchFromClient(c.core, "nodes", "", fields.OneTermEqualSelector("metadata.name", name))
 }
 
+// GetNode reads the node's own Node.
+func (c *Client) GetNode(ctx context.Context, name string) (*corev1.Node, error) {
+	node := &corev1.Node{}
+	return node, c.core.Get().Resource("nodes").Name(name).Do(ctx).Into(node)
+}
+
 // PatchNode sends a JSON merge patch to nodes/<name>, or to a subresource
 // ("status"). The response is the Node after the patch.
 func (c *Client) PatchNode(ctx context.Context, name string, patch []byte, subresource string) (*corev1.Node, error) {
