@@ -159,7 +159,7 @@ func (p *Process) Node(ctx context.Context, name string) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{Name: name, Socket: socks.Socket, conn: conn,
+	n := &Node{Name: name, Socket: socks.Socket, conn: conn, p: p,
 		Resources: talostest.Resources{State: state.WrapCore(cosiclient.NewAdapter(v1alpha1.NewStateClient(conn)))}}
 	p.nodes[name] = n
 	return n, nil
@@ -172,20 +172,29 @@ type sockets struct {
 
 func (p *Process) put(ctx context.Context, name string) (sockets, error) {
 	var s sockets
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://machined/nodes/"+name, nil)
+	body, err := p.admin(ctx, http.MethodPut, name)
 	if err != nil {
 		return s, err
+	}
+	return s, json.Unmarshal(body, &s)
+}
+
+// admin creates (PUT) or removes (DELETE) a node in the stand-in.
+func (p *Process) admin(ctx context.Context, method, name string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, "http://machined/nodes/"+name, nil)
+	if err != nil {
+		return nil, err
 	}
 	resp, err := p.http.Do(req)
 	if err != nil {
-		return s, err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return s, fmt.Errorf("machined stand-in: node %s: %s", name, strings.TrimSpace(string(body)))
+	if resp.StatusCode/100 != 2 {
+		return nil, fmt.Errorf("machined stand-in: %s node %s: %s", method, name, strings.TrimSpace(string(body)))
 	}
-	return s, json.Unmarshal(body, &s)
+	return body, nil
 }
 
 // kinds are what a restart carries over: what machined's controllers and
@@ -207,12 +216,9 @@ func (p *Process) Restart(ctx context.Context) error {
 	defer p.mu.Unlock()
 	saved := map[string][]resource.Resource{}
 	for name, n := range p.nodes {
-		for _, k := range kinds {
-			list, err := n.State.List(ctx, resource.NewMetadata(k.Namespace(), k.Type(), "", resource.VersionUndefined))
-			if err != nil {
-				return fmt.Errorf("saving %s of %s: %w", k.Type(), name, err)
-			}
-			saved[name] = append(saved[name], list.Items...)
+		var err error
+		if saved[name], err = n.save(ctx); err != nil {
+			return err
 		}
 	}
 	_ = p.cmd.Process.Kill()
@@ -221,15 +227,8 @@ func (p *Process) Restart(ctx context.Context) error {
 		return err
 	}
 	for name, n := range p.nodes {
-		if _, err := p.put(ctx, name); err != nil {
+		if err := n.republish(ctx, saved[name]); err != nil {
 			return err
-		}
-		for _, r := range saved[name] {
-			r = r.DeepCopy()
-			r.Metadata().SetVersion(resource.VersionUndefined)
-			if err := n.State.Create(ctx, r); err != nil {
-				return fmt.Errorf("republishing %s of %s: %w", r.Metadata().Type(), name, err)
-			}
 		}
 	}
 	return nil
@@ -261,6 +260,76 @@ type Node struct {
 	// Resources writes the node's facts and service PIDs.
 	talostest.Resources
 	conn *grpc.ClientConn
+	p    *Process
+
+	mu      sync.Mutex
+	saved   []resource.Resource
+	stopErr error
+}
+
+// save reads what a restart carries over.
+func (n *Node) save(ctx context.Context) ([]resource.Resource, error) {
+	var saved []resource.Resource
+	for _, k := range kinds {
+		list, err := n.State.List(ctx, resource.NewMetadata(k.Namespace(), k.Type(), "", resource.VersionUndefined))
+		if err != nil {
+			return nil, fmt.Errorf("saving %s of %s: %w", k.Type(), n.Name, err)
+		}
+		saved = append(saved, list.Items...)
+	}
+	return saved, nil
+}
+
+// republish creates the node in the stand-in again and writes saved back.
+func (n *Node) republish(ctx context.Context, saved []resource.Resource) error {
+	if _, err := n.p.put(ctx, n.Name); err != nil {
+		return err
+	}
+	for _, r := range saved {
+		r = r.DeepCopy()
+		r.Metadata().SetVersion(resource.VersionUndefined)
+		if err := n.State.Create(ctx, r); err != nil {
+			return fmt.Errorf("republishing %s of %s: %w", r.Metadata().Type(), n.Name, err)
+		}
+	}
+	return nil
+}
+
+// Stop is this node's machined going away: its sockets close, cutting its
+// clients' calls and watches, while the stand-in's other nodes keep serving.
+// Its resources are kept for Serve; until then the setters fail.
+func (n *Node) Stop() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n.saved, n.stopErr = n.save(ctx)
+	if n.stopErr == nil {
+		_, n.stopErr = n.p.admin(ctx, http.MethodDelete, n.Name)
+	}
+}
+
+// Serve is this node's machined coming back after Stop, as machined's
+// controllers and runner rebuild it: the same socket, its facts and service
+// PIDs republished. It returns Stop's error, if any.
+func (n *Node) Serve() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err := n.stopErr; err != nil {
+		n.stopErr = nil
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := n.republish(ctx, n.saved)
+	n.saved = nil
+	return err
+}
+
+// Restart is Stop, then Serve.
+func (n *Node) Restart() error {
+	n.Stop()
+	return n.Serve()
 }
 
 // RegisterAgent records pid as the agent's extension service, as machined's

@@ -196,3 +196,35 @@ func TestOnlyTheRegisteredProcess(t *testing.T) {
 		t.Fatalf("a process that is not the registered service read machined: %v", err)
 	}
 }
+
+// TestProcessRestart: the stand-in killed and started again republishes each
+// node's facts and service PIDs, so a registered reader gets its facts back
+// over the same socket, and a new process PID means new peer credentials.
+func TestProcessRestart(t *testing.T) {
+	ctx := t.Context()
+	p := start(t)
+	n, err := p.Node(ctx, "restart-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.SetPlatformMetadata(ctx, runtime.PlatformMetadataSpec{Platform: "metal", Hostname: "restart-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.RegisterAgent(ctx, os.Getpid()); err != nil {
+		t.Fatal(err)
+	}
+	before := p.PID()
+	if err := p.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p.PID() == before {
+		t.Fatal("Restart kept the old process")
+	}
+	r, err := safe.StateGet[*runtime.PlatformMetadata](withRole(ctx, role.Reader), client(t, n.Socket), platformMetadata)
+	if err != nil {
+		t.Fatalf("reading after the restart: %v", err)
+	}
+	if r.TypedSpec().Hostname != "restart-1" {
+		t.Fatalf("after the restart: %+v", r.TypedSpec())
+	}
+}

@@ -9,23 +9,14 @@ package testnode
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/cosi-project/runtime/pkg/resource"
-	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
-	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
-	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	talosruntime "github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeletsim"
@@ -59,7 +50,7 @@ type Spec struct {
 type Node struct {
 	Spec
 	NS       *netnstest.NS
-	Machined *Machined
+	Machined *machined.Node
 	Identity *testcluster.NodeIdentity
 	Kubelet  *kubeletsim.Kubelet
 	// KeyFile is where the node's agent keeps its key (not yet created): the
@@ -136,7 +127,7 @@ func New(t testing.TB, c *testcluster.Cluster, spec Spec) *Node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.Machined = &Machined{Node: md, key: key, admin: p.Dir}
+	n.Machined = md
 	for _, err := range []error{
 		md.SetPlatformMetadata(ctx, spec.Metadata),
 		md.SetNodename(ctx, spec.Name),
@@ -176,111 +167,4 @@ func (n *Node) RegisterAgent(pid int) {
 // AgentArgs are the nodeinit-agent flags that point it at this node.
 func (n *Node) AgentArgs() []string {
 	return []string{"--kubeconfig", n.Identity.Kubeconfig, "--machined-socket", n.Machined.Socket, "--netns", n.NS.Path, "--key-file", n.KeyFile}
-}
-
-// Machined is the node's machined in the shared stand-in: its socket, its
-// facts (every machined.Node field and method) and, for this node alone,
-// machined going away and coming back.
-type Machined struct {
-	*machined.Node
-	key   string
-	admin string // the stand-in's directory, holding admin.sock
-
-	mu      sync.Mutex
-	saved   []resource.Resource
-	stopErr error
-}
-
-// kinds are what machined's controllers and runner publish again when it
-// comes back (pkg/harness/machined's Restart carries the same).
-var kinds = []resource.Kind{
-	talosruntime.NewPlatformMetadataSpec(talosruntime.NamespaceName, talosruntime.PlatformMetadataID).Metadata(),
-	hardware.NewSystemInformation(hardware.SystemInformationID).Metadata(),
-	k8s.NewNodename(k8s.NamespaceName, k8s.NodenameID).Metadata(),
-	k8s.NewNodeIP(k8s.NamespaceName, k8s.KubeletID).Metadata(),
-	network.NewAddressStatus(network.NamespaceName, "").Metadata(),
-	talosruntime.NewServicePID("").Metadata(),
-}
-
-// Stop is this node's machined going away: its sockets close, cutting the
-// agent's calls and watches; the other nodes of the stand-in keep serving.
-// Its resources are kept for Serve; until then the setters fail. Serve
-// returns Stop's error, if any.
-func (m *Machined) Stop() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.stopErr = m.stop()
-}
-
-func (m *Machined) stop() error {
-	m.saved = nil
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var saved []resource.Resource
-	for _, k := range kinds {
-		list, err := m.State.List(ctx, resource.NewMetadata(k.Namespace(), k.Type(), "", resource.VersionUndefined))
-		if err != nil {
-			return fmt.Errorf("saving %s of %s: %w", k.Type(), m.key, err)
-		}
-		saved = append(saved, list.Items...)
-	}
-	if err := m.adminDo(ctx, http.MethodDelete); err != nil {
-		return fmt.Errorf("stopping machined of %s: %w", m.key, err)
-	}
-	m.saved = saved
-	return nil
-}
-
-// Serve is this node's machined coming back after Stop, as machined's
-// controllers and runner rebuild it: the same socket, the facts and service
-// PIDs republished.
-func (m *Machined) Serve() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err := m.stopErr; err != nil {
-		m.stopErr = nil
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := m.adminDo(ctx, http.MethodPut); err != nil {
-		return fmt.Errorf("starting machined of %s: %w", m.key, err)
-	}
-	for _, r := range m.saved {
-		r = r.DeepCopy()
-		r.Metadata().SetVersion(resource.VersionUndefined)
-		if err := m.State.Create(ctx, r); err != nil {
-			return fmt.Errorf("republishing %s of %s: %w", r.Metadata().Type(), m.key, err)
-		}
-	}
-	m.saved = nil
-	return nil
-}
-
-// Restart is Stop, then Serve.
-func (m *Machined) Restart() error {
-	m.Stop()
-	return m.Serve()
-}
-
-// adminDo removes (DELETE) or creates (PUT) the node in the stand-in.
-func (m *Machined) adminDo(ctx context.Context, method string) error {
-	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", filepath.Join(m.admin, "admin.sock"))
-	}}}
-	defer c.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, method, "http://machined/nodes/"+m.key, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		body, _ := io.ReadAll(resp.Body)
-		return fmt.Errorf("machined stand-in: %s %s: %s %s", method, m.key, resp.Status, strings.TrimSpace(string(body)))
-	}
-	return nil
 }
