@@ -68,3 +68,11 @@ demo: kube-tools ## real control plane + coordinator + N simulated Talos nodes r
 
 clean: ## remove build outputs (the kube-tools cache is kept)
 	rm -rf $(BIN)
+
+.PHONY: manifests test-manifests
+manifests: ## install files rendered from coordinator/deploy: bin/manifests/nodeinit-coordinator.yaml (kubectl) and talos-patch.yaml (machine config)
+	$(GO) -C hack/manifests run . -deploy $(CURDIR)/coordinator/deploy -out $(abspath $(BIN))/manifests
+
+test-manifests: kube-tools ## the manifest, the Talos patch and the Helm chart agree, validate and apply (hack/manifests, its own module)
+	$(GO) -C hack/manifests vet ./...
+	$(KT) $(GO) -C hack/manifests test -count=1 -timeout $(TEST_TIMEOUT) ./...

@@ -1,0 +1,35 @@
+// Command manifests renders coordinator/deploy, the single source of the
+// coordinator's objects, into the release's install files:
+//
+//	nodeinit-coordinator.yaml  every object, image pinned to the release (kubectl apply -f)
+//	talos-patch.yaml           the same as a Talos machine-config patch (cluster.inlineManifests)
+//
+// The Helm chart (coordinator/chart) renders the same objects from values;
+// this module's tests prove the three agree.
+//
+// Usage (make manifests): go -C hack/manifests run . -deploy DIR -out DIR
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+)
+
+// CoordinatorImage is the image coordinator/deploy names; its kustomization
+// pins the tag.
+const CoordinatorImage = "ghcr.io/talos-nodeinit/nodeinit-coordinator"
+
+func main() {
+	deploy := flag.String("deploy", "../../coordinator/deploy", "the kustomization `DIR` to render")
+	out := flag.String("out", "../../bin/manifests", "output `DIR`")
+	flag.Parse()
+	files, err := Write(*deploy, *out, CoordinatorImage)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "manifests: %v\n", err)
+		os.Exit(1)
+	}
+	for _, f := range files {
+		fmt.Println(f)
+	}
+}

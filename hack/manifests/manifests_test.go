@@ -1,0 +1,356 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate"
+	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"go.yaml.in/yaml/v3"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/releaseutil"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeapply"
+)
+
+const (
+	deployDir = "../../coordinator/deploy"
+	chartDir  = "../../coordinator/chart/nodeinit-coordinator"
+)
+
+// outputs renders the three install files from the repository as shipped:
+// the single-file manifest, the Talos patch, and the chart with the values
+// given (nil: its defaults) installed in kube-system.
+func outputs(t *testing.T) (manifest, patch []byte) {
+	t.Helper()
+	dir := t.TempDir()
+	if _, err := Write(deployDir, dir, CoordinatorImage); err != nil {
+		t.Fatal(err)
+	}
+	manifest, err := os.ReadFile(filepath.Join(dir, "nodeinit-coordinator.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch, err = os.ReadFile(filepath.Join(dir, "talos-patch.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return manifest, patch
+}
+
+// helmTemplate renders the chart as `helm template -n NAMESPACE` does, in
+// Helm's install order.
+func helmTemplate(t *testing.T, namespace string, values map[string]any) ([]byte, error) {
+	t.Helper()
+	chrt, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := chrt.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	caps := chartutil.DefaultCapabilities
+	vals, err := chartutil.ToRenderValues(chrt, values, chartutil.ReleaseOptions{Name: "nodeinit-coordinator", Namespace: namespace, IsInstall: true, Revision: 1}, caps)
+	if err != nil {
+		return nil, err
+	}
+	files, err := engine.Render(chrt, vals)
+	if err != nil {
+		return nil, err
+	}
+	var all []string
+	for name, content := range files {
+		if strings.HasSuffix(name, ".yaml") && strings.TrimSpace(content) != "" {
+			all = append(all, fmt.Sprintf("---\n# Source: %s\n%s\n", name, content))
+		}
+	}
+	slices.Sort(all)
+	_, manifests, err := releaseutil.SortManifests(releaseutil.SplitManifests(strings.Join(all, "")), caps.APIVersions, releaseutil.InstallOrder)
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	for _, m := range manifests {
+		fmt.Fprintf(&out, "---\n%s\n", m.Content)
+	}
+	return out.Bytes(), nil
+}
+
+func objects(t *testing.T, what string, data []byte) []*unstructured.Unstructured {
+	t.Helper()
+	objs, err := kubeapply.Objects(data)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return objs
+}
+
+func key(o *unstructured.Unstructured) string {
+	return fmt.Sprintf("%s %s/%s", o.GetKind(), o.GetNamespace(), o.GetName())
+}
+
+// normalized is an object without what a chart adds for its own
+// bookkeeping (labels, annotations, the pod template's metadata): what
+// remains must be the same whichever way it is installed.
+func normalized(o *unstructured.Unstructured) map[string]any {
+	c := o.DeepCopy()
+	unstructured.RemoveNestedField(c.Object, "metadata", "labels")
+	unstructured.RemoveNestedField(c.Object, "metadata", "annotations")
+	unstructured.RemoveNestedField(c.Object, "spec", "template", "metadata")
+	return c.Object
+}
+
+func byKey(objs []*unstructured.Unstructured) map[string]*unstructured.Unstructured {
+	m := map[string]*unstructured.Unstructured{}
+	for _, o := range objs {
+		m[key(o)] = o
+	}
+	return m
+}
+
+func deployment(t *testing.T, objs []*unstructured.Unstructured) *appsv1.Deployment {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == "Deployment" {
+			var d appsv1.Deployment
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &d); err != nil {
+				t.Fatal(err)
+			}
+			return &d
+		}
+	}
+	t.Fatal("no Deployment")
+	return nil
+}
+
+// inlineManifest applies the Talos patch to a generated machine config of
+// the given type and returns the validated config's inline manifest.
+func talosConfig(t *testing.T, typ machine.Type, patches ...[]byte) (inline []byte, cloudProvider bool, cmArgs map[string][]string) {
+	t.Helper()
+	in, err := generate.NewInput("nodeinit", "https://10.5.0.1:6443", "1.34.4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := in.Config(typ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ps []configpatcher.Patch
+	for _, data := range patches {
+		p, err := configpatcher.LoadPatch(data)
+		if err != nil {
+			t.Fatalf("talos-patch.yaml does not load as a patch: %v", err)
+		}
+		ps = append(ps, p)
+	}
+	out, err := configpatcher.Apply(configpatcher.WithConfig(base), ps)
+	if err != nil {
+		t.Fatalf("%s: %v", typ, err)
+	}
+	cfg, err := out.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cfg.Validate(runtimeMode{}); err != nil {
+		t.Errorf("%s config with talos-patch.yaml: %v", typ, err)
+	}
+	ims := cfg.Cluster().InlineManifests()
+	if len(ims) != 1 || ims[0].Name() != InlineManifestName {
+		t.Fatalf("%s: inline manifests %v, want one named %s", typ, ims, InlineManifestName)
+	}
+	return []byte(ims[0].Contents()), cfg.Cluster().ExternalCloudProvider().Enabled(), cfg.Cluster().ControllerManager().ExtraArgs()
+}
+
+type runtimeMode struct{}
+
+func (runtimeMode) String() string        { return "metal" }
+func (runtimeMode) RequiresInstall() bool { return false }
+func (runtimeMode) InContainer() bool     { return false }
+
+// The three ways to install agree: the single-file manifest, the Talos
+// patch's inline manifest and the chart with its default values hold the
+// same objects, the same RBAC rules and the same Deployment pod spec; the
+// patch loads, applies and validates with Talos machinery on generated
+// control-plane and worker configs.
+func TestThreeOutputsAgree(t *testing.T) {
+	manifest, patch := outputs(t)
+	chart, err := helmTemplate(t, "kube-system", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kustomized := objects(t, "nodeinit-coordinator.yaml", manifest)
+	if len(kustomized) < 10 {
+		t.Fatalf("the manifest holds %d objects", len(kustomized))
+	}
+	noIPAM, err := os.ReadFile("../../extension/patches/controller-manager-no-ipam.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubelet, err := os.ReadFile("../../extension/patches/kubelet.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want struct {
+		Cluster struct {
+			ControllerManager struct {
+				ExtraArgs map[string]string `yaml:"extraArgs"`
+			} `yaml:"controllerManager"`
+		} `yaml:"cluster"`
+	}
+	if err := yaml.Unmarshal(noIPAM, &want); err != nil {
+		t.Fatal(err)
+	}
+	for _, typ := range []machine.Type{machine.TypeControlPlane, machine.TypeWorker} {
+		inline, external, cmArgs := talosConfig(t, typ, patch, kubelet)
+		if !bytes.Equal(inline, manifest) {
+			t.Errorf("%s: the inline manifest differs from nodeinit-coordinator.yaml", typ)
+		}
+		if !external {
+			t.Errorf("%s: cluster.externalCloudProvider.enabled is off", typ)
+		}
+		// The shipped ConfigMap has ipam.enabled: the patch turns the
+		// controller manager's allocation off, as extension/patches does.
+		for k, v := range want.Cluster.ControllerManager.ExtraArgs {
+			if !slices.Equal(cmArgs[k], []string{v}) {
+				t.Errorf("%s: controller manager %s = %v, want %s (extension/patches/controller-manager-no-ipam.yaml)", typ, k, cmArgs[k], v)
+			}
+		}
+	}
+
+	for name, objs := range map[string][]*unstructured.Unstructured{
+		"the chart":              objects(t, "chart", chart),
+		"the Talos patch's copy": objects(t, "inline manifest", manifest),
+	} {
+		got, want := byKey(objs), byKey(kustomized)
+		if !slices.Equal(slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want))) {
+			t.Errorf("%s holds %v,\nnodeinit-coordinator.yaml %v", name, slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
+			continue
+		}
+		for k, w := range want {
+			if g := got[k]; !equality.Semantic.DeepEqual(normalized(g), normalized(w)) {
+				gy, _ := yaml.Marshal(normalized(g))
+				wy, _ := yaml.Marshal(normalized(w))
+				t.Errorf("%s: %s differs from nodeinit-coordinator.yaml's:\n%s\nwant:\n%s", name, k, gy, wy)
+			}
+		}
+		if !equality.Semantic.DeepEqual(deployment(t, objs).Spec.Template.Spec, deployment(t, kustomized).Spec.Template.Spec) {
+			t.Errorf("%s: the Deployment's pod spec differs", name)
+		}
+	}
+}
+
+// The release is one number: the kustomization's tag pins the manifest's
+// image, and the chart installs the same (its appVersion; the chart's own
+// version is the release without the v).
+func TestChartVersionIsTheRelease(t *testing.T) {
+	k, err := os.ReadFile(filepath.Join(deployDir, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	release, err := Release(k, CoordinatorImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chrt, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if chrt.Metadata.AppVersion != release || "v"+chrt.Metadata.Version != release {
+		t.Errorf("Chart.yaml version %s appVersion %s, want %s and %s", chrt.Metadata.Version, chrt.Metadata.AppVersion, strings.TrimPrefix(release, "v"), release)
+	}
+	manifest, _ := outputs(t)
+	if c := deployment(t, objects(t, "manifest", manifest)).Spec.Template.Spec.Containers; c[0].Image != CoordinatorImage+":"+release {
+		t.Errorf("nodeinit-coordinator.yaml runs %s, want %s:%s", c[0].Image, CoordinatorImage, release)
+	}
+}
+
+func env(c corev1.Container) map[string]string {
+	m := map[string]string{}
+	for _, e := range c.Env {
+		m[e.Name] = e.Value
+	}
+	return m
+}
+
+// The coordinator must run on a control-plane node that has just booted:
+// no CNI, not ready, not initialized (the coordinator is what initializes
+// it), and reach the API server without a ClusterIP.
+func TestRunsOnANewControlPlaneNode(t *testing.T) {
+	manifest, _ := outputs(t)
+	spec := deployment(t, objects(t, "manifest", manifest)).Spec.Template.Spec
+	if !spec.HostNetwork {
+		t.Error("not on the host network: pod networking needs the pod CIDRs the coordinator allocates")
+	}
+	newNode := []corev1.Taint{
+		{Key: "node.cloudprovider.kubernetes.io/uninitialized", Value: "true", Effect: corev1.TaintEffectNoSchedule},
+		{Key: "node.kubernetes.io/not-ready", Effect: corev1.TaintEffectNoSchedule},
+		{Key: "node.kubernetes.io/not-ready", Effect: corev1.TaintEffectNoExecute},
+		{Key: "node.kubernetes.io/network-unavailable", Effect: corev1.TaintEffectNoSchedule},
+		{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule},
+	}
+	for _, taint := range newNode {
+		if !slices.ContainsFunc(spec.Tolerations, func(tol corev1.Toleration) bool { return tol.ToleratesTaint(klog.Background(), &taint, false) }) {
+			t.Errorf("does not tolerate %s:%s, which a new control-plane node has", taint.Key, taint.Effect)
+		}
+	}
+	if e := env(spec.Containers[0]); e["KUBERNETES_SERVICE_HOST"] != "127.0.0.1" || e["KUBERNETES_SERVICE_PORT"] != "7445" {
+		t.Errorf("env %v: the API server must be reached through KubePrism (127.0.0.1:7445) by default", e)
+	}
+}
+
+// The documented way out of KubePrism: the without-kubeprism component in a
+// kustomization of one's own, or the chart with apiServer unset. Both give
+// the same pod spec, which reaches the API server the in-cluster way.
+func TestWithoutKubePrism(t *testing.T) {
+	fs := filesys.MakeFsInMemory()
+	for _, dir := range []string{"", "without-kubeprism"} {
+		files, err := filepath.Glob(filepath.Join(deployDir, dir, "*.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := fs.WriteFile(filepath.Join("/src/coordinator/deploy", dir, filepath.Base(f)), data); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	user := "resources: [../src/coordinator/deploy]\ncomponents: [../src/coordinator/deploy/without-kubeprism]\n"
+	if err := fs.WriteFile("/mine/kustomization.yaml", []byte(user)); err != nil {
+		t.Fatal(err)
+	}
+	rendered, err := Kustomize(fs, "/mine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kustomized := deployment(t, objects(t, "kustomize", rendered)).Spec.Template.Spec
+	if e := env(kustomized.Containers[0]); e["KUBERNETES_SERVICE_HOST"] != "" || e["KUBERNETES_SERVICE_PORT"] != "" || len(e) != 1 {
+		t.Errorf("with the without-kubeprism component, env %v", e)
+	}
+	chart, err := helmTemplate(t, "kube-system", map[string]any{"apiServer": map[string]any{"host": "", "port": ""}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := deployment(t, objects(t, "chart", chart)).Spec.Template.Spec; !equality.Semantic.DeepEqual(got, kustomized) {
+		t.Errorf("the chart with apiServer unset differs from the without-kubeprism component:\n%v\n%v", got, kustomized)
+	}
+}

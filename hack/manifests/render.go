@@ -1,0 +1,180 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"go.yaml.in/yaml/v3"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+)
+
+// InlineManifestName names the coordinator's manifest in the machine
+// config's cluster.inlineManifests (Talos applies each once, by name).
+const InlineManifestName = "nodeinit-coordinator"
+
+// Kustomize renders the kustomization in dir as `kubectl apply -k` sends
+// it. kustomize's Go API, pinned in this module's go.mod, makes the output
+// the same on every machine whatever kubectl is installed.
+func Kustomize(fs filesys.FileSystem, dir string) ([]byte, error) {
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(fs, dir)
+	if err != nil {
+		return nil, fmt.Errorf("kustomize %s: %w", dir, err)
+	}
+	return m.AsYaml()
+}
+
+// Release is the coordinator image tag a kustomization pins (its images:
+// newTag for the coordinator image).
+func Release(kustomization []byte, image string) (string, error) {
+	var k struct {
+		Images []struct {
+			Name   string `yaml:"name"`
+			NewTag string `yaml:"newTag"`
+		} `yaml:"images"`
+	}
+	if err := yaml.Unmarshal(kustomization, &k); err != nil {
+		return "", fmt.Errorf("kustomization.yaml: %w", err)
+	}
+	for _, i := range k.Images {
+		if i.Name == image && i.NewTag != "" {
+			return i.NewTag, nil
+		}
+	}
+	return "", fmt.Errorf("kustomization.yaml pins no tag for %s: add it under images: with newTag", image)
+}
+
+// Manifest is the single-file install: a header saying what it is, then
+// the rendered objects.
+func Manifest(release string, rendered []byte) []byte {
+	header := fmt.Sprintf(`# nodeinit-coordinator %s: the objects of coordinator/deploy, rendered by
+# make manifests. Install with
+#   kubectl apply --server-side -f nodeinit-coordinator.yaml
+# or carry it in the machine config (talos-patch.yaml).
+`, release)
+	return append([]byte(header), rendered...)
+}
+
+// TalosPatch is a machine-config patch for every node of a Talos cluster:
+// the coordinator as an inline manifest Talos applies at bootstrap, the
+// external cloud provider on (Talos then starts the kubelet, API server and
+// controller manager with --cloud-provider=external), and, when the
+// coordinator allocates pod CIDRs, kube-controller-manager's own allocation
+// off. Talos ignores the cluster section on workers except what concerns
+// the kubelet, so the same patch serves both kinds of node.
+func TalosPatch(release string, manifest []byte, coordinatorAllocates bool) ([]byte, error) {
+	contents := &yaml.Node{Kind: yaml.ScalarNode, Style: yaml.LiteralStyle, Value: string(manifest)}
+	cluster := mapping(
+		"externalCloudProvider", mapping("enabled", scalar("true", "!!bool")),
+	)
+	if coordinatorAllocates {
+		cluster.Content = append(cluster.Content, mapping(
+			"controllerManager", mapping("extraArgs", mapping("allocate-node-cidrs", scalar("false", "!!str"))),
+		).Content...)
+		cluster.Content[len(cluster.Content)-2].HeadComment = "The coordinator allocates pod CIDRs (ipam.enabled in its ConfigMap)."
+	}
+	cluster.Content = append(cluster.Content, mapping(
+		"inlineManifests", &yaml.Node{Kind: yaml.SequenceNode, Content: []*yaml.Node{
+			mapping("name", scalar(InlineManifestName, "!!str"), "contents", contents),
+		}},
+	).Content...)
+	doc := &yaml.Node{Kind: yaml.DocumentNode, HeadComment: fmt.Sprintf(`nodeinit-coordinator %s for Talos, on every node:
+  talosctl gen config ... --config-patch @talos-patch.yaml
+  talosctl patch mc --nodes <all nodes> --patch @talos-patch.yaml
+Rendered by make manifests from coordinator/deploy.`, release),
+		Content: []*yaml.Node{mapping("cluster", cluster)}}
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(doc); err != nil {
+		return nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func scalar(v, tag string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: v} }
+
+// mapping builds a mapping node from alternating keys and value nodes.
+func mapping(kv ...any) *yaml.Node {
+	n := &yaml.Node{Kind: yaml.MappingNode}
+	for i := 0; i < len(kv); i += 2 {
+		n.Content = append(n.Content, scalar(kv[i].(string), "!!str"), kv[i+1].(*yaml.Node))
+	}
+	return n
+}
+
+// IPAMEnabled reads ipam.enabled from the rendered coordinator ConfigMap
+// (the coordinator's default is on).
+func IPAMEnabled(rendered []byte) (bool, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(rendered))
+	for {
+		var obj struct {
+			Kind     string `yaml:"kind"`
+			Metadata struct{ Name string }
+			Data     map[string]string `yaml:"data"`
+		}
+		if err := dec.Decode(&obj); err != nil {
+			return false, fmt.Errorf("no ConfigMap nodeinit-coordinator with coordinator.yaml in the rendered objects: %w", err)
+		}
+		if obj.Kind != "ConfigMap" || obj.Metadata.Name != "nodeinit-coordinator" {
+			continue
+		}
+		var cfg struct {
+			IPAM struct {
+				Enabled *bool `yaml:"enabled"`
+			} `yaml:"ipam"`
+		}
+		if err := yaml.Unmarshal([]byte(obj.Data["coordinator.yaml"]), &cfg); err != nil {
+			return false, fmt.Errorf("ConfigMap nodeinit-coordinator coordinator.yaml: %w", err)
+		}
+		return cfg.IPAM.Enabled == nil || *cfg.IPAM.Enabled, nil
+	}
+}
+
+// Write renders deployDir into outDir: nodeinit-coordinator.yaml and
+// talos-patch.yaml.
+func Write(deployDir, outDir, image string) (files []string, err error) {
+	k, err := os.ReadFile(filepath.Join(deployDir, "kustomization.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	release, err := Release(k, image)
+	if err != nil {
+		return nil, err
+	}
+	rendered, err := Kustomize(filesys.MakeFsOnDisk(), deployDir)
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.Contains(rendered, []byte("image: "+image+":"+release+"\n")) {
+		return nil, fmt.Errorf("the rendered Deployment does not run %s:%s", image, release)
+	}
+	allocates, err := IPAMEnabled(rendered)
+	if err != nil {
+		return nil, err
+	}
+	manifest := Manifest(release, rendered)
+	patch, err := TalosPatch(release, manifest, allocates)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return nil, err
+	}
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{{"nodeinit-coordinator.yaml", manifest}, {"talos-patch.yaml", patch}} {
+		path := filepath.Join(outDir, f.name)
+		if err := os.WriteFile(path, f.data, 0o644); err != nil {
+			return nil, err
+		}
+		files = append(files, path)
+	}
+	return files, nil
+}
