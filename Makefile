@@ -76,3 +76,10 @@ manifests: ## install files rendered from coordinator/deploy: bin/manifests/node
 test-manifests: kube-tools ## the manifest, the Talos patch and the Helm chart agree, validate and apply (hack/manifests, its own module)
 	$(GO) -C hack/manifests vet ./...
 	$(KT) $(GO) -C hack/manifests test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+E2E_BINS = kube-apiserver kube-controller-manager etcd kube-scheduler kubelet
+.PHONY: e2e
+e2e: images ## one real node (as root): containerd + runc (apt-installed when missing), the real kubelet and kube-scheduler, local images only
+	hack/realnode/setup.sh
+	KUBE_TOOLS_BINS="$(E2E_BINS)" hack/kube-tools/build.sh >/dev/null
+	REALNODE_E2E=1 KUBE_TOOLS_BINS="$(E2E_BINS)" $(GO) test -count=1 -timeout 10m -v -run '^TestRealNode$$' ./hack/realnode
