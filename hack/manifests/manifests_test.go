@@ -20,13 +20,17 @@ import (
 	"helm.sh/helm/v3/pkg/releaseutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeapply"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testcluster"
 )
 
 const (
@@ -352,5 +356,178 @@ func TestWithoutKubePrism(t *testing.T) {
 	}
 	if got := deployment(t, objects(t, "chart", chart)).Spec.Template.Spec; !equality.Semantic.DeepEqual(got, kustomized) {
 		t.Errorf("the chart with apiServer unset differs from the without-kubeprism component:\n%v\n%v", got, kustomized)
+	}
+}
+
+// Each output applies to a real API server as shipped, and what the server
+// stores (after its defaulting) is the same Deployment pod spec and the
+// same RBAC rules whichever was applied.
+func TestEachAppliesToTheAPIServer(t *testing.T) {
+	cluster, err := testcluster.Start(t.Context(), testcluster.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	manifest, patch := outputs(t)
+	inline, _, _ := talosConfig(t, machine.TypeControlPlane, patch)
+	chart, err := helmTemplate(t, "kube-system", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := kubernetes.NewForConfigOrDie(cluster.Admin())
+	type stored struct {
+		pod         corev1.PodSpec
+		clusterRole []rbacv1.PolicyRule
+		roles       map[string][]rbacv1.PolicyRule
+	}
+	var first *stored
+	for _, out := range []struct {
+		name string
+		data []byte
+	}{
+		{"nodeinit-coordinator.yaml", manifest},
+		{"talos-patch.yaml's inline manifest", inline},
+		{"the chart", chart},
+	} {
+		if err := kubeapply.Apply(t.Context(), cluster.Admin(), objects(t, out.name, out.data)); err != nil {
+			t.Fatalf("applying %s: %v", out.name, err)
+		}
+		dep, err := admin.AppsV1().Deployments("kube-system").Get(t.Context(), "nodeinit-coordinator", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cr, err := admin.RbacV1().ClusterRoles().Get(t.Context(), "nodeinit-coordinator", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := &stored{pod: dep.Spec.Template.Spec, clusterRole: cr.Rules, roles: map[string][]rbacv1.PolicyRule{}}
+		for _, ns := range []string{"kube-system", "default"} {
+			r, err := admin.RbacV1().Roles(ns).Get(t.Context(), "nodeinit-coordinator", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got.roles[ns] = r.Rules
+		}
+		if first == nil {
+			first = got
+			continue
+		}
+		if !equality.Semantic.DeepEqual(got.pod, first.pod) {
+			t.Errorf("%s: the stored pod spec differs from nodeinit-coordinator.yaml's:\n%v\n%v", out.name, got.pod, first.pod)
+		}
+		if !equality.Semantic.DeepEqual(got.clusterRole, first.clusterRole) || !equality.Semantic.DeepEqual(got.roles, first.roles) {
+			t.Errorf("%s: the stored RBAC rules differ from nodeinit-coordinator.yaml's", out.name)
+		}
+	}
+}
+
+// The chart's values change what they say and nothing else.
+func TestChartValues(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		namespace string
+		values    map[string]any
+		check     func(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment)
+		fails     string
+	}{{
+		name:   "image",
+		values: map[string]any{"image": map[string]any{"repository": "registry.example/nodeinit-coordinator", "tag": "v9.9.9", "pullPolicy": "Always"}},
+		check: func(t *testing.T, _ []*unstructured.Unstructured, d *appsv1.Deployment) {
+			if c := d.Spec.Template.Spec.Containers[0]; c.Image != "registry.example/nodeinit-coordinator:v9.9.9" || c.ImagePullPolicy != corev1.PullAlways {
+				t.Errorf("image %s pull %s", c.Image, c.ImagePullPolicy)
+			}
+		},
+	}, {
+		name:   "replicas and resources",
+		values: map[string]any{"replicas": 3, "resources": map[string]any{"requests": map[string]any{"cpu": "100m"}}},
+		check: func(t *testing.T, _ []*unstructured.Unstructured, d *appsv1.Deployment) {
+			r := d.Spec.Template.Spec.Containers[0].Resources
+			if *d.Spec.Replicas != 3 || r.Requests.Cpu().String() != "100m" {
+				t.Errorf("replicas %d requests %v", *d.Spec.Replicas, r.Requests)
+			}
+		},
+	}, {
+		name: "placement",
+		// Helm merges maps with the defaults: null drops a default key.
+		values: map[string]any{"nodeSelector": map[string]any{"pool": "system", "node-role.kubernetes.io/control-plane": nil}, "tolerations": []any{map[string]any{"operator": "Exists"}}},
+		check: func(t *testing.T, _ []*unstructured.Unstructured, d *appsv1.Deployment) {
+			s := d.Spec.Template.Spec
+			if !maps.Equal(s.NodeSelector, map[string]string{"pool": "system"}) || len(s.Tolerations) != 1 || s.Tolerations[0].Operator != corev1.TolerationOpExists {
+				t.Errorf("nodeSelector %v tolerations %v", s.NodeSelector, s.Tolerations)
+			}
+		},
+	}, {
+		name:   "configuration",
+		values: map[string]any{"config": "ipam:\n  enabled: false\n"},
+		check: func(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment) {
+			cm := byKey(objs)["ConfigMap kube-system/nodeinit-coordinator"]
+			data, _, _ := unstructured.NestedStringMap(cm.Object, "data")
+			if data["coordinator.yaml"] != "ipam:\n  enabled: false\n" {
+				t.Errorf("coordinator.yaml %q", data["coordinator.yaml"])
+			}
+			if d.Spec.Template.Annotations["checksum/config"] == "" {
+				t.Error("no checksum/config annotation: a new configuration would not roll the pods")
+			}
+		},
+	}, {
+		name:   "another API endpoint",
+		values: map[string]any{"apiServer": map[string]any{"host": "10.5.0.1", "port": 6443}},
+		check: func(t *testing.T, _ []*unstructured.Unstructured, d *appsv1.Deployment) {
+			if e := env(d.Spec.Template.Spec.Containers[0]); e["KUBERNETES_SERVICE_HOST"] != "10.5.0.1" || e["KUBERNETES_SERVICE_PORT"] != "6443" {
+				t.Errorf("env %v", e)
+			}
+		},
+	}, {
+		name:   "half an API endpoint",
+		values: map[string]any{"apiServer": map[string]any{"port": ""}},
+		fails:  "apiServer: set both host and port",
+	}, {
+		name:   "no admission policy",
+		values: map[string]any{"admissionPolicy": map[string]any{"enabled": false}},
+		check: func(t *testing.T, objs []*unstructured.Unstructured, _ *appsv1.Deployment) {
+			for _, o := range objs {
+				if strings.HasPrefix(o.GetKind(), "ValidatingAdmissionPolicy") {
+					t.Errorf("%s rendered", key(o))
+				}
+			}
+		},
+	}, {
+		name:      "another namespace",
+		namespace: "nodeinit-system",
+		check: func(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment) {
+			if !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--lease-namespace=nodeinit-system") {
+				t.Errorf("args %v: the Lease must follow the release's namespace", d.Spec.Template.Spec.Containers[0].Args)
+			}
+			for _, o := range objs {
+				want := "nodeinit-system"
+				if o.GetKind() == "Role" || o.GetKind() == "RoleBinding" {
+					if o.GetNamespace() == "default" {
+						continue // the kubernetes Service's EndpointSlices live there
+					}
+				}
+				if ns := o.GetNamespace(); ns != "" && ns != want {
+					t.Errorf("%s in %s", key(o), ns)
+				}
+			}
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := tc.namespace
+			if ns == "" {
+				ns = "kube-system"
+			}
+			out, err := helmTemplate(t, ns, tc.values)
+			if tc.fails != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.fails) {
+					t.Fatalf("rendered with %v (err %v), want an error saying %q", tc.values, err, tc.fails)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs := objects(t, "chart", out)
+			tc.check(t, objs, deployment(t, objs))
+		})
 	}
 }
