@@ -6,6 +6,7 @@ import (
 	"net"
 	"runtime"
 	"sync"
+	"time"
 
 	"github.com/vishvananda/netns"
 )
@@ -34,34 +35,55 @@ func Forward(nsPath, addr, target string) (*Forwarder, error) {
 }
 
 func listenIn(nsPath, addr string) (net.Listener, error) {
+	var ln net.Listener
+	err := inNamespace(nsPath, func() (err error) {
+		ln, err = net.Listen("tcp", addr)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s in %s: %w", addr, nsPath, err)
+	}
+	return ln, nil
+}
+
+// DialIn connects to addr from inside the network namespace at nsPath: a
+// socket belongs to the namespace it was created in.
+func DialIn(nsPath, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := inNamespace(nsPath, func() (err error) {
+		c, err = net.DialTimeout("tcp", addr, 5*time.Second)
+		return err
+	})
+	return c, err
+}
+
+// inNamespace runs fn on an OS thread switched into the namespace at nsPath.
+func inNamespace(nsPath string, fn func() error) error {
 	runtime.LockOSThread()
 	host, err := netns.Get()
 	if err != nil {
 		runtime.UnlockOSThread()
-		return nil, err
+		return err
 	}
 	defer host.Close()
 	ns, err := netns.GetFromPath(nsPath)
 	if err != nil {
 		runtime.UnlockOSThread()
-		return nil, fmt.Errorf("opening network namespace %s: %w", nsPath, err)
+		return fmt.Errorf("opening network namespace %s: %w", nsPath, err)
 	}
 	defer ns.Close()
 	if err := netns.Set(ns); err != nil {
 		runtime.UnlockOSThread()
-		return nil, err
+		return err
 	}
-	ln, lerr := net.Listen("tcp", addr)
+	ferr := fn()
 	if err := netns.Set(host); err != nil {
 		// The thread is stuck in the wrong namespace: keep it locked so the
 		// runtime retires it instead of reusing it.
-		return nil, fmt.Errorf("returning to the host network namespace: %w", err)
+		return fmt.Errorf("returning to the host network namespace: %w", err)
 	}
 	runtime.UnlockOSThread()
-	if lerr != nil {
-		return nil, fmt.Errorf("listening on %s in %s: %w", addr, nsPath, lerr)
-	}
-	return ln, nil
+	return ferr
 }
 
 func (f *Forwarder) serve() {

@@ -510,8 +510,17 @@ func removeCgroupTree(dir string) {
 		}
 		return nil
 	})
-	for i := len(dirs) - 1; i >= 0; i-- {
-		_ = os.Remove(dirs[i])
+	// A memory cgroup can stay busy for a moment after its last process died.
+	for range 50 {
+		for i := len(dirs) - 1; i >= 0; i-- {
+			if err := os.Remove(dirs[i]); err == nil || errors.Is(err, os.ErrNotExist) {
+				dirs = append(dirs[:i], dirs[i+1:]...)
+			}
+		}
+		if len(dirs) == 0 {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -2,7 +2,11 @@ package realnode_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,6 +74,7 @@ func TestRealNode(t *testing.T) {
 		return nil, fmt.Errorf("no %s CSR from system:node:real-0 among %d", certificatesv1.KubeletServingSignerName, len(list.Items))
 	})
 	t.Logf("serving CSR %s from %s", csr.Name, csr.Spec.Username)
+	servingCertificateIsServed(ctx, t, cs, node, cluster, csr)
 
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "default"},
@@ -200,4 +205,52 @@ func podSummary(p *corev1.Pod) string {
 		}
 	}
 	return b.String()
+}
+
+// servingCertificateIsServed approves the kubelet's serving CSR (as an admin
+// here, standing in for the coordinator), lets kube-controller-manager sign
+// it, and checks the kubelet's port 10250 then presents exactly that
+// certificate, valid for the cluster CA and for the node's name and address.
+func servingCertificateIsServed(ctx context.Context, t *testing.T, cs kubernetes.Interface, node *realnode.Node, cluster *testcluster.Cluster, csr *certificatesv1.CertificateSigningRequest) {
+	t.Helper()
+	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "RealNodeTest", Message: "approved by the real-node test",
+	})
+	if _, err := cs.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	issued := waitFor(ctx, t, node, "the serving certificate to be signed", func() (*x509.Certificate, error) {
+		c, err := cs.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		block, _ := pem.Decode(c.Status.Certificate)
+		if block == nil {
+			return nil, fmt.Errorf("CSR %s has no certificate yet", c.Name)
+		}
+		return x509.ParseCertificate(block.Bytes)
+	})
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(cluster.CAPEM())
+	addr := net.JoinHostPort(realnode.NodeIP, "10250")
+	served := waitFor(ctx, t, node, "port 10250 to serve the signed certificate", func() (*x509.Certificate, error) {
+		raw, err := realnode.DialIn(node.CPNS.Path, addr)
+		if err != nil {
+			return nil, err
+		}
+		c := tls.Client(raw, &tls.Config{RootCAs: roots, ServerName: realnode.NodeIP})
+		defer c.Close()
+		if err := c.HandshakeContext(ctx); err != nil {
+			return nil, err // until rotation, the kubelet serves a self-signed certificate
+		}
+		leaf := c.ConnectionState().PeerCertificates[0]
+		if !leaf.Equal(issued) {
+			return nil, fmt.Errorf("served certificate (serial %s) is not the issued one (serial %s)", leaf.SerialNumber, issued.SerialNumber)
+		}
+		return leaf, nil
+	})
+	if err := served.VerifyHostname("real-0"); err != nil {
+		t.Errorf("served certificate is not valid for the node name: %v", err)
+	}
+	t.Logf("%s from the control-plane namespace serves the approved certificate: CN=%s DNS=%v IPs=%v", addr, served.Subject.CommonName, served.DNSNames, served.IPAddresses)
 }
