@@ -1,7 +1,9 @@
 // Module manifests renders coordinator/deploy into the release's install
 // files (make manifests) and proves the Helm chart renders the same objects.
 // It is separate from the project's go.mod on purpose: kustomize and Helm
-// must not enter the binaries' dependency graph.
+// must not enter the binaries' dependency graph. helm v3.21.4 is the newest
+// Helm built on the project's k8s.io v0.36 (3.22 and v4.3 need v0.37), and
+// brings kustomize/api v0.21.1 (v0.21.3 needs Go 1.27).
 module github.com/talos-nodeinit/talos-nodeinit/hack/manifests
 
 go 1.26.5
