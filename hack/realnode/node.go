@@ -83,6 +83,7 @@ func Start(ctx context.Context, t *testing.T, cluster *testcluster.Cluster, spec
 			t.Fatalf("%s is missing: run hack/realnode/setup.sh (as root)", bin)
 		}
 	}
+	sweepStale(t)
 	// Short: containerd's socket path must fit a sockaddr_un.
 	dir, err := os.MkdirTemp("", "rn-")
 	if err != nil {
@@ -92,6 +93,10 @@ func Start(ctx context.Context, t *testing.T, cluster *testcluster.Cluster, spec
 	_, _ = rand.Read(b)
 	n := &Node{Spec: spec, Dir: dir, Socket: filepath.Join(dir, "containerd.sock"), CertDir: filepath.Join(dir, "pki"),
 		cgroupRoot: "/realnode-" + hex.EncodeToString(b)}
+	owner := fmt.Sprintf("%d %s\n", os.Getpid(), n.cgroupRoot)
+	if err := os.WriteFile(filepath.Join(dir, "owner"), []byte(owner), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Log(n.LogTails(60))
@@ -539,4 +544,62 @@ func (n *Node) Failed() error {
 		}
 	}
 	return nil
+}
+
+// sweepStale removes what an earlier run killed outright (SIGKILL skips the
+// cleanup) left behind: its daemons die with it, but containerd's shims and
+// the containers under them do not. A run's directory names its owner PID
+// and cgroup root; when the owner is gone, its containers (by cgroup), its
+// shims and leftover daemons (by their command lines, which name the
+// directory), its cgroups and the directory go too. Its network namespaces
+// are not found this way: `ip netns list` shows them (nit-*).
+func sweepStale(t *testing.T) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "rn-*"))
+	for _, dir := range dirs {
+		data, err := os.ReadFile(filepath.Join(dir, "owner"))
+		if err != nil {
+			continue
+		}
+		var pid int
+		var cgroupRoot string
+		if _, err := fmt.Sscan(string(data), &pid, &cgroupRoot); err != nil || !strings.HasPrefix(cgroupRoot, "/realnode-") {
+			continue
+		}
+		if syscall.Kill(pid, 0) == nil {
+			continue // its run is still going
+		}
+		t.Logf("removing what a killed run (PID %d) left in %s and the cgroup %s", pid, dir, cgroupRoot)
+		hs, _ := hierarchies()
+		for range 20 {
+			killed := killCommandsNaming(dir)
+			for _, h := range hs {
+				killed += killCgroupTree(filepath.Join(h, cgroupRoot))
+			}
+			if killed == 0 {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		for _, h := range hs {
+			removeCgroupTree(filepath.Join(h, cgroupRoot))
+		}
+		_ = os.RemoveAll(dir)
+	}
+}
+
+// killCommandsNaming kills every process whose command line mentions dir.
+func killCommandsNaming(dir string) int {
+	procs, _ := os.ReadDir("/proc")
+	killed := 0
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmdline, _ := os.ReadFile("/proc/" + p.Name() + "/cmdline")
+		if strings.Contains(string(cmdline), dir+"/") && syscall.Kill(pid, syscall.SIGKILL) == nil {
+			killed++
+		}
+	}
+	return killed
 }
