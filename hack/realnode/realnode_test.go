@@ -118,6 +118,7 @@ func TestRealNode(t *testing.T) {
 	if cs := p.Status.ContainerStatuses[0]; cs.State.Running == nil || !strings.HasPrefix(cs.ContainerID, "containerd://") {
 		t.Errorf("pause container not running under containerd: %+v", cs)
 	}
+	kubePrismAnswers(ctx, t, node, cluster)
 	t.Logf("pod Running on %s (IPs %v) %s after start", p.Spec.NodeName, p.Status.PodIPs, time.Since(began).Round(time.Second))
 }
 
@@ -253,4 +254,22 @@ func servingCertificateIsServed(ctx context.Context, t *testing.T, cs kubernetes
 		t.Errorf("served certificate is not valid for the node name: %v", err)
 	}
 	t.Logf("%s from the control-plane namespace serves the approved certificate: CN=%s DNS=%v IPs=%v", addr, served.Subject.CommonName, served.DNSNames, served.IPAddresses)
+}
+
+// kubePrismAnswers: a hostNetwork pod on the node (the coordinator, before
+// any kube-proxy) reaches the API server at 127.0.0.1:7445 of the node's
+// namespace, as on Talos, with the API server's own certificate.
+func kubePrismAnswers(ctx context.Context, t *testing.T, node *realnode.Node, cluster *testcluster.Cluster) {
+	t.Helper()
+	raw, err := realnode.DialIn(node.NodeNS.Path, realnode.KubePrismAddr)
+	if err != nil {
+		t.Fatalf("dialling %s in the node namespace: %v", realnode.KubePrismAddr, err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(cluster.CAPEM())
+	c := tls.Client(raw, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"})
+	defer c.Close()
+	if err := c.HandshakeContext(ctx); err != nil {
+		t.Fatalf("TLS to the API server through %s: %v", realnode.KubePrismAddr, err)
+	}
 }
