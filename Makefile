@@ -31,7 +31,7 @@ kube-tools: ## build (or reuse from cache) etcd, kube-apiserver, kube-controller
 	@hack/kube-tools/build.sh
 
 test: kube-tools ## all Go tests against the real control plane (needs root for netns tests); -race except hack/bench's fault tests, whose storms are timed
-	$(KT) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v /hack/bench)
+	$(KT) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v -e /hack/bench -e /hack/realnode)
 	$(KT) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./hack/bench
 
 COMPAT_TESTS = TestControlPlaneVersion|TestNodeIdentityLimits|TestServiceAccountIdentity|TestAuditCountsMutations|TestRBAC|TestDeployManifests|TestDemoConverges
