@@ -251,12 +251,9 @@ func BuildPause(path string) error {
 	if err != nil {
 		return err
 	}
-	cwd, _ := os.Getwd()
-	if err := os.Chdir(root); err != nil {
-		return err
-	}
-	bin, err := ociimage.GoBuild("./hack/realnode/pause", goarch(), "local")
-	_ = os.Chdir(cwd)
+	// An absolute directory: it builds from wherever inside the module the
+	// caller runs.
+	bin, err := ociimage.GoBuild(filepath.Join(root, "hack", "realnode", "pause"), goarch(), "local")
 	if err != nil {
 		return err
 	}
