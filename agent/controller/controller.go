@@ -367,12 +367,14 @@ func (a *Agent) sync(ctx context.Context) error {
 // before the agent reads it directly, in case the watch missed it.
 const watchCheckAfter = 5 * time.Second
 
-// checkWatch is the safety net for a watch that missed the Node's creation:
-// once the Node has been missing from a synced watch for watchCheckAfter,
-// it reads the Node (a node may read itself); if it is there, the watch is
-// restarted. The loop retries every second while the Node is missing.
+// checkWatch is the safety net for a watch that does not deliver the Node:
+// one that missed its creation, or one whose first sync never completes
+// (seen on a freshly started API server). Once the Node has been missing
+// for watchCheckAfter, it reads the Node (a node may read itself); if it is
+// there, the watch is restarted. The loop retries every second while the
+// Node is missing.
 func (a *Agent) checkWatch(ctx context.Context) {
-	if a.informer == nil || !a.informer.synced() {
+	if a.informer == nil {
 		return
 	}
 	if a.missingSince.IsZero() {
@@ -386,7 +388,8 @@ func (a *Agent) checkWatch(ctx context.Context) {
 	if _, err := a.client.GetNode(ctx, a.nodeName); err != nil {
 		return // not registered yet (or unreachable): keep waiting
 	}
-	a.log.Warn("the Node exists but its watch has not delivered it; restarting the watch", "node", a.nodeName)
+	a.log.Warn("the Node exists but its watch has not delivered it; restarting the watch",
+		"node", a.nodeName, "watch_synced", a.informer.synced())
 	a.m.WatchRestarts.Inc()
 	a.informer.stop()
 	a.informer = nil
