@@ -15,7 +15,7 @@ KT = KUBE_TOOLS_DIR=$$(hack/kube-tools/build.sh 2>/dev/null)
 .PHONY: help build test test-compat fuzz lint kube-tools demo clean bench-units bench bench-scale extension images
 
 help: ## list targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 build: ## static nodeinit-agent and nodeinit-coordinator binaries in ./bin
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/nodeinit-agent ./agent
@@ -82,4 +82,4 @@ E2E_BINS = kube-apiserver kube-controller-manager etcd kube-scheduler kubelet
 e2e: images ## one real node (as root): containerd + runc (apt-installed when missing), the real kubelet and kube-scheduler, local images only
 	hack/realnode/setup.sh
 	KUBE_TOOLS_BINS="$(E2E_BINS)" hack/kube-tools/build.sh >/dev/null
-	REALNODE_E2E=1 KUBE_TOOLS_BINS="$(E2E_BINS)" $(GO) test -count=1 -timeout 10m -v -run '^TestRealNode$$' ./hack/realnode
+	KUBE_TOOLS_BINS="$(E2E_BINS)" $(GO) test -count=1 -timeout 10m -v -run '^TestRealNode$$' ./hack/realnode
