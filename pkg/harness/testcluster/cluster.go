@@ -1,8 +1,8 @@
 // Package testcluster runs a real Kubernetes control plane for tests and the
 // demo: etcd, kube-apiserver with Node,RBAC authorization and NodeRestriction,
-// and optionally kube-controller-manager running only the CSR signer. All of
-// it listens on 127.0.0.1, and all of it stops when the cluster is closed or
-// the test process dies.
+// and optionally kube-controller-manager running the CSR signer (and any
+// controllers Options.Controllers adds). All of it listens on 127.0.0.1, and
+// all of it stops when the cluster is closed or the test process dies.
 package testcluster
 
 import (
@@ -38,6 +38,14 @@ type Options struct {
 	// ControllerManager starts kube-controller-manager with only the
 	// csrsigning controller, so approved CSRs get certificates.
 	ControllerManager bool
+	// Controllers are kube-controller-manager controllers to run besides
+	// csrsigning (implies ControllerManager), for workloads run by a real
+	// kubelet: deployment and replicaset for a Deployment's pods,
+	// root-ca-cert-publisher for the kube-root-ca.crt ConfigMap their
+	// service-account token volumes need, serviceaccount for the default
+	// ServiceAccounts. With any, kube-controller-manager also gets the
+	// cluster CA (--root-ca-file) and the service-account signing key.
+	Controllers []string
 	// AuditLog makes the API server log every mutating request (see Audit).
 	AuditLog bool
 	// ServiceCIDRs is --service-cluster-ip-range (default dual-stack).
@@ -114,7 +122,7 @@ func (c *Cluster) start(ctx context.Context, bins string) error {
 	if err := c.startAPIServer(ctx, bins); err != nil {
 		return err
 	}
-	if c.opts.ControllerManager {
+	if c.opts.ControllerManager || len(c.opts.Controllers) > 0 {
 		if err := c.startControllerManager(bins); err != nil {
 			return err
 		}
@@ -260,17 +268,20 @@ func (c *Cluster) waitReady(ctx context.Context, timeout time.Duration) error {
 }
 
 func (c *Cluster) startControllerManager(bins string) error {
+	args := []string{
+		"--kubeconfig=" + c.AdminKubeconfig(),
+		"--controllers=" + strings.Join(append([]string{"csrsigning"}, c.opts.Controllers...), ","),
+		"--cluster-signing-cert-file=" + c.path("ca.crt"),
+		"--cluster-signing-key-file=" + c.path("ca.key"),
+		"--leader-elect=false", "--secure-port=0",
+		"--use-service-account-credentials=false",
+	}
+	if len(c.opts.Controllers) > 0 {
+		args = append(args, "--root-ca-file="+c.path("ca.crt"), "--service-account-private-key-file="+c.path("sa.key"))
+	}
 	c.kcm = &process{
 		name: "kube-controller-manager", bin: filepath.Join(bins, "kube-controller-manager"),
-		logPath: c.path("kube-controller-manager.log"),
-		args: []string{
-			"--kubeconfig=" + c.AdminKubeconfig(),
-			"--controllers=csrsigning",
-			"--cluster-signing-cert-file=" + c.path("ca.crt"),
-			"--cluster-signing-key-file=" + c.path("ca.key"),
-			"--leader-elect=false", "--secure-port=0",
-			"--use-service-account-credentials=false",
-		},
+		logPath: c.path("kube-controller-manager.log"), args: args,
 	}
 	return c.kcm.start()
 }
