@@ -33,6 +33,7 @@ kube-tools: ## build (or reuse from cache) etcd, kube-apiserver, kube-controller
 test: kube-tools ## all Go tests against the real control plane (needs root for netns tests); -race except hack/bench's fault tests, whose storms are timed
 	$(KT) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v -e /hack/bench -e /hack/realnode)
 	$(KT) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./hack/bench
+	$(GO) -C hack/machined test -count=1 ./...   # the stand-in's rules are still machined's own
 
 COMPAT_TESTS = TestControlPlaneVersion|TestNodeIdentityLimits|TestServiceAccountIdentity|TestAuditCountsMutations|TestRBAC|TestDeployManifests|TestDemoConverges
 test-compat: ## on Kubernetes 1.31 (the oldest Talos 1.13 supports): the node-identity table, RBAC, admission policy and demo tests, then the demo
@@ -62,6 +63,7 @@ lint: ## gofmt check, go vet, and the binaries import no test harness or fake
 	if [ -n "$$bad" ]; then echo "the binaries import test code:"; echo "$$bad"; exit 1; fi
 	$(GO) vet ./...
 	for m in hack/kube-tools/v*/; do (cd $$m && $(GO) vet ./cmd/...) || exit 1; done
+	$(GO) -C hack/machined vet ./...
 
 demo: kube-tools ## real control plane + coordinator + N simulated Talos nodes running the real agent (N=4, KEEP=1)
 	$(KT) $(GO) run ./hack/demo $(if $(N),-nodes $(N))
