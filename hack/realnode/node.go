@@ -27,12 +27,15 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/talos-nodeinit/talos-nodeinit/hack/internal/ociimage"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/machined"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testcluster"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr/netnstest"
 )
 
 // The node's link: eth0 in the node namespace, cp0 in the control-plane
-// namespace, one /24 between them.
+// namespace, one /24 between them. Every node has a control-plane namespace
+// of its own, so CPIP is the same for all; NodeIP is the default node
+// address (Spec.NodeIP).
 const (
 	NodeIP = "10.77.0.2"
 	CPIP   = "10.77.0.1"
@@ -54,6 +57,12 @@ type Spec struct {
 	// Images are docker-archive tarballs imported into containerd besides
 	// the pause image (for example bin/images/<image>-<arch>.tar).
 	Images []string
+	// NodeIP is the node's address in 10.77.0.0/24 (default NodeIP):
+	// distinct for each node of a cluster.
+	NodeIP string
+	// AgentBin, when set, is the nodeinit-agent binary run beside the
+	// kubelet (see startAgent).
+	AgentBin string
 }
 
 // Node is a running node; everything stops when the test ends.
@@ -64,12 +73,20 @@ type Node struct {
 	CPNS    *netnstest.NS
 	Socket  string // containerd's CRI socket
 	CertDir string // the kubelet's serving certificate lands here
+	// Identity is the kubelet's client certificate (the agent's too).
+	Identity *testcluster.NodeIdentity
+	// Machined is the node's machined (with AgentBin).
+	Machined *machined.Node
 
 	cgroupRoot string // the kubelet's --cgroup-root, under every hierarchy
 	holder     *process
 	containerd *process
 	kubelet    *process
+	agent      *process
 	forwarders []*Forwarder
+
+	machined    *machined.Process
+	machinedLog *os.File
 }
 
 // Start brings the node up against cluster: network, mount namespace,
@@ -84,6 +101,9 @@ func Start(ctx context.Context, t *testing.T, cluster *testcluster.Cluster, spec
 		}
 	}
 	sweepStale(t)
+	if spec.NodeIP == "" {
+		spec.NodeIP = NodeIP
+	}
 	// Short: containerd's socket path must fit a sockaddr_un.
 	dir, err := os.MkdirTemp("", "rn-")
 	if err != nil {
@@ -122,12 +142,16 @@ func Start(ctx context.Context, t *testing.T, cluster *testcluster.Cluster, spec
 			t.Fatalf("importing %s into containerd: %v", img, err)
 		}
 	}
-	id, err := cluster.NodeIdentity(spec.Name)
-	if err != nil {
+	if n.Identity, err = cluster.NodeIdentity(spec.Name); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.startKubelet(cluster, id); err != nil {
+	if err := n.startKubelet(cluster, n.Identity); err != nil {
 		t.Fatal(err)
+	}
+	if spec.AgentBin != "" {
+		if err := n.startAgent(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return n
 }
@@ -139,7 +163,7 @@ func (n *Node) network(t *testing.T, cluster *testcluster.Cluster) {
 	n.NodeNS.AddVeth("eth0", "cp0")
 	n.NodeNS.IP("link", "set", "cp0", "netns", n.CPNS.Name)
 	n.CPNS.SetLink("cp0", true)
-	n.NodeNS.AddAddr("eth0", NodeIP+"/24")
+	n.NodeNS.AddAddr("eth0", n.NodeIP+"/24")
 	n.CPNS.AddAddr("cp0", CPIP+"/24")
 	n.NodeNS.IP("route", "add", "default", "via", CPIP)
 	target := strings.TrimPrefix(cluster.Host(), "https://")
@@ -340,7 +364,7 @@ func (n *Node) startKubelet(cluster *testcluster.Cluster, id *testcluster.NodeId
 		return err
 	}
 	cfg := filepath.Join(n.Dir, "kubelet.yaml")
-	if err := os.WriteFile(cfg, []byte(kubeletConfig(n.Dir, n.Socket, ca, n.cgroupRoot)), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(kubeletConfig(n.Dir, n.Socket, ca, n.cgroupRoot, n.NodeIP)), 0o644); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Join(n.Dir, "manifests"), 0o755); err != nil {
@@ -353,7 +377,7 @@ func (n *Node) startKubelet(cluster *testcluster.Cluster, id *testcluster.NodeId
 			"--root-dir="+filepath.Join(n.Dir, "kubelet"),
 			"--cert-dir="+n.CertDir,
 			"--hostname-override="+n.Name,
-			"--node-ip="+NodeIP,
+			"--node-ip="+n.NodeIP,
 			// What the extension's machine-config patches set on Talos.
 			"--cloud-provider=external",
 			"--rotate-server-certificates",
@@ -383,7 +407,7 @@ current-context: kubelet
 // kubeletConfig is the KubeletConfiguration: cgroup v1 allowed explicitly,
 // cgroupfs, the node's own cgroup root, serving on the node address only,
 // and no image garbage collection (nothing could be pulled back).
-func kubeletConfig(dir, socket, ca, cgroupRoot string) string {
+func kubeletConfig(dir, socket, ca, cgroupRoot, nodeIP string) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
@@ -415,16 +439,21 @@ protectKernelDefaults: false
 syncFrequency: 10s
 fileCheckFrequency: 5s
 nodeStatusUpdateFrequency: 5s
-`, ca, "unix://"+socket, filepath.Join(dir, "manifests"), filepath.Join(dir, "pod-logs"), cgroupRoot, NodeIP)
+`, ca, "unix://"+socket, filepath.Join(dir, "manifests"), filepath.Join(dir, "pod-logs"), cgroupRoot, nodeIP)
 }
 
 // LogTails is the end of every daemon's log.
 func (n *Node) LogTails(lines int) string {
 	var b strings.Builder
-	for _, p := range []*process{n.containerd, n.kubelet} {
+	for _, p := range []*process{n.containerd, n.kubelet, n.agent} {
 		if p != nil {
 			b.WriteString(p.tail(lines))
 		}
+	}
+	// And every container's log (the kubelet's podLogsDir).
+	logs, _ := filepath.Glob(filepath.Join(n.Dir, "pod-logs", "*", "*", "*.log"))
+	for _, l := range logs {
+		b.WriteString((&process{name: "container", logPath: l}).tail(lines))
 	}
 	return b.String()
 }
@@ -434,6 +463,11 @@ func (n *Node) LogTails(lines int) string {
 // namespace (containerd's shims, containerd, the holder), then the cgroups.
 // The node's mounts vanish with its mount namespace.
 func (n *Node) stop(t *testing.T) {
+	n.agent.stop(5 * time.Second)
+	if n.machined != nil {
+		n.machined.Close()
+		n.machinedLog.Close()
+	}
 	n.kubelet.stop(10 * time.Second)
 	hs, _ := hierarchies()
 	for range 20 {
@@ -535,7 +569,7 @@ func goarch() string {
 
 // Failed reports a daemon of the node that exited, with its log.
 func (n *Node) Failed() error {
-	for _, p := range []*process{n.containerd, n.kubelet} {
+	for _, p := range []*process{n.containerd, n.kubelet, n.agent} {
 		if p != nil && p.exited() {
 			return fmt.Errorf("%s exited:\n%s", p.name, p.tail(40))
 		}

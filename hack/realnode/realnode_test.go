@@ -7,6 +7,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,15 +20,22 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/talos-nodeinit/talos-nodeinit/hack/realnode"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/gobuild"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeapply"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testcluster"
 )
 
 // TestRealNode: the real kubelet on containerd registers its Node with the
-// real API server (tainted uninitialized, as --cloud-provider=external
-// makes it), asks for a serving certificate, and runs a hostNetwork pod
-// placed by the real scheduler from locally imported images.
+// real API server, tainted uninitialized and not-ready; coordinator/deploy,
+// applied as shipped but for its image reference, is placed on that node by
+// the real scheduler, runs from the image `make images` built, passes its
+// probes, wins the Lease and initializes its own node; the agent beside the
+// kubelet attests the kubelet's serving CSR, the coordinator approves it, and
+// port 10250 serves the signed certificate.
 func TestRealNode(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("a real node needs root: run `make e2e` as root")
@@ -37,86 +45,211 @@ func TestRealNode(t *testing.T) {
 	began := time.Now()
 
 	bins := kubeTools(t)
-	cluster, err := testcluster.Start(ctx, testcluster.Options{ControllerManager: true})
+	cluster, err := testcluster.Start(ctx, testcluster.Options{
+		ControllerManager: true,
+		// What a Deployment's pods need from kube-controller-manager: their
+		// ReplicaSet and Pods, the kube-root-ca.crt ConfigMap behind
+		// every service-account token volume; and the not-ready taint on a
+		// node that is not Ready.
+		Controllers: []string{"deployment", "replicaset", "root-ca-cert-publisher", "serviceaccount", "nodelifecycle"},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(cluster.Close)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(cluster.LogTails(30))
+		}
+		cluster.Close()
+	})
 	realnode.StartScheduler(t, cluster, filepath.Join(bins, "kube-scheduler"))
 
 	coordinatorImage, images := localImages(t)
 	node := realnode.Start(ctx, t, cluster, realnode.Spec{
 		Name: "real-0", KubeletBin: filepath.Join(bins, "kubelet"), Images: images,
+		AgentBin: gobuild.Binary(t, "../../agent"),
 	})
 	cs := kubernetes.NewForConfigOrDie(cluster.Admin())
 
-	n := waitFor(ctx, t, node, "the Node to register", func() (*corev1.Node, error) {
-		return cs.CoreV1().Nodes().Get(ctx, "real-0", metav1.GetOptions{})
+	// The kubelet registers the Node tainted uninitialized
+	// (--cloud-provider=external); kube-controller-manager's node lifecycle
+	// controller taints it not-ready (no CNI: NetworkReady=false).
+	n := waitFor(ctx, t, node, "the Node to register, tainted uninitialized and not-ready", func() (*corev1.Node, error) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, "real-0", metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		if !hasTaint(n, uninitializedTaint) || !hasTaint(n, corev1.TaintNodeNotReady) {
+			return nil, fmt.Errorf("taints %v", n.Spec.Taints)
+		}
+		return n, nil
 	})
 	t.Logf("Node registered after %s; taints %v; addresses %v", time.Since(began).Round(time.Second), n.Spec.Taints, n.Status.Addresses)
-	if !hasTaint(n, "node.cloudprovider.kubernetes.io/uninitialized") {
-		t.Errorf("Node has no uninitialized taint (--cloud-provider=external): %v", n.Spec.Taints)
+	// As Talos marks a control-plane node (the Deployment's nodeSelector
+	// and tolerations expect both).
+	markControlPlane(ctx, t, cs, "real-0")
+
+	objs, err := realnode.CoordinatorManifests(coordinatorImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kubeapply.Apply(ctx, cluster.Admin(), objs); err != nil {
+		t.Fatal(err)
+	}
+	pod := waitFor(ctx, t, node, "a coordinator pod to be Ready", func() (*corev1.Pod, error) {
+		pods, err := coordinatorPods(ctx, cs)
+		if err != nil {
+			return nil, err
+		}
+		var states []string
+		for i, p := range pods {
+			if podReady(&p) {
+				return &pods[i], nil
+			}
+			states = append(states, fmt.Sprintf("%s %s on %q: %s", p.Name, p.Status.Phase, p.Spec.NodeName, podSummary(&p)))
+		}
+		return nil, fmt.Errorf("%d coordinator pods, none Ready: %v", len(pods), states)
+	})
+	t.Logf("coordinator pod %s Ready on %s %s after start", pod.Name, pod.Spec.NodeName, time.Since(began).Round(time.Second))
+	if pod.Spec.NodeName != "real-0" {
+		t.Errorf("coordinator scheduled to %q, want real-0", pod.Spec.NodeName)
+	}
+	if got := pod.Spec.Containers[0].Image; got != coordinatorImage {
+		t.Errorf("coordinator pod's image is %s, want %s (make images)", got, coordinatorImage)
+	}
+	if c := pod.Status.ContainerStatuses[0]; c.State.Running == nil || !strings.HasPrefix(c.ContainerID, "containerd://") {
+		t.Errorf("coordinator container not running under containerd: %+v", c)
 	}
 
-	csr := waitFor(ctx, t, node, "the kubelet's serving CSR", func() (*certificatesv1.CertificateSigningRequest, error) {
+	holder := waitFor(ctx, t, node, "the coordinator to win its Lease", func() (string, error) {
+		l, err := cs.CoordinationV1().Leases("kube-system").Get(ctx, "nodeinit-coordinator", metav1.GetOptions{})
+		if err != nil {
+			return "", err
+		}
+		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != pod.Name {
+			return "", fmt.Errorf("Lease held by %v, want %s", l.Spec.HolderIdentity, pod.Name)
+		}
+		return *l.Spec.HolderIdentity, nil
+	})
+	t.Logf("Lease kube-system/nodeinit-coordinator held by %s", holder)
+
+	n = waitFor(ctx, t, node, "the coordinator to initialize its own node", func() (*corev1.Node, error) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, "real-0", metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		if hasTaint(n, uninitializedTaint) || len(n.Spec.PodCIDRs) == 0 {
+			return nil, fmt.Errorf("taints %v, pod CIDRs %v", n.Spec.Taints, n.Spec.PodCIDRs)
+		}
+		return n, nil
+	})
+	pool := netip.MustParsePrefix("10.244.0.0/16") // coordinator/deploy/configmap.yaml
+	for _, c := range n.Spec.PodCIDRs {
+		if p, err := netip.ParsePrefix(c); err != nil || p.Bits() != 24 || !pool.Contains(p.Addr()) {
+			t.Errorf("pod CIDR %q is not a /24 of the shipped pool %s", c, pool)
+		}
+	}
+	t.Logf("real-0 initialized %s after start: pod CIDRs %v, taints %v", time.Since(began).Round(time.Second), n.Spec.PodCIDRs, n.Spec.Taints)
+	if !hasTaint(n, corev1.TaintNodeNotReady) {
+		t.Errorf("real-0 lost its not-ready taint (it has no CNI, so it cannot be Ready): %v", n.Spec.Taints)
+	}
+
+	// replicas: 2, host network, one node: the second replica cannot have
+	// port 10290 and waits, unschedulable, for a second control-plane node.
+	pods, err := coordinatorPods(ctx, cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ready, unschedulable int
+	for _, p := range pods {
+		if podReady(&p) {
+			ready++
+		} else if p.Spec.NodeName == "" && podCondition(&p, corev1.PodScheduled, corev1.ConditionFalse, corev1.PodReasonUnschedulable) {
+			unschedulable++
+		}
+	}
+	if len(pods) != 2 || ready != 1 || unschedulable != 1 {
+		t.Errorf("coordinator pods: %d, Ready %d, unschedulable %d; want 2, 1, 1", len(pods), ready, unschedulable)
+	}
+
+	csr := waitFor(ctx, t, node, "the coordinator to approve the kubelet's serving CSR", func() (*certificatesv1.CertificateSigningRequest, error) {
 		list, err := cs.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return nil, err
 		}
+		var seen []string
 		for i, c := range list.Items {
-			if c.Spec.SignerName == certificatesv1.KubeletServingSignerName && c.Spec.Username == "system:node:real-0" {
-				return &list.Items[i], nil
+			if c.Spec.SignerName != certificatesv1.KubeletServingSignerName || c.Spec.Username != "system:node:real-0" {
+				continue
+			}
+			for _, cond := range c.Status.Conditions {
+				if cond.Type == certificatesv1.CertificateApproved && cond.Reason == "NodeinitApproved" {
+					return &list.Items[i], nil
+				}
+				seen = append(seen, fmt.Sprintf("%s %s %s: %s", c.Name, cond.Type, cond.Reason, cond.Message))
+			}
+			if len(c.Status.Conditions) == 0 {
+				seen = append(seen, c.Name+" pending")
 			}
 		}
-		return nil, fmt.Errorf("no %s CSR from system:node:real-0 among %d", certificatesv1.KubeletServingSignerName, len(list.Items))
+		return nil, fmt.Errorf("no serving CSR from system:node:real-0 approved by the coordinator: %v", seen)
 	})
-	t.Logf("serving CSR %s from %s", csr.Name, csr.Spec.Username)
+	n, err = cs.CoreV1().Nodes().Get(ctx, "real-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	att, err := contract.DecodeAttestation(n.Annotations[contract.AnnotationCSRAttestation])
+	if err != nil || att.CSR != csr.Name {
+		t.Errorf("the approved CSR %s has no attestation from the agent on the Node: %+v, %v", csr.Name, att, err)
+	}
+	t.Logf("serving CSR %s approved by the coordinator (agent verdict %s) %s after start", csr.Name, att.Verdict, time.Since(began).Round(time.Second))
 	servingCertificateIsServed(ctx, t, cs, node, cluster, csr)
-
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "default"},
-		Spec: corev1.PodSpec{
-			HostNetwork: true,
-			Tolerations: []corev1.Toleration{
-				{Key: "node.cloudprovider.kubernetes.io/uninitialized", Operator: corev1.TolerationOpExists},
-				{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists},
-			},
-			AutomountServiceAccountToken: new(bool),
-			// The coordinator image of `make images` runs (and exits 0)...
-			InitContainers: []corev1.Container{{Name: "coordinator-version", Image: coordinatorImage, Args: []string{"version"}, ImagePullPolicy: corev1.PullNever}},
-			// ...then the locally built pause image keeps the pod Running.
-			Containers: []corev1.Container{{Name: "pause", Image: realnode.PauseImage, ImagePullPolicy: corev1.PullNever}},
-		},
-	}
-	// No serviceaccount controller runs here; admission still wants the
-	// pod's ServiceAccount to exist.
-	if _, err := cs.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	p := waitFor(ctx, t, node, "the pod to run", func() (*corev1.Pod, error) {
-		p, err := cs.CoreV1().Pods("default").Get(ctx, "probe", metav1.GetOptions{})
-		if err != nil {
-			return nil, err
-		}
-		if p.Status.Phase != corev1.PodRunning {
-			return nil, fmt.Errorf("pod is %s on %q: %s", p.Status.Phase, p.Spec.NodeName, podSummary(p))
-		}
-		return p, nil
-	})
-	if p.Spec.NodeName != "real-0" {
-		t.Errorf("pod scheduled to %q, want real-0", p.Spec.NodeName)
-	}
-	if got := p.Status.InitContainerStatuses[0].State.Terminated; got == nil || got.ExitCode != 0 {
-		t.Errorf("coordinator image's `version` did not exit 0: %+v", p.Status.InitContainerStatuses[0].State)
-	}
-	if cs := p.Status.ContainerStatuses[0]; cs.State.Running == nil || !strings.HasPrefix(cs.ContainerID, "containerd://") {
-		t.Errorf("pause container not running under containerd: %+v", cs)
-	}
 	kubePrismAnswers(ctx, t, node, cluster)
-	t.Logf("pod Running on %s (IPs %v) %s after start", p.Spec.NodeName, p.Status.PodIPs, time.Since(began).Round(time.Second))
+	t.Logf("converged %s after start", time.Since(began).Round(time.Second))
+}
+
+const uninitializedTaint = "node.cloudprovider.kubernetes.io/uninitialized"
+
+// markControlPlane labels and taints the node as Talos does a control-plane
+// node.
+func markControlPlane(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Labels["node-role.kubernetes.io/control-plane"] = ""
+		if !hasTaint(n, "node-role.kubernetes.io/control-plane") {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule})
+		}
+		_, err = cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func coordinatorPods(ctx context.Context, cs kubernetes.Interface) ([]corev1.Pod, error) {
+	list, err := cs.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=nodeinit-coordinator"})
+	if err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	return podCondition(p, corev1.PodReady, corev1.ConditionTrue, "")
+}
+
+func podCondition(p *corev1.Pod, typ corev1.PodConditionType, status corev1.ConditionStatus, reason string) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == typ && c.Status == status && (reason == "" || c.Reason == reason) {
+			return true
+		}
+	}
+	return false
 }
 
 // kubeTools is the kube-tools directory with the kubelet and scheduler.
@@ -205,18 +338,12 @@ func podSummary(p *corev1.Pod) string {
 	return b.String()
 }
 
-// servingCertificateIsServed approves the kubelet's serving CSR (as an admin
-// here, standing in for the coordinator), lets kube-controller-manager sign
-// it, and checks the kubelet's port 10250 then presents exactly that
-// certificate, valid for the cluster CA and for the node's name and address.
+// servingCertificateIsServed waits for kube-controller-manager to sign the
+// approved serving CSR and checks the kubelet's port 10250 then presents
+// exactly that certificate, valid for the cluster CA and for the node's name
+// and address.
 func servingCertificateIsServed(ctx context.Context, t *testing.T, cs kubernetes.Interface, node *realnode.Node, cluster *testcluster.Cluster, csr *certificatesv1.CertificateSigningRequest) {
 	t.Helper()
-	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
-		Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "RealNodeTest", Message: "approved by the real-node test",
-	})
-	if _, err := cs.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	issued := waitFor(ctx, t, node, "the serving certificate to be signed", func() (*x509.Certificate, error) {
 		c, err := cs.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
 		if err != nil {
@@ -230,13 +357,13 @@ func servingCertificateIsServed(ctx context.Context, t *testing.T, cs kubernetes
 	})
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(cluster.CAPEM())
-	addr := net.JoinHostPort(realnode.NodeIP, "10250")
+	addr := net.JoinHostPort(node.NodeIP, "10250")
 	served := waitFor(ctx, t, node, "port 10250 to serve the signed certificate", func() (*x509.Certificate, error) {
 		raw, err := realnode.DialIn(node.CPNS.Path, addr)
 		if err != nil {
 			return nil, err
 		}
-		c := tls.Client(raw, &tls.Config{RootCAs: roots, ServerName: realnode.NodeIP})
+		c := tls.Client(raw, &tls.Config{RootCAs: roots, ServerName: node.NodeIP})
 		defer c.Close()
 		if err := c.HandshakeContext(ctx); err != nil {
 			return nil, err // until rotation, the kubelet serves a self-signed certificate
