@@ -29,13 +29,13 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testcluster"
 )
 
-// TestRealNode: the real kubelet on containerd registers its Node with the
-// real API server, tainted uninitialized and not-ready; coordinator/deploy,
-// applied as shipped but for its image reference, is placed on that node by
-// the real scheduler, runs from the image `make images` built, passes its
-// probes, wins the Lease and initializes its own node; the agent beside the
-// kubelet attests the kubelet's serving CSR, the coordinator approves it, and
-// port 10250 serves the signed certificate.
+// TestRealNode: two real kubelets on containerd register their Nodes with
+// the real API server, tainted uninitialized and not-ready, each with the
+// agent beside it; coordinator/deploy, applied as shipped but for its image
+// reference, is placed on those nodes by the real scheduler, runs from the
+// image `make images` built, passes its probes, wins the Lease and
+// initializes the nodes; each agent attests its kubelet's serving CSR, the
+// coordinator approves it, and port 10250 serves the signed certificate.
 func TestRealNode(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("a real node needs root: run `make e2e` as root")
@@ -43,6 +43,7 @@ func TestRealNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	began := time.Now()
+	since := func() time.Duration { return time.Since(began).Round(time.Second) }
 
 	bins := kubeTools(t)
 	cluster, err := testcluster.Start(ctx, testcluster.Options{
@@ -64,30 +65,38 @@ func TestRealNode(t *testing.T) {
 	})
 	realnode.StartScheduler(t, cluster, filepath.Join(bins, "kube-scheduler"))
 
+	// Two control-plane nodes: one for each of the Deployment's replicas,
+	// which both want host port 10290.
 	coordinatorImage, images := localImages(t)
-	node := realnode.Start(ctx, t, cluster, realnode.Spec{
-		Name: "real-0", KubeletBin: filepath.Join(bins, "kubelet"), Images: images,
-		AgentBin: gobuild.Binary(t, "../../agent"),
-	})
+	agent := gobuild.Binary(t, "../../agent")
+	var nodes []*realnode.Node
+	for i, ip := range []string{"10.77.0.2", "10.77.0.3"} {
+		nodes = append(nodes, realnode.Start(ctx, t, cluster, realnode.Spec{
+			Name: fmt.Sprintf("real-%d", i), NodeIP: ip, KubeletBin: filepath.Join(bins, "kubelet"), Images: images, AgentBin: agent,
+		}))
+	}
 	cs := kubernetes.NewForConfigOrDie(cluster.Admin())
 
-	// The kubelet registers the Node tainted uninitialized
-	// (--cloud-provider=external); kube-controller-manager's node lifecycle
-	// controller taints it not-ready (no CNI: NetworkReady=false).
-	n := waitFor(ctx, t, node, "the Node to register, tainted uninitialized and not-ready", func() (*corev1.Node, error) {
-		n, err := cs.CoreV1().Nodes().Get(ctx, "real-0", metav1.GetOptions{})
-		if err != nil {
-			return nil, err
-		}
-		if !hasTaint(n, uninitializedTaint) || !hasTaint(n, corev1.TaintNodeNotReady) {
-			return nil, fmt.Errorf("taints %v", n.Spec.Taints)
-		}
-		return n, nil
-	})
-	t.Logf("Node registered after %s; taints %v; addresses %v", time.Since(began).Round(time.Second), n.Spec.Taints, n.Status.Addresses)
-	// As Talos marks a control-plane node (the Deployment's nodeSelector
-	// and tolerations expect both).
-	markControlPlane(ctx, t, cs, "real-0")
+	for _, node := range nodes {
+		// The kubelet registers the Node tainted uninitialized
+		// (--cloud-provider=external); kube-controller-manager's node
+		// lifecycle controller taints it not-ready (no CNI:
+		// NetworkReady=false).
+		n := waitFor(ctx, t, nodes, node.Name+" to register, tainted uninitialized and not-ready", func() (*corev1.Node, error) {
+			n, err := cs.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+			if err != nil {
+				return nil, err
+			}
+			if !hasTaint(n, uninitializedTaint) || !hasTaint(n, corev1.TaintNodeNotReady) {
+				return nil, fmt.Errorf("taints %v", n.Spec.Taints)
+			}
+			return n, nil
+		})
+		t.Logf("%s registered after %s; taints %v; addresses %v", node.Name, since(), n.Spec.Taints, n.Status.Addresses)
+		// As Talos marks a control-plane node (the Deployment's
+		// nodeSelector and tolerations expect both).
+		markControlPlane(ctx, t, cs, node.Name)
+	}
 
 	objs, err := realnode.CoordinatorManifests(coordinatorImage)
 	if err != nil {
@@ -96,116 +105,114 @@ func TestRealNode(t *testing.T) {
 	if err := kubeapply.Apply(ctx, cluster.Admin(), objs); err != nil {
 		t.Fatal(err)
 	}
-	pod := waitFor(ctx, t, node, "a coordinator pod to be Ready", func() (*corev1.Pod, error) {
+	pods := waitFor(ctx, t, nodes, "both coordinator replicas to be Ready", func() ([]corev1.Pod, error) {
 		pods, err := coordinatorPods(ctx, cs)
 		if err != nil {
 			return nil, err
 		}
 		var states []string
-		for i, p := range pods {
-			if podReady(&p) {
-				return &pods[i], nil
+		for _, p := range pods {
+			if !podReady(&p) {
+				states = append(states, fmt.Sprintf("%s %s on %q: %s", p.Name, p.Status.Phase, p.Spec.NodeName, podSummary(&p)))
 			}
-			states = append(states, fmt.Sprintf("%s %s on %q: %s", p.Name, p.Status.Phase, p.Spec.NodeName, podSummary(&p)))
 		}
-		return nil, fmt.Errorf("%d coordinator pods, none Ready: %v", len(pods), states)
+		if len(pods) != 2 || len(states) > 0 {
+			return nil, fmt.Errorf("%d coordinator pods, not Ready: %v", len(pods), states)
+		}
+		return pods, nil
 	})
-	t.Logf("coordinator pod %s Ready on %s %s after start", pod.Name, pod.Spec.NodeName, time.Since(began).Round(time.Second))
-	if pod.Spec.NodeName != "real-0" {
-		t.Errorf("coordinator scheduled to %q, want real-0", pod.Spec.NodeName)
+	placed := map[string]string{} // pod → node
+	for _, p := range pods {
+		placed[p.Name] = p.Spec.NodeName
+		if got := p.Spec.Containers[0].Image; got != coordinatorImage {
+			t.Errorf("coordinator pod %s's image is %s, want %s (make images)", p.Name, got, coordinatorImage)
+		}
+		if c := p.Status.ContainerStatuses[0]; c.State.Running == nil || !strings.HasPrefix(c.ContainerID, "containerd://") {
+			t.Errorf("coordinator container of %s not running under containerd: %+v", p.Name, c)
+		}
 	}
-	if got := pod.Spec.Containers[0].Image; got != coordinatorImage {
-		t.Errorf("coordinator pod's image is %s, want %s (make images)", got, coordinatorImage)
+	if placed[pods[0].Name] == placed[pods[1].Name] || !strings.HasPrefix(placed[pods[0].Name], "real-") || !strings.HasPrefix(placed[pods[1].Name], "real-") {
+		t.Errorf("coordinator pods placed %v, want one on each real node", placed)
 	}
-	if c := pod.Status.ContainerStatuses[0]; c.State.Running == nil || !strings.HasPrefix(c.ContainerID, "containerd://") {
-		t.Errorf("coordinator container not running under containerd: %+v", c)
-	}
+	t.Logf("coordinator pods Ready %s after start: %v", since(), placed)
 
-	holder := waitFor(ctx, t, node, "the coordinator to win its Lease", func() (string, error) {
+	holder := waitFor(ctx, t, nodes, "a coordinator to win its Lease", func() (string, error) {
 		l, err := cs.CoordinationV1().Leases("kube-system").Get(ctx, "nodeinit-coordinator", metav1.GetOptions{})
 		if err != nil {
 			return "", err
 		}
-		if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != pod.Name {
-			return "", fmt.Errorf("Lease held by %v, want %s", l.Spec.HolderIdentity, pod.Name)
+		if l.Spec.HolderIdentity == nil || placed[*l.Spec.HolderIdentity] == "" {
+			return "", fmt.Errorf("Lease held by %v, want one of %v", l.Spec.HolderIdentity, placed)
 		}
 		return *l.Spec.HolderIdentity, nil
 	})
-	t.Logf("Lease kube-system/nodeinit-coordinator held by %s", holder)
+	t.Logf("Lease kube-system/nodeinit-coordinator held by %s on %s; the other replica is a Ready standby", holder, placed[holder])
 
-	n = waitFor(ctx, t, node, "the coordinator to initialize its own node", func() (*corev1.Node, error) {
-		n, err := cs.CoreV1().Nodes().Get(ctx, "real-0", metav1.GetOptions{})
-		if err != nil {
-			return nil, err
-		}
-		if hasTaint(n, uninitializedTaint) || len(n.Spec.PodCIDRs) == 0 {
-			return nil, fmt.Errorf("taints %v, pod CIDRs %v", n.Spec.Taints, n.Spec.PodCIDRs)
-		}
-		return n, nil
-	})
 	pool := netip.MustParsePrefix("10.244.0.0/16") // coordinator/deploy/configmap.yaml
-	for _, c := range n.Spec.PodCIDRs {
-		if p, err := netip.ParsePrefix(c); err != nil || p.Bits() != 24 || !pool.Contains(p.Addr()) {
-			t.Errorf("pod CIDR %q is not a /24 of the shipped pool %s", c, pool)
-		}
-	}
-	t.Logf("real-0 initialized %s after start: pod CIDRs %v, taints %v", time.Since(began).Round(time.Second), n.Spec.PodCIDRs, n.Spec.Taints)
-	if !hasTaint(n, corev1.TaintNodeNotReady) {
-		t.Errorf("real-0 lost its not-ready taint (it has no CNI, so it cannot be Ready): %v", n.Spec.Taints)
-	}
-
-	// replicas: 2, host network, one node: the second replica cannot have
-	// port 10290 and waits, unschedulable, for a second control-plane node.
-	pods, err := coordinatorPods(ctx, cs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ready, unschedulable int
-	for _, p := range pods {
-		if podReady(&p) {
-			ready++
-		} else if p.Spec.NodeName == "" && podCondition(&p, corev1.PodScheduled, corev1.ConditionFalse, corev1.PodReasonUnschedulable) {
-			unschedulable++
-		}
-	}
-	if len(pods) != 2 || ready != 1 || unschedulable != 1 {
-		t.Errorf("coordinator pods: %d, Ready %d, unschedulable %d; want 2, 1, 1", len(pods), ready, unschedulable)
-	}
-
-	csr := waitFor(ctx, t, node, "the coordinator to approve the kubelet's serving CSR", func() (*certificatesv1.CertificateSigningRequest, error) {
-		list, err := cs.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, err
-		}
-		var seen []string
-		for i, c := range list.Items {
-			if c.Spec.SignerName != certificatesv1.KubeletServingSignerName || c.Spec.Username != "system:node:real-0" {
-				continue
+	cidrs := map[string]string{}
+	for _, node := range nodes {
+		n := waitFor(ctx, t, nodes, "the coordinator to initialize "+node.Name, func() (*corev1.Node, error) {
+			n, err := cs.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+			if err != nil {
+				return nil, err
 			}
-			for _, cond := range c.Status.Conditions {
-				if cond.Type == certificatesv1.CertificateApproved && cond.Reason == "NodeinitApproved" {
-					return &list.Items[i], nil
+			if hasTaint(n, uninitializedTaint) || len(n.Spec.PodCIDRs) == 0 {
+				return nil, fmt.Errorf("taints %v, pod CIDRs %v", n.Spec.Taints, n.Spec.PodCIDRs)
+			}
+			return n, nil
+		})
+		for _, c := range n.Spec.PodCIDRs {
+			if p, err := netip.ParsePrefix(c); err != nil || p.Bits() != 24 || !pool.Contains(p.Addr()) {
+				t.Errorf("%s's pod CIDR %q is not a /24 of the shipped pool %s", node.Name, c, pool)
+			}
+			if other, dup := cidrs[c]; dup {
+				t.Errorf("pod CIDR %s given to both %s and %s", c, other, node.Name)
+			}
+			cidrs[c] = node.Name
+		}
+		t.Logf("%s initialized %s after start: pod CIDRs %v, taints %v", node.Name, since(), n.Spec.PodCIDRs, n.Spec.Taints)
+		if !hasTaint(n, corev1.TaintNodeNotReady) {
+			t.Errorf("%s lost its not-ready taint (it has no CNI, so it cannot be Ready): %v", node.Name, n.Spec.Taints)
+		}
+	}
+
+	for _, node := range nodes {
+		user := "system:node:" + node.Name
+		csr := waitFor(ctx, t, nodes, "the coordinator to approve "+node.Name+"'s kubelet serving CSR", func() (*certificatesv1.CertificateSigningRequest, error) {
+			list, err := cs.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return nil, err
+			}
+			var seen []string
+			for i, c := range list.Items {
+				if c.Spec.SignerName != certificatesv1.KubeletServingSignerName || c.Spec.Username != user {
+					continue
 				}
-				seen = append(seen, fmt.Sprintf("%s %s %s: %s", c.Name, cond.Type, cond.Reason, cond.Message))
+				for _, cond := range c.Status.Conditions {
+					if cond.Type == certificatesv1.CertificateApproved && cond.Reason == "NodeinitApproved" {
+						return &list.Items[i], nil
+					}
+					seen = append(seen, fmt.Sprintf("%s %s %s: %s", c.Name, cond.Type, cond.Reason, cond.Message))
+				}
+				if len(c.Status.Conditions) == 0 {
+					seen = append(seen, c.Name+" pending")
+				}
 			}
-			if len(c.Status.Conditions) == 0 {
-				seen = append(seen, c.Name+" pending")
-			}
+			return nil, fmt.Errorf("no serving CSR from %s approved by the coordinator: %v", user, seen)
+		})
+		n, err := cs.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
 		}
-		return nil, fmt.Errorf("no serving CSR from system:node:real-0 approved by the coordinator: %v", seen)
-	})
-	n, err = cs.CoreV1().Nodes().Get(ctx, "real-0", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+		att, err := contract.DecodeAttestation(n.Annotations[contract.AnnotationCSRAttestation])
+		if err != nil || att.CSR != csr.Name {
+			t.Errorf("the approved CSR %s has no attestation from %s's agent on its Node: %+v, %v", csr.Name, node.Name, att, err)
+		}
+		t.Logf("%s's serving CSR %s approved by the coordinator (agent verdict %s) %s after start", node.Name, csr.Name, att.Verdict, since())
+		servingCertificateIsServed(ctx, t, cs, nodes, node, cluster, csr)
+		kubePrismAnswers(ctx, t, node, cluster)
 	}
-	att, err := contract.DecodeAttestation(n.Annotations[contract.AnnotationCSRAttestation])
-	if err != nil || att.CSR != csr.Name {
-		t.Errorf("the approved CSR %s has no attestation from the agent on the Node: %+v, %v", csr.Name, att, err)
-	}
-	t.Logf("serving CSR %s approved by the coordinator (agent verdict %s) %s after start", csr.Name, att.Verdict, time.Since(began).Round(time.Second))
-	servingCertificateIsServed(ctx, t, cs, node, cluster, csr)
-	kubePrismAnswers(ctx, t, node, cluster)
-	t.Logf("converged %s after start", time.Since(began).Round(time.Second))
+	t.Logf("converged %s after start", since())
 }
 
 const uninitializedTaint = "node.cloudprovider.kubernetes.io/uninitialized"
@@ -240,13 +247,9 @@ func coordinatorPods(ctx context.Context, cs kubernetes.Interface) ([]corev1.Pod
 }
 
 func podReady(p *corev1.Pod) bool {
-	return podCondition(p, corev1.PodReady, corev1.ConditionTrue, "")
-}
-
-func podCondition(p *corev1.Pod, typ corev1.PodConditionType, status corev1.ConditionStatus, reason string) bool {
 	for _, c := range p.Status.Conditions {
-		if c.Type == typ && c.Status == status && (reason == "" || c.Reason == reason) {
-			return true
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
 		}
 	}
 	return false
@@ -294,7 +297,9 @@ func localImages(t *testing.T) (coordinator string, tars []string) {
 	return coordinator, tars
 }
 
-func waitFor[T any](ctx context.Context, t *testing.T, node *realnode.Node, what string, get func() (T, error)) T {
+// waitFor polls get until it succeeds; it fails the test when ctx ends or a
+// node's daemon exits.
+func waitFor[T any](ctx context.Context, t *testing.T, nodes []*realnode.Node, what string, get func() (T, error)) T {
 	t.Helper()
 	var last error
 	for {
@@ -308,8 +313,10 @@ func waitFor[T any](ctx context.Context, t *testing.T, node *realnode.Node, what
 			t.Fatalf("waiting for %s: %v (last: %v)", what, ctx.Err(), last)
 		case <-time.After(500 * time.Millisecond):
 		}
-		if err := node.Failed(); err != nil {
-			t.Fatalf("waiting for %s: %v (last: %v)", what, err, last)
+		for _, node := range nodes {
+			if err := node.Failed(); err != nil {
+				t.Fatalf("waiting for %s: %s: %v (last: %v)", what, node.Name, err, last)
+			}
 		}
 	}
 }
@@ -342,9 +349,9 @@ func podSummary(p *corev1.Pod) string {
 // approved serving CSR and checks the kubelet's port 10250 then presents
 // exactly that certificate, valid for the cluster CA and for the node's name
 // and address.
-func servingCertificateIsServed(ctx context.Context, t *testing.T, cs kubernetes.Interface, node *realnode.Node, cluster *testcluster.Cluster, csr *certificatesv1.CertificateSigningRequest) {
+func servingCertificateIsServed(ctx context.Context, t *testing.T, cs kubernetes.Interface, nodes []*realnode.Node, node *realnode.Node, cluster *testcluster.Cluster, csr *certificatesv1.CertificateSigningRequest) {
 	t.Helper()
-	issued := waitFor(ctx, t, node, "the serving certificate to be signed", func() (*x509.Certificate, error) {
+	issued := waitFor(ctx, t, nodes, "the serving certificate to be signed", func() (*x509.Certificate, error) {
 		c, err := cs.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
 		if err != nil {
 			return nil, err
@@ -358,7 +365,7 @@ func servingCertificateIsServed(ctx context.Context, t *testing.T, cs kubernetes
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(cluster.CAPEM())
 	addr := net.JoinHostPort(node.NodeIP, "10250")
-	served := waitFor(ctx, t, node, "port 10250 to serve the signed certificate", func() (*x509.Certificate, error) {
+	served := waitFor(ctx, t, nodes, "port 10250 to serve the signed certificate", func() (*x509.Certificate, error) {
 		raw, err := realnode.DialIn(node.CPNS.Path, addr)
 		if err != nil {
 			return nil, err
@@ -374,7 +381,7 @@ func servingCertificateIsServed(ctx context.Context, t *testing.T, cs kubernetes
 		}
 		return leaf, nil
 	})
-	if err := served.VerifyHostname("real-0"); err != nil {
+	if err := served.VerifyHostname(node.Name); err != nil {
 		t.Errorf("served certificate is not valid for the node name: %v", err)
 	}
 	t.Logf("%s from the control-plane namespace serves the approved certificate: CN=%s DNS=%v IPs=%v", addr, served.Subject.CommonName, served.DNSNames, served.IPAddresses)
