@@ -225,6 +225,19 @@ func (n *Node) mountNamespace() error {
 			return err
 		}
 	}
+	// The kubelet puts its device-plugin socket in /var/lib/kubelet/device-plugins
+	// whatever its --root-dir: a directory of the node's own there keeps two
+	// nodes' sockets apart and off the host.
+	own := filepath.Join(n.Dir, "var-lib-kubelet")
+	if err := os.MkdirAll(own, 0o755); err != nil {
+		return err
+	}
+	if err := os.MkdirAll("/var/lib/kubelet", 0o755); err != nil {
+		return err
+	}
+	if _, err := run("nsenter", "--mount="+n.mountNS(), "--", "mount", "--bind", own, "/var/lib/kubelet"); err != nil {
+		return err
+	}
 	return nil
 }
 
