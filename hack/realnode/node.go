@@ -60,6 +60,10 @@ type Spec struct {
 	// NodeIP is the node's address in 10.77.0.0/24 (default NodeIP):
 	// distinct for each node of a cluster.
 	NodeIP string
+	// StaticPods are pod manifests (JSON or YAML) put in the kubelet's
+	// staticPodPath; with any, the node also has the files a Talos node
+	// has where the agent's static pod mounts them (talosPaths).
+	StaticPods [][]byte
 	// AgentBin, when set, is the nodeinit-agent binary run beside the
 	// kubelet (see startAgent).
 	AgentBin string
@@ -144,6 +148,11 @@ func Start(ctx context.Context, t *testing.T, cluster *testcluster.Cluster, spec
 	}
 	if n.Identity, err = cluster.NodeIdentity(spec.Name); err != nil {
 		t.Fatal(err)
+	}
+	if len(spec.StaticPods) > 0 {
+		if err := n.talosPaths(cluster.CAPEM()); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := n.startKubelet(cluster, n.Identity); err != nil {
 		t.Fatal(err)
@@ -382,6 +391,11 @@ func (n *Node) startKubelet(cluster *testcluster.Cluster, id *testcluster.NodeId
 	}
 	if err := os.MkdirAll(filepath.Join(n.Dir, "manifests"), 0o755); err != nil {
 		return err
+	}
+	for i, pod := range n.StaticPods {
+		if err := os.WriteFile(filepath.Join(n.Dir, "manifests", fmt.Sprintf("pod-%d.yaml", i)), pod, 0o644); err != nil {
+			return err
+		}
 	}
 	n.kubelet = &process{name: "kubelet", logPath: filepath.Join(n.Dir, "kubelet.log"),
 		argv: n.inNode(n.KubeletBin,

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,8 +22,10 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/yaml"
 
 	"github.com/talos-nodeinit/talos-nodeinit/hack/realnode"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
@@ -70,7 +73,8 @@ func TestRealNode(t *testing.T) {
 
 	// Two control-plane nodes: one for each of the Deployment's replicas,
 	// which both want host port 10290.
-	coordinatorImage, images := localImages(t)
+	tags, images := localImages(t)
+	coordinatorImage := tags[0]
 	agent := gobuild.Binary(t, "../../agent")
 	var nodes []*realnode.Node
 	for i, ip := range []string{"10.77.0.2", "10.77.0.3"} {
@@ -78,6 +82,12 @@ func TestRealNode(t *testing.T) {
 			Name: fmt.Sprintf("real-%d", i), NodeIP: ip, KubeletBin: filepath.Join(bins, "kubelet"), Images: images, AgentBin: agent,
 		}))
 	}
+	// A worker with the agent's static-pod form instead of the extension.
+	nodes = append(nodes, realnode.Start(ctx, t, cluster, realnode.Spec{
+		Name: "real-2", NodeIP: "10.77.0.4", KubeletBin: filepath.Join(bins, "kubelet"), Images: images,
+		StaticPods: [][]byte{agentStaticPod(t, tags[1])},
+	}))
+	controlPlane := nodes[:2]
 	// And a simulated node (the kubelet stand-in, the agent binary beside
 	// it): the coordinator in the pod initializes the fast nodes of the
 	// other tests too.
@@ -100,9 +110,11 @@ func TestRealNode(t *testing.T) {
 			return n, nil
 		})
 		t.Logf("%s registered after %s; taints %v; addresses %v", node.Name, since(), n.Spec.Taints, n.Status.Addresses)
-		// As Talos marks a control-plane node (the Deployment's
-		// nodeSelector and tolerations expect both).
-		markControlPlane(ctx, t, cs, node.Name)
+		if slices.Contains(controlPlane, node) {
+			// As Talos marks a control-plane node (the Deployment's
+			// nodeSelector and tolerations expect both).
+			markControlPlane(ctx, t, cs, node.Name)
+		}
 	}
 
 	objs, err := realnode.CoordinatorManifests(coordinatorImage)
@@ -157,7 +169,19 @@ func TestRealNode(t *testing.T) {
 
 	pool := netip.MustParsePrefix("10.244.0.0/16") // coordinator/deploy/configmap.yaml
 	cidrs := map[string]string{}
-	for _, name := range []string{nodes[0].Name, nodes[1].Name, sim.Name} {
+	mirror := waitFor(ctx, t, nodes, "the agent's static pod to run on real-2", func() (*corev1.Pod, error) {
+		p, err := cs.CoreV1().Pods("kube-system").Get(ctx, "nodeinit-agent-real-2", metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		if p.Status.Phase != corev1.PodRunning {
+			return nil, fmt.Errorf("static pod %s: %s", p.Status.Phase, podSummary(p))
+		}
+		return p, nil
+	})
+	t.Logf("static pod %s Running on %s (image %s)", mirror.Name, mirror.Spec.NodeName, mirror.Spec.Containers[0].Image)
+
+	for _, name := range []string{nodes[0].Name, nodes[1].Name, nodes[2].Name, sim.Name} {
 		n := waitFor(ctx, t, nodes, "the coordinator to initialize "+name, func() (*corev1.Node, error) {
 			n, err := cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
@@ -310,9 +334,9 @@ func kubeTools(t *testing.T) string {
 	return dir
 }
 
-// localImages are `make images`' tarballs for this architecture, and the
-// coordinator image's tag.
-func localImages(t *testing.T) (coordinator string, tars []string) {
+// localImages are `make images`' tarballs for this architecture (the
+// coordinator's, the agent pod's) and their tags.
+func localImages(t *testing.T) (tags, tars []string) {
 	root, _ := testcluster.RepoRoot()
 	dir := filepath.Join(root, "bin", "images")
 	for _, image := range []string{"nodeinit-coordinator", "nodeinit-agent-pod"} {
@@ -320,22 +344,52 @@ func localImages(t *testing.T) (coordinator string, tars []string) {
 		if _, err := os.Stat(tar); err != nil {
 			t.Fatalf("%s is missing: run `make images` (make e2e does)", tar)
 		}
-		tars = append(tars, tar)
+		out, err := exec.Command("tar", "-xOf", tar, "manifest.json").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rest, _ := strings.Cut(string(out), `"RepoTags":["`)
+		tag, _, _ := strings.Cut(rest, `"`)
+		if tag == "" {
+			t.Fatalf("no tag in %s", tar)
+		}
+		tars, tags = append(tars, tar), append(tags, tag)
 	}
-	out, err := exec.Command("tar", "-xOf", tars[0], "manifest.json").Output()
+	return tags, tars
+}
+
+// agentStaticPod is the pod of extension/patches/static-pod.yaml as
+// shipped, but for its image: image (the tag `make images` built).
+func agentStaticPod(t *testing.T, image string) []byte {
+	root, _ := testcluster.RepoRoot()
+	data, err := os.ReadFile(filepath.Join(root, "extension", "patches", "static-pod.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, rest, _ := strings.Cut(string(out), `"RepoTags":["`)
-	coordinator, _, _ = strings.Cut(rest, `"`)
-	if coordinator == "" {
-		t.Fatalf("no tag in %s", tars[0])
+	var patch struct {
+		Machine struct {
+			Pods []map[string]any `json:"pods"`
+		} `json:"machine"`
 	}
-	return coordinator, tars
+	if err := yaml.Unmarshal(data, &patch); err != nil || len(patch.Machine.Pods) != 1 {
+		t.Fatalf("extension/patches/static-pod.yaml: want one machine.pods entry: %v", err)
+	}
+	pod := patch.Machine.Pods[0]
+	containers, _, _ := unstructured.NestedSlice(pod, "spec", "containers")
+	if len(containers) != 1 {
+		t.Fatalf("static pod has %d containers, want 1", len(containers))
+	}
+	containers[0].(map[string]any)["image"] = image
+	if err := unstructured.SetNestedSlice(pod, containers, "spec", "containers"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := yaml.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
-// waitFor polls get until it succeeds; it fails the test when ctx ends or a
-// node's daemon exits.
 func waitFor[T any](ctx context.Context, t *testing.T, nodes []*realnode.Node, what string, get func() (T, error)) T {
 	t.Helper()
 	var last error
