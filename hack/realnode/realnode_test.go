@@ -179,7 +179,7 @@ func TestRealNode(t *testing.T) {
 		}
 		return p, nil
 	})
-	t.Logf("static pod %s Running on %s (image %s)", mirror.Name, mirror.Spec.NodeName, mirror.Spec.Containers[0].Image)
+	t.Logf("static pod %s Running on %s %s after start (image %s)", mirror.Name, mirror.Spec.NodeName, since(), mirror.Spec.Containers[0].Image)
 
 	for _, name := range []string{nodes[0].Name, nodes[1].Name, nodes[2].Name, sim.Name} {
 		n := waitFor(ctx, t, nodes, "the coordinator to initialize "+name, func() (*corev1.Node, error) {
