@@ -81,7 +81,7 @@ test-manifests: kube-tools ## the manifest, the Talos patch and the Helm chart a
 
 E2E_BINS = kube-apiserver kube-controller-manager etcd kube-scheduler kubelet
 .PHONY: e2e
-e2e: images ## one real node (as root): containerd + runc (apt-installed when missing), the real kubelet and kube-scheduler, local images only
+e2e: images ## real nodes (as root): containerd + runc (apt), the real kubelet and scheduler; coordinator/deploy as pods, the agent beside each kubelet and as a static pod; local images only
 	hack/realnode/setup.sh
 	KUBE_TOOLS_BINS="$(E2E_BINS)" hack/kube-tools/build.sh >/dev/null
 	KUBE_TOOLS_BINS="$(E2E_BINS)" $(GO) test -count=1 -timeout 10m -v -run '^TestRealNode$$' ./hack/realnode
