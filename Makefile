@@ -65,8 +65,12 @@ lint: ## gofmt check, go vet, and the binaries import no test harness or fake
 	for m in hack/kube-tools/v*/; do (cd $$m && $(GO) vet ./cmd/...) || exit 1; done
 	$(GO) -C hack/machined vet ./...
 
-demo: kube-tools ## real control plane + coordinator + N simulated Talos nodes running the real agent (N=4, KEEP=1)
+demo: kube-tools ## real control plane + coordinator + N simulated Talos nodes running the real agent (N=4, KEEP=1); REAL_NODE=1: watch real kubelets join (make e2e, logs kept)
+ifeq ($(REAL_NODE),)
 	$(KT) $(GO) run ./hack/demo $(if $(N),-nodes $(N))
+else
+	REALNODE_KEEP_DIR=1 $(MAKE) e2e
+endif
 
 clean: ## remove build outputs (the kube-tools cache is kept)
 	rm -rf $(BIN)
