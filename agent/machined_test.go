@@ -1,7 +1,8 @@
 package main
 
 import (
-	"bytes"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/syncbuf"
+
 	"fmt"
 	"io"
 	"net/http"
@@ -10,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,13 +27,13 @@ import (
 // service: in a mount namespace of its own (its container), so machined's
 // authorizer admits it only by the PID its runner records, never because it
 // shares a namespace with a registered process. It does not register it.
-func extensionAgent(t *testing.T, n *testnode.Node, extra ...string) (cmd *exec.Cmd, logs *syncBuffer, metrics string) {
+func extensionAgent(t *testing.T, n *testnode.Node, extra ...string) (cmd *exec.Cmd, logs *syncbuf.Buffer, metrics string) {
 	t.Helper()
 	metrics = freeAddr(t)
 	args := append(append([]string{"--mount", "--propagation", "unchanged", agentBinary(t), "run"}, n.AgentArgs()...),
 		append([]string{"--metrics-addr", metrics, "--log-format", "json"}, extra...)...)
 	cmd = exec.Command("unshare", args...)
-	logs = &syncBuffer{}
+	logs = &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("unshare (util-linux) runs the agent in its own mount namespace: %v", err)
@@ -55,24 +55,6 @@ func extensionAgent(t *testing.T, n *testnode.Node, extra ...string) (cmd *exec.
 		return ns != "" && ns != self
 	})
 	return cmd, logs, metrics
-}
-
-// syncBuffer is the agent's output, read while exec's copier writes it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {

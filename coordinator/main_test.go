@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/syncbuf"
+
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -378,7 +380,7 @@ func TestJSONLogsIncludeClientGo(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte("ipam: {ipv4Pool: 10.244.0.0/16}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	cmd := exec.Command(coordinatorBinary(t), "run", "--kubeconfig", kc, "--config", cfg, "--id", "json-logs", "--log-format", "json",
 		"--lease-name", "json-logs", "--metrics-addr", "")
 	cmd.Stdout, cmd.Stderr = &logs, &logs
@@ -398,22 +400,4 @@ func TestJSONLogsIncludeClientGo(t *testing.T) {
 			t.Errorf("not JSON: %s", line)
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a process writing and a test reading.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -1,6 +1,8 @@
 package realnode
 
 import (
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/spawn"
+
 	"context"
 	"fmt"
 	"net/netip"
@@ -26,7 +28,7 @@ func (n *Node) startAgent(ctx context.Context) error {
 	}
 	// Forked from the immortal thread: Pdeathsig fires when the forking
 	// thread ends.
-	spawn(func() { n.machined, err = machined.Start(log) })
+	spawn.Do(func() { n.machined, err = machined.Start(log) })
 	if err != nil {
 		log.Close()
 		return fmt.Errorf("starting the machined stand-in: %w", err)

@@ -1,11 +1,12 @@
 package realnode
 
 import (
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/spawn"
+
 	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -22,24 +23,6 @@ type process struct {
 	done chan struct{}
 }
 
-// spawn runs fn on one OS thread that never exits: children get Pdeathsig,
-// which fires when the thread that forked them ends, so every fork happens
-// on this immortal thread (as testcluster does).
-var spawn = func() func(func()) {
-	work := make(chan func())
-	go func() {
-		runtime.LockOSThread()
-		for fn := range work {
-			fn()
-		}
-	}()
-	return func(fn func()) {
-		done := make(chan struct{})
-		work <- func() { fn(); close(done) }
-		<-done
-	}
-}()
-
 // start runs argv with its output appended to logPath. The process is killed
 // when the test binary dies, even by SIGKILL.
 func (p *process) start() error {
@@ -50,7 +33,7 @@ func (p *process) start() error {
 	cmd := exec.Command(p.argv[0], p.argv[1:]...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	spawn(func() { err = cmd.Start() })
+	spawn.Do(func() { err = cmd.Start() })
 	if err != nil {
 		log.Close()
 		return fmt.Errorf("starting %s: %w", p.name, err)

@@ -1,12 +1,13 @@
 package testcluster
 
 import (
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/spawn"
+
 	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -25,25 +26,6 @@ type process struct {
 	done chan struct{} // closed when cmd exits
 }
 
-// spawn runs fn on one OS thread that never exits. Children are started with
-// Pdeathsig, which fires when the *thread* that forked them dies; Go may
-// retire a thread (for example after a netns-locked goroutine returns), so
-// every fork happens on this dedicated, immortal thread instead.
-var spawn = func() func(func()) {
-	work := make(chan func())
-	go func() {
-		runtime.LockOSThread()
-		for fn := range work {
-			fn()
-		}
-	}()
-	return func(fn func()) {
-		done := make(chan struct{})
-		work <- func() { fn(); close(done) }
-		<-done
-	}
-}()
-
 func (p *process) start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -59,7 +41,7 @@ func (p *process) start() error {
 	cmd.Stdout, cmd.Stderr = log, log
 	// The component dies with the test binary, even on kill -9 of the test.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	spawn(func() { err = cmd.Start() })
+	spawn.Do(func() { err = cmd.Start() })
 	if err != nil {
 		log.Close()
 		return fmt.Errorf("starting %s: %w", p.name, err)

@@ -12,7 +12,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeletsim"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/machined"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/spawn"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testcluster"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr/netnstest"
 )
@@ -67,10 +67,8 @@ type Node struct {
 // its socket directory in /tmp; a TestMain may call Close after m.Run to
 // remove that too.
 //
-// Pdeathsig fires when the OS *thread* that forked the child exits, and Go
-// retires a thread when a goroutine locked to it (netns work) returns
-// without unlocking, so the stand-in is forked from a goroutine locked to
-// its thread for the life of the binary, as testcluster does.
+// It is forked on pkg/harness/spawn's immortal thread, as testcluster's
+// processes are, so that Pdeathsig stays tied to the test binary.
 var (
 	shared     *machined.Process
 	sharedErr  error
@@ -80,14 +78,7 @@ var (
 
 func process() (*machined.Process, error) {
 	sharedOnce.Do(func() {
-		done := make(chan struct{})
-		go func() {
-			runtime.LockOSThread() // never unlocked: this thread must outlive the stand-in
-			shared, sharedErr = machined.Start(os.Stderr)
-			close(done)
-			select {}
-		}()
-		<-done
+		spawn.Do(func() { shared, sharedErr = machined.Start(os.Stderr) })
 	})
 	return shared, sharedErr
 }
