@@ -382,7 +382,7 @@ func (n *Node) startKubelet(cluster *testcluster.Cluster, id *testcluster.NodeId
 	}
 	kubeconfig := filepath.Join(n.Dir, "kubelet.kubeconfig")
 	server := "https://" + net.JoinHostPort(CPIP, strconv.Itoa(APIServerPort))
-	if err := os.WriteFile(kubeconfig, []byte(kubeletKubeconfig(server, ca, id.CertFile)), 0o600); err != nil {
+	if err := os.WriteFile(kubeconfig, []byte(kubeletKubeconfig(server, fmt.Sprintf("certificate-authority: %q", ca), id.CertFile)), 0o600); err != nil {
 		return err
 	}
 	cfg := filepath.Join(n.Dir, "kubelet.yaml")
@@ -415,12 +415,15 @@ func (n *Node) startKubelet(cluster *testcluster.Cluster, id *testcluster.NodeId
 
 // kubeletKubeconfig points the kubelet at the control-plane namespace's
 // address; the API server's certificate names "kubernetes", not that address.
-func kubeletKubeconfig(server, ca, certFile string) string {
+// kubeletKubeconfig is a kubelet's kubeconfig: caField is either
+// `certificate-authority: <file>` or `certificate-authority-data: <base64>`;
+// certFile holds both the client certificate and its key.
+func kubeletKubeconfig(server, caField, certFile string) string {
 	return fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
 - name: cluster
-  cluster: {server: %q, certificate-authority: %q, tls-server-name: kubernetes}
+  cluster: {server: %q, %s, tls-server-name: kubernetes}
 users:
 - name: kubelet
   user: {client-certificate: %q, client-key: %q}
@@ -428,7 +431,7 @@ contexts:
 - name: kubelet
   context: {cluster: cluster, user: kubelet}
 current-context: kubelet
-`, server, ca, certFile, certFile)
+`, server, caField, certFile, certFile)
 }
 
 // kubeletConfig is the KubeletConfiguration: cgroup v1 allowed explicitly,

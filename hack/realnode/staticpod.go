@@ -29,19 +29,8 @@ func (n *Node) talosPaths(ca []byte) error {
 	if err := os.WriteFile(filepath.Join(n.Dir, "var-lib-kubelet", "pki", filepath.Base(pem)), cert, 0o600); err != nil {
 		return err
 	}
-	kubeconfig := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: cluster
-  cluster: {server: "https://%s:%d", certificate-authority-data: %s, tls-server-name: kubernetes}
-users:
-- name: kubelet
-  user: {client-certificate: %q, client-key: %q}
-contexts:
-- name: kubelet
-  context: {cluster: cluster, user: kubelet}
-current-context: kubelet
-`, CPIP, APIServerPort, base64.StdEncoding.EncodeToString(ca), pem, pem)
+	kubeconfig := kubeletKubeconfig(fmt.Sprintf("https://%s:%d", CPIP, APIServerPort),
+		"certificate-authority-data: "+base64.StdEncoding.EncodeToString(ca), pem)
 	if err := os.WriteFile(filepath.Join(upper, "kubernetes", "kubeconfig-kubelet"), []byte(kubeconfig), 0o600); err != nil {
 		return err
 	}
