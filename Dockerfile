@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # Two targets:
-#   docker build --target extension   -t <registry>/nodeinit-agent:<v> .      (Talos system extension, FROM scratch)
+#   docker build --target extension   --build-arg VERSION=<v> -t <registry>/nodeinit-agent:<v> .   (Talos system extension, FROM scratch)
 #   docker build --target coordinator -t <registry>/nodeinit-coordinator:<v> .
 #   docker build --target agent-pod   -t <registry>/nodeinit-agent-pod:<v> .   (static-pod fallback)
 # Without Docker, `make extension` produces the same extension layout with Go tooling, and
@@ -20,11 +20,12 @@ RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath \
       -ldflags "-s -w -X github.com/talos-nodeinit/talos-nodeinit/pkg/version.Version=${VERSION}" \
       -o /out/nodeinit-coordinator ./coordinator
+# The extension's root, written by the same code as `make extension`: the
+# manifest stamped with VERSION, the service spec, the binary and its SBOM.
+RUN go run ./hack/extension -stage /out/extension -binary /out/nodeinit-agent -version ${VERSION}
 
 FROM scratch AS extension
-COPY manifest.yaml /manifest.yaml
-COPY extension/nodeinit-agent.yaml /rootfs/usr/local/etc/containers/nodeinit-agent.yaml
-COPY --from=build /out/nodeinit-agent /rootfs/usr/local/lib/containers/nodeinit-agent/nodeinit-agent
+COPY --from=build /out/extension/ /
 
 # The static-pod fallback (extension/patches/static-pod.yaml) needs the agent
 # as an ordinary container image.

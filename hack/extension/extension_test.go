@@ -1,6 +1,9 @@
 package main
 
 import (
+	"encoding/json"
+	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -8,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/blang/semver/v4"
+	"golang.org/x/mod/modfile"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/extensions"
 	"github.com/siderolabs/talos/pkg/machinery/extensions/services"
 	"go.yaml.in/yaml/v3"
@@ -77,7 +82,7 @@ func TestExtensionImage(t *testing.T) {
 		t.Errorf("arm64 binary: %v %v", st, err)
 	}
 
-	imgs, err := ociimage.ReadLayout(filepath.Join(out, "oci"))
+	imgs, err := ociimage.ReadLayout(filepath.Join(out, "oci"), "v0.1.0-test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +97,7 @@ func TestExtensionImage(t *testing.T) {
 		for _, f := range files {
 			paths = append(paths, f.Path)
 		}
-		for _, want := range []string{ManifestPath, ServiceSpecPath, BinaryPath} {
+		for _, want := range []string{ManifestPath, ServiceSpecPath, BinaryPath, SBOMPath} {
 			if !slices.Contains(paths, want) {
 				t.Errorf("%s image lacks %s: %v", pi.Platform.Architecture, want, paths)
 			}
@@ -103,13 +108,114 @@ func TestExtensionImage(t *testing.T) {
 		t.Errorf("platforms %v", arches)
 	}
 
+	checkSBOM(t, out)
+	checkDockerfileStage(t, out)
+}
+
+// The SBOM sits where Talos reads extension SBOMs, and lists what Talos's
+// SBOMItem controller decodes: the agent at its release with the project's
+// license, Go, and the modules linked in at the versions go.mod pins.
+func checkSBOM(t *testing.T, out string) {
+	if filepath.Dir("/"+SBOMPath) != "/rootfs"+constants.ExtensionSPDXPath {
+		t.Errorf("SBOM at /%s; Talos reads %s", SBOMPath, constants.ExtensionSPDXPath)
+	}
+	if !strings.HasSuffix(SBOMPath, ".spdx.json") {
+		t.Errorf("Talos skips SBOM files not named *.spdx.json: %s", SBOMPath)
+	}
+	data, err := os.ReadFile(filepath.Join(out, "arm64", SBOMPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		SPDXVersion string `json:"spdxVersion"`
+		Packages    []struct {
+			Name         string `json:"name"`
+			Version      string `json:"versionInfo"`
+			License      string `json:"licenseDeclared"`
+			ExternalRefs []struct {
+				Type    string `json:"referenceType"`
+				Locator string `json:"referenceLocator"`
+			} `json:"externalRefs"`
+		} `json:"packages"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("SBOM: %v", err)
+	}
+	gomod, err := os.ReadFile("go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mf, err := modfile.Parse("go.mod", gomod, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned := map[string]string{}
+	for _, r := range mf.Require {
+		pinned[r.Mod.Path] = r.Mod.Version
+	}
+	got := map[string]string{}
+	for _, p := range doc.Packages {
+		got[p.Name] = p.Version
+		if len(p.ExternalRefs) == 0 || p.ExternalRefs[0].Type != "purl" || !strings.HasPrefix(p.ExternalRefs[0].Locator, "pkg:golang/") {
+			t.Errorf("SBOM package %s has no Go purl: %+v", p.Name, p.ExternalRefs)
+		}
+		if p.Name == "nodeinit-agent" && p.License != License {
+			t.Errorf("the agent's declared license is %q, want %s", p.License, License)
+		}
+	}
+	if doc.SPDXVersion != "SPDX-2.3" || got["nodeinit-agent"] != "v0.1.0-test" || got["go"] == "" {
+		t.Errorf("SBOM %s: agent %q, go %q", doc.SPDXVersion, got["nodeinit-agent"], got["go"])
+	}
+	for _, m := range []string{"k8s.io/client-go", "github.com/siderolabs/talos/pkg/machinery", "github.com/cosi-project/runtime"} {
+		if got[m] == "" || got[m] != pinned[m] {
+			t.Errorf("SBOM lists %s at %q; go.mod pins %q", m, got[m], pinned[m])
+		}
+	}
+}
+
+// The Dockerfile's extension target copies what `-stage` writes, run as its
+// build stage runs it; that is byte for byte `make extension`'s image root.
+func checkDockerfileStage(t *testing.T, out string) {
 	dockerfile, err := os.ReadFile("Dockerfile")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{ManifestPath, ServiceSpecPath, BinaryPath} {
-		if !strings.Contains(string(dockerfile), " /"+p+"\n") {
-			t.Errorf("the Dockerfile's extension target does not write /%s", p)
+	for _, line := range []string{
+		"RUN go run ./hack/extension -stage /out/extension -binary /out/nodeinit-agent -version ${VERSION}\n",
+		"FROM scratch AS extension\nCOPY --from=build /out/extension/ /\n\n",
+	} {
+		if !strings.Contains(string(dockerfile), line) {
+			t.Errorf("the Dockerfile does not say %q", line)
 		}
 	}
+	staged := t.TempDir()
+	if err := stage(staged, filepath.Join(out, "amd64", BinaryPath), "v0.1.0-test"); err != nil {
+		t.Fatal(err)
+	}
+	want, got := tree(t, filepath.Join(out, "amd64")), tree(t, staged)
+	if !maps.Equal(want, got) {
+		t.Errorf("-stage wrote %d files, make extension %d, or their contents differ", len(got), len(want))
+	}
+}
+
+// tree maps each regular file under root to its mode and contents.
+func tree(t *testing.T, root string) map[string]string {
+	files := map[string]string{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		rel, _ := filepath.Rel(root, p)
+		files[rel] = info.Mode().String() + string(data)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
 }

@@ -6,12 +6,18 @@
 //	<out>/oci/                an OCI image layout with a two-platform index
 //	<out>/nodeinit-agent-<arch>.tar   one docker-format tarball per platform
 //
-// `crane push --index <out>/oci <registry>/nodeinit-agent:<version>` publishes
-// it; Talos's imager takes the pushed reference with --system-extension-image.
+// `skopeo copy --all oci:<out>/oci:<version> docker://<registry>/nodeinit-agent:<version>`
+// publishes it; Talos's imager takes the pushed reference with
+// --system-extension-image.
+//
+// With -stage DIR -binary FILE it only writes one image root for a binary
+// built elsewhere: the Dockerfile's extension target copies exactly that,
+// so both builds stamp the same version and carry the same SBOM.
 package main
 
 import (
 	"bytes"
+	"debug/buildinfo"
 	"flag"
 	"fmt"
 	"os"
@@ -21,6 +27,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/talos-nodeinit/talos-nodeinit/hack/internal/ociimage"
+	"github.com/talos-nodeinit/talos-nodeinit/hack/internal/spdx"
 )
 
 // The image layout, as the Dockerfile's extension target writes it too.
@@ -28,14 +35,27 @@ const (
 	ManifestPath    = "manifest.yaml"
 	ServiceSpecPath = "rootfs/usr/local/etc/containers/nodeinit-agent.yaml"
 	BinaryPath      = "rootfs/usr/local/lib/containers/nodeinit-agent/nodeinit-agent"
+	// SBOMPath is where Talos looks for an extension's SPDX documents
+	// (constants.ExtensionSPDXPath) and lists them in `talosctl get sbom`.
+	SBOMPath = "rootfs/usr/local/share/spdx/nodeinit-agent.spdx.json"
+	// License is the project's license (LICENSE), declared in the SBOM.
+	License = "Apache-2.0"
 )
 
 func main() {
 	out := flag.String("out", "bin/extension", "output `DIR`")
 	version := flag.String("version", "dev", "version stamped into the binary and manifest")
 	repo := flag.String("image", "ghcr.io/talos-nodeinit/nodeinit-agent", "image name for the tarballs' tag")
+	stageDir := flag.String("stage", "", "only write the image root for -binary into `DIR` (the Dockerfile's extension target)")
+	binary := flag.String("binary", "", "with -stage: the nodeinit-agent `FILE` already built")
 	flag.Parse()
-	if err := build(*out, *version, *repo); err != nil {
+	var err error
+	if *stageDir != "" {
+		err = stage(*stageDir, *binary, *version)
+	} else {
+		err = build(*out, *version, *repo)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "extension:", err)
 		os.Exit(1)
 	}
@@ -51,10 +71,63 @@ func content(binary []byte, version string) ([]ociimage.File, error) {
 	if err != nil {
 		return nil, err
 	}
+	release := "v0.1.0"
 	if version != "dev" {
 		manifest = bytes.Replace(manifest, []byte("version: v0.1.0"), []byte("version: "+version), 1)
+		release = version
 	}
-	return []ociimage.File{{Path: ManifestPath, Mode: 0o644, Data: manifest}, {Path: ServiceSpecPath, Mode: 0o644, Data: spec}, {Path: BinaryPath, Mode: 0o755, Data: binary}}, nil
+	bi, err := buildinfo.Read(bytes.NewReader(binary))
+	if err != nil {
+		return nil, fmt.Errorf("the agent binary has no Go build information for its SBOM: %w", err)
+	}
+	doc, err := spdx.For(spdx.Binary{Name: "nodeinit-agent", Version: release, License: License,
+		Namespace: "https://github.com/talos-nodeinit/talos-nodeinit/spdx"}, bi)
+	if err != nil {
+		return nil, err
+	}
+	sbom, err := doc.JSON()
+	if err != nil {
+		return nil, err
+	}
+	return []ociimage.File{
+		{Path: ManifestPath, Mode: 0o644, Data: manifest},
+		{Path: ServiceSpecPath, Mode: 0o644, Data: spec},
+		{Path: BinaryPath, Mode: 0o755, Data: binary},
+		{Path: SBOMPath, Mode: 0o644, Data: sbom},
+	}, nil
+}
+
+// writeRoot writes files under root, replacing what was there.
+func writeRoot(root string, files []ociimage.File) error {
+	if err := os.RemoveAll(root); err != nil {
+		return err
+	}
+	for _, f := range files {
+		p := filepath.Join(root, f.Path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, f.Data, os.FileMode(f.Mode)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stage writes the image root for an agent binary built elsewhere.
+func stage(dir, binaryFile, version string) error {
+	if binaryFile == "" {
+		return fmt.Errorf("-stage needs -binary FILE")
+	}
+	binary, err := os.ReadFile(binaryFile)
+	if err != nil {
+		return err
+	}
+	files, err := content(binary, version)
+	if err != nil {
+		return err
+	}
+	return writeRoot(dir, files)
 }
 
 func build(out, version, repo string) error {
@@ -74,16 +147,8 @@ func build(out, version, repo string) error {
 		if err != nil {
 			return err
 		}
-		root := filepath.Join(out, arch)
-		_ = os.RemoveAll(root)
-		for _, f := range files {
-			p := filepath.Join(root, f.Path)
-			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-				return err
-			}
-			if err := os.WriteFile(p, f.Data, os.FileMode(f.Mode)); err != nil {
-				return err
-			}
+		if err := writeRoot(filepath.Join(out, arch), files); err != nil {
+			return err
 		}
 		img, err := ociimage.Image(files, arch, v1.Config{})
 		if err != nil {
@@ -94,7 +159,7 @@ func build(out, version, repo string) error {
 		}
 		imgs = append(imgs, img)
 	}
-	if err := ociimage.WriteLayout(filepath.Join(out, "oci"), imgs...); err != nil {
+	if err := ociimage.WriteLayout(filepath.Join(out, "oci"), ociimage.RefName(version), imgs...); err != nil {
 		return err
 	}
 	fmt.Printf("extension %s written to %s (oci/, %s/, nodeinit-agent-<arch>.tar)\n", version, out, strings.Join(ociimage.Arches, "/, "))

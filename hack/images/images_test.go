@@ -87,7 +87,7 @@ func TestImagesMatchDockerfile(t *testing.T) {
 		if want == nil {
 			t.Fatalf("the Dockerfile has no FROM scratch AS %s", target.Dockerfile)
 		}
-		imgs, err := ociimage.ReadLayout(filepath.Join(out, target.Image))
+		imgs, err := ociimage.ReadLayout(filepath.Join(out, target.Image), version)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -74,7 +74,7 @@ func build(out, version, registry string) error {
 			}
 			imgs = append(imgs, img)
 		}
-		if err := ociimage.WriteLayout(filepath.Join(out, t.Image), imgs...); err != nil {
+		if err := ociimage.WriteLayout(filepath.Join(out, t.Image), ociimage.RefName(version), imgs...); err != nil {
 			return err
 		}
 		fmt.Printf("%s written to %s/%s/ and %s-<arch>.tar\n", ref, out, t.Image, t.Image)

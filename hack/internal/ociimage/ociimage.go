@@ -1,7 +1,8 @@
 // Package ociimage builds the project's FROM-scratch images without Docker,
 // with go-containerregistry: static binaries cross-compiled as the
 // Dockerfile's build stage does, one reproducible layer per platform, a
-// multi-platform OCI image layout (for `crane push --index`) and a
+// multi-platform OCI image layout (for `skopeo copy --all oci:DIR:TAG`,
+// `oras cp --from-oci-layout DIR:TAG` and `crane push DIR`) and a
 // docker-archive tarball per platform (for `docker load` and
 // `ctr images import`). Only the build tools under hack/ use it.
 package ociimage
@@ -16,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -92,7 +94,8 @@ func Image(files []File, arch string, config v1.Config) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	img, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), layer)
+	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	img, err := mutate.AppendLayers(base, layer)
 	if err != nil {
 		return nil, err
 	}
@@ -105,9 +108,17 @@ func Image(files []File, arch string, config v1.Config) (v1.Image, error) {
 	return mutate.ConfigFile(img, cfg)
 }
 
-// WriteLayout replaces dir with an OCI image layout whose index.json lists
-// imgs, each under the platform its config names.
-func WriteLayout(dir string, imgs ...v1.Image) error {
+// RefNameAnnotation names an image in an OCI layout's index.json: the tag
+// that skopeo's and oras's `DIR:TAG` references look up.
+const RefNameAnnotation = "org.opencontainers.image.ref.name"
+
+// RefName is the layout reference for a version: the tag a registry gets.
+func RefName(version string) string { return strings.TrimPrefix(version, "+") }
+
+// WriteLayout replaces dir with an OCI image layout whose index.json holds
+// one entry, annotated with ref as its ref.name: a multi-platform image
+// index listing imgs, each under the platform its config names.
+func WriteLayout(dir, ref string, imgs ...v1.Image) error {
 	var adds []mutate.IndexAddendum
 	for _, img := range imgs {
 		cfg, err := img.ConfigFile()
@@ -120,8 +131,11 @@ func WriteLayout(dir string, imgs ...v1.Image) error {
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
-	_, err := layout.Write(dir, idx)
-	return err
+	p, err := layout.Write(dir, mutate.IndexMediaType(empty.Index, types.OCIImageIndex))
+	if err != nil {
+		return err
+	}
+	return p.AppendIndex(idx, layout.WithAnnotations(map[string]string{RefNameAnnotation: ref}))
 }
 
 // PlatformImage is one entry of a multi-platform index.
@@ -130,12 +144,27 @@ type PlatformImage struct {
 	Image    v1.Image
 }
 
-// ReadLayout lists the images the index of the OCI layout at dir holds, in
-// its order.
-func ReadLayout(dir string) ([]PlatformImage, error) {
-	idx, err := layout.ImageIndexFromPath(dir)
+// ReadLayout lists the images of the image index that the OCI layout at dir
+// names ref, in its order.
+func ReadLayout(dir, ref string) ([]PlatformImage, error) {
+	top, err := layout.ImageIndexFromPath(dir)
 	if err != nil {
 		return nil, err
+	}
+	tm, err := top.IndexManifest()
+	if err != nil {
+		return nil, err
+	}
+	var idx v1.ImageIndex
+	for _, d := range tm.Manifests {
+		if d.Annotations[RefNameAnnotation] == ref && d.MediaType.IsIndex() {
+			if idx, err = top.ImageIndex(d.Digest); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if idx == nil {
+		return nil, fmt.Errorf("%s: no image index with %s=%q", dir, RefNameAnnotation, ref)
 	}
 	im, err := idx.IndexManifest()
 	if err != nil {
