@@ -11,11 +11,11 @@ import (
 	"testing"
 
 	"github.com/blang/semver/v4"
-	"golang.org/x/mod/modfile"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/extensions"
 	"github.com/siderolabs/talos/pkg/machinery/extensions/services"
 	"go.yaml.in/yaml/v3"
+	"golang.org/x/mod/modfile"
 
 	"github.com/talos-nodeinit/talos-nodeinit/hack/internal/ociimage"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/agentkey"

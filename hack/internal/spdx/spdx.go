@@ -76,7 +76,9 @@ type Binary struct {
 
 var invalidID = regexp.MustCompile(`[^a-zA-Z0-9.-]+`)
 
-func id(name string) string { return "SPDXRef-Package-" + strings.Trim(invalidID.ReplaceAllString(name, "-"), "-") }
+func id(name string) string {
+	return "SPDXRef-Package-" + strings.Trim(invalidID.ReplaceAllString(name, "-"), "-")
+}
 
 // For returns the document for a binary built with bi. The creation time
 // is the commit time Go stamped into the binary (vcs.time), or the Unix
