@@ -13,6 +13,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -334,16 +336,99 @@ func run(n int, scenarioFile string, keep bool, timeout time.Duration) error {
 	if err := printTables(ctx, admin); err != nil {
 		return err
 	}
+	if err := whatHappened(ctx, os.Stdout, admin, sc); err != nil {
+		return err
+	}
 	fmt.Printf("\nLogs: %s (coordinator.log, agent-<node>.log, machined.log)\n", dir)
+	if converged {
+		fmt.Printf("\n==> converged in %.1fs: every node initialized, every honest serving certificate issued, the hostile CSR denied\n", time.Since(began).Seconds())
+	}
 	if keep {
-		fmt.Printf("\nEverything keeps running. Try:\n  kubectl --kubeconfig %s get nodes -o wide\n  kubectl --kubeconfig %s get csr,events -A\nPress Ctrl-C to stop.\n", cluster.AdminKubeconfig(), cluster.AdminKubeconfig())
+		fmt.Print(keepCommands(cluster.AdminKubeconfig(), sc))
 		<-ctx.Done()
+	} else {
+		fmt.Println("\nThe cluster stops now. `make demo KEEP=1` keeps it running and prints kubectl commands to explore it.")
 	}
 	if !converged {
-		return fmt.Errorf("did not converge within %v: %s", timeout, last)
+		return fmt.Errorf("did not converge within %v: %s; the logs above say what each component waited for", timeout, last)
 	}
-	fmt.Printf("\n==> converged in %.1fs: every node initialized, every honest serving certificate issued, the hostile CSR denied\n", time.Since(began).Seconds())
 	return nil
+}
+
+// whatHappened tells which component did what, from the cluster's own
+// Events and CSRs.
+func whatHappened(ctx context.Context, w io.Writer, cs kubernetes.Interface, sc *Scenario) error {
+	events, err := cs.CoreV1().Events("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	count := map[string]int{}
+	for _, e := range events.Items {
+		who := e.Source.Component
+		if who == "" {
+			who = e.ReportingController
+		}
+		if strings.HasPrefix(who, "nodeinit") {
+			count[who+" "+e.Reason] += max(int(e.Count), 1)
+		}
+	}
+	csrs, err := cs.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	approved, denied := 0, 0
+	for _, c := range csrs.Items {
+		switch condition(c) {
+		case certificatesv1.CertificateApproved:
+			approved++
+		case certificatesv1.CertificateDenied:
+			denied++
+		}
+	}
+	var hostile []string
+	for _, n := range sc.Nodes {
+		if n.Hostile {
+			hostile = append(hostile, n.Name)
+		}
+	}
+	var reasons []string
+	for _, k := range slices.Sorted(maps.Keys(count)) {
+		reasons = append(reasons, fmt.Sprintf("%s ×%d", k, count[k]))
+	}
+	fmt.Fprintf(w, `
+What just happened
+  nodeinit-agent, one per node, as the Talos extension service ext-nodeinit-agent, with that
+    node's own kubelet credentials: read platform metadata from machined's socket and addresses
+    from the kernel; set the node's providerID, addresses and rule labels; published its facts
+    and its agent key on its Node; signed an attestation for its kubelet's serving CSR.
+  nodeinit-coordinator, leader-elected in kube-system, as its ServiceAccount: allocated pod
+    CIDRs (IPv4 from the pool, IPv6 from each node's own prefix); granted the labels a node may
+    not set itself (node-role.kubernetes.io/web, node.cloudprovider.kubernetes.io/*); removed
+    the uninitialized taint; approved %d serving CSRs and denied %d (%s asked for another
+    node's address).
+  Events, by component and reason: %s
+`, approved, denied, strings.Join(hostile, ", "), strings.Join(reasons, ", "))
+	return nil
+}
+
+// keepCommands are ready to paste while the demo keeps running.
+func keepCommands(kubeconfig string, sc *Scenario) string {
+	node := sc.Nodes[0].Name
+	return fmt.Sprintf(`
+Everything keeps running. In another shell:
+
+  export KUBECONFIG=%s
+  kubectl get nodes -o wide
+  kubectl get nodes -o custom-columns=NAME:.metadata.name,PROVIDER-ID:.spec.providerID,POD-CIDRS:.spec.podCIDRs,TAINTS:.spec.taints[*].key
+  kubectl get nodes -L topology.kubernetes.io/zone,node.cloudprovider.kubernetes.io/platform,node-role.kubernetes.io/web
+  kubectl describe node %s                 # its Events: Initialized, with pod CIDRs and granted labels
+  kubectl get csr                              # Approved and Denied serving CSRs
+  kubectl get events -A --sort-by=.lastTimestamp
+  kubectl get noderecords                      # what the coordinator recorded per node
+  kubectl -n kube-system get lease nodeinit-coordinator -o yaml
+
+Press Ctrl-C to stop.
+`, kubeconfig, node)
 }
 
 // progress checks the scenario's expectations: every node initialized with

@@ -111,6 +111,12 @@ reuse() {
 	return 1
 }
 
+failed() {
+	kill $ticker 2>/dev/null || true
+	echo "kube-tools: building $1 failed (above). It needs the Go module proxy (go env GOPROXY) and about 2 GiB of free memory; rerun 'make kube-tools', which keeps what was built." >&2
+	exit 1
+}
+
 build=()
 for b in "${todo[@]}"; do reuse "$b" || build+=("$b"); done
 if [ ${#build[@]} -gt 0 ]; then
@@ -121,11 +127,15 @@ if [ ${#build[@]} -gt 0 ]; then
 	for b in "${build[@]}"; do
 		t0=$(date +%s)
 		echo "kube-tools: [$((++n))/${#build[@]}] $b ..." >&2
+		# A line every 30 s, so a long compile never looks stuck.
+		( while sleep 30; do echo "kube-tools: [$n/${#build[@]}] $b still building, $(($(date +%s) - t0))s so far (cold: etcd ~10s, kube-controller-manager ~75s, the others 4-5 min)" >&2; done ) &
+		ticker=$!
 		if [ "$b" = etcd ]; then
-			go build -trimpath -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=$etcd_version" -o "$tmp/$b" ./cmd/etcd
+			go build -trimpath -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=$etcd_version" -o "$tmp/$b" ./cmd/etcd || failed "$b"
 		else
-			go build -trimpath -ldflags "$ldflags" -o "$tmp/$b" "$(pkg "$b")"
+			go build -trimpath -ldflags "$ldflags" -o "$tmp/$b" "$(pkg "$b")" || failed "$b"
 		fi
+		kill $ticker 2>/dev/null; wait $ticker 2>/dev/null || true
 		mv "$tmp/$b" "$dest/$b"
 		echo "kube-tools: [$n/${#build[@]}] $b built in $(($(date +%s) - t0))s" >&2
 	done
