@@ -15,7 +15,7 @@ KT = KUBE_TOOLS_DIR=$$(hack/kube-tools/build.sh 2>/dev/null)
 .PHONY: help build test test-compat fuzz lint kube-tools demo clean bench-units bench bench-scale extension images
 
 help: ## list targets
-	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
 
 build: ## static nodeinit-agent and nodeinit-coordinator binaries in ./bin
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/nodeinit-agent ./agent
@@ -50,7 +50,7 @@ bench-units: kube-tools ## component benchmarks that print figures: allocator, a
 	$(KT) $(GO) test -run '^$$' -bench Footprint -benchtime 1x ./agent
 
 QUIET ?= 60s
-bench: kube-tools ## join storm of N nodes on a real control plane: latencies, writes per node, CPU, floor (N=500 QUIET=60s)
+bench: kube-tools ## join storm of N nodes on a real control plane: latencies, writes per node, CPU, floor (N=100 QUIET=60s)
 	$(KT) $(GO) run ./hack/bench -nodes $(or $(N),100) -quiet $(QUIET)
 
 bench-scale: kube-tools ## 5,000 initialized Nodes, then the coordinator, then 500 joins: RSS, leader→ready, allocation time

@@ -75,9 +75,19 @@ func TestPatchesApplyAndValidate(t *testing.T) {
 			t.Errorf("%s config with %v: %v", tc.typ, tc.patches, err)
 		}
 
+		// Talos itself starts the kubelet with --cloud-provider=external
+		// when the external cloud provider is on (kubelet_spec.go,
+		// CloudProviderExternal), and the API server and controller manager
+		// too; the patch sets only what Talos does not.
+		if !cfg.Cluster().ExternalCloudProvider().Enabled() {
+			t.Errorf("%s: cluster.externalCloudProvider.enabled is off", tc.typ)
+		}
 		args := cfg.Machine().Kubelet().ExtraArgs()
-		if !slices.Equal(args["cloud-provider"], []string{"external"}) || !slices.Equal(args["rotate-server-certificates"], []string{"true"}) {
-			t.Errorf("kubelet extraArgs %v", args)
+		if !slices.Equal(args["rotate-server-certificates"], []string{"true"}) {
+			t.Errorf("kubelet extraArgs %v: want rotate-server-certificates", args)
+		}
+		if _, set := args["cloud-provider"]; set {
+			t.Errorf("kubelet extraArgs %v: cloud-provider is Talos's to set, from externalCloudProvider", args)
 		}
 		var found bool
 		// The ExtensionServiceConfig document on its own, as Talos loads it.
@@ -194,17 +204,28 @@ func TestKubeletConfigDocumentTalos114(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var doc kubeletConfig114
+	type clusterDoc struct {
+		Cluster struct {
+			ExternalCloudProvider struct {
+				Enabled bool `yaml:"enabled"`
+			} `yaml:"externalCloudProvider"`
+		} `yaml:"cluster"`
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
+	var v1alpha1 clusterDoc
+	var doc kubeletConfig114
+	if err := dec.Decode(&v1alpha1); err != nil {
+		t.Fatalf("the v1alpha1 document: %v", err)
+	}
 	if err := dec.Decode(&doc); err != nil {
-		t.Fatal(err)
+		t.Fatalf("the KubeletConfig document: %v", err)
+	}
+	if !v1alpha1.Cluster.ExternalCloudProvider.Enabled {
+		t.Error("cluster.externalCloudProvider.enabled is off")
 	}
 	if doc.APIVersion != "v1alpha1" || doc.Kind != "KubeletConfig" || doc.Image == "" {
 		t.Errorf("document %+v: want apiVersion v1alpha1, kind KubeletConfig and an image", doc)
-	}
-	if doc.ExtraArgs["cloud-provider"] != "external" || doc.ExtraArgs["rotate-server-certificates"] != "true" {
-		t.Errorf("extraArgs %v", doc.ExtraArgs)
 	}
 	// The v1alpha1 form must say the same.
 	legacy, err := os.ReadFile("patches/kubelet.yaml")
@@ -212,7 +233,8 @@ func TestKubeletConfigDocumentTalos114(t *testing.T) {
 		t.Fatal(err)
 	}
 	var v1 struct {
-		Machine struct {
+		clusterDoc `yaml:",inline"`
+		Machine    struct {
 			Kubelet struct {
 				ExtraArgs map[string]string `yaml:"extraArgs"`
 			} `yaml:"kubelet"`
@@ -221,7 +243,10 @@ func TestKubeletConfigDocumentTalos114(t *testing.T) {
 	if err := yaml.Unmarshal(legacy, &v1); err != nil {
 		t.Fatal(err)
 	}
-	if !maps.Equal(v1.Machine.Kubelet.ExtraArgs, doc.ExtraArgs) {
-		t.Errorf("the two forms differ: %v vs %v", v1.Machine.Kubelet.ExtraArgs, doc.ExtraArgs)
+	if !maps.Equal(v1.Machine.Kubelet.ExtraArgs, doc.ExtraArgs) || v1.Cluster != v1alpha1.Cluster {
+		t.Errorf("the two forms differ: %+v vs %+v %v", v1, v1alpha1, doc.ExtraArgs)
+	}
+	if doc.ExtraArgs["rotate-server-certificates"] != "true" || doc.ExtraArgs["cloud-provider"] != "" {
+		t.Errorf("extraArgs %v: want rotate-server-certificates only (Talos sets cloud-provider)", doc.ExtraArgs)
 	}
 }
