@@ -23,8 +23,9 @@ const CoordinatorImage = "ghcr.io/talos-nodeinit/nodeinit-coordinator"
 func main() {
 	deploy := flag.String("deploy", "../../coordinator/deploy", "the kustomization `DIR` to render")
 	out := flag.String("out", "../../bin/manifests", "output `DIR`")
+	image := flag.String("image", CoordinatorImage, "the `REPOSITORY` you pushed the coordinator image to; the tag is the release")
 	flag.Parse()
-	files, err := Write(*deploy, *out, CoordinatorImage)
+	files, err := Write(*deploy, *out, CoordinatorImage, *image)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "manifests: %v\n", err)
 		os.Exit(1)

@@ -44,7 +44,7 @@ const (
 func outputs(t *testing.T) (manifest, patch []byte) {
 	t.Helper()
 	dir := t.TempDir()
-	if _, err := Write(deployDir, dir, CoordinatorImage); err != nil {
+	if _, err := Write(deployDir, dir, CoordinatorImage, ""); err != nil {
 		t.Fatal(err)
 	}
 	manifest, err := os.ReadFile(filepath.Join(dir, "nodeinit-coordinator.yaml"))
@@ -529,5 +529,33 @@ func TestChartValues(t *testing.T) {
 			objs := objects(t, "chart", out)
 			tc.check(t, objs, deployment(t, objs))
 		})
+	}
+}
+
+// make manifests IMAGE=REPO points the rendered Deployment, and the Talos
+// patch's copy, at the repository the user pushed to, keeping the release
+// tag; anything but a plain repository is refused with what to write.
+func TestPushedImage(t *testing.T) {
+	deployDir, err := filepath.Abs("../../coordinator/deploy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, err := Write(deployDir, dir, CoordinatorImage, "registry.example.com:5000/team/nodeinit-coordinator"); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"nodeinit-coordinator.yaml", "talos-patch.yaml"} {
+		data, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(data, []byte("image: registry.example.com:5000/team/nodeinit-coordinator:v0.1.0\n")) || bytes.Contains(data, []byte(CoordinatorImage+":")) {
+			t.Errorf("%s does not run the pushed image at the release tag", f)
+		}
+	}
+	for _, bad := range []string{"registry.example.com/x:v1", "Registry.example.com/x", "x@sha256:abc", "registry.example.com/x y", "nodeinit"} {
+		if _, err := Write(deployDir, t.TempDir(), CoordinatorImage, bad); err == nil || !strings.Contains(err.Error(), "want a repository without a tag") {
+			t.Errorf("IMAGE=%q: err = %v", bad, err)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 
 	"go.yaml.in/yaml/v3"
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -136,9 +137,15 @@ func IPAMEnabled(rendered []byte) (bool, error) {
 	}
 }
 
+// repository is an image repository without tag or digest:
+// host[:port]/path, lower case.
+var repository = regexp.MustCompile(`^[a-z0-9]+([._-][a-z0-9]+)*(\.[a-z0-9-]+)*(:[0-9]+)?(/[a-z0-9]+([._-]|__|[-]*[a-z0-9]+)*)+$`)
+
 // Write renders deployDir into outDir: nodeinit-coordinator.yaml and
-// talos-patch.yaml.
-func Write(deployDir, outDir, image string) (files []string, err error) {
+// talos-patch.yaml. image is the coordinator image the kustomization names;
+// pushedTo, when not empty, is the repository the rendered Deployment pulls
+// it from instead (the tag stays the release).
+func Write(deployDir, outDir, image, pushedTo string) (files []string, err error) {
 	k, err := os.ReadFile(filepath.Join(deployDir, "kustomization.yaml"))
 	if err != nil {
 		return nil, err
@@ -153,6 +160,12 @@ func Write(deployDir, outDir, image string) (files []string, err error) {
 	}
 	if !bytes.Contains(rendered, []byte("image: "+image+":"+release+"\n")) {
 		return nil, fmt.Errorf("the rendered Deployment does not run %s:%s", image, release)
+	}
+	if pushedTo != "" && pushedTo != image {
+		if !repository.MatchString(pushedTo) {
+			return nil, fmt.Errorf("IMAGE=%q: want a repository without a tag, like registry.example.com/nodeinit-coordinator (the tag is the release, %s)", pushedTo, release)
+		}
+		rendered = bytes.ReplaceAll(rendered, []byte("image: "+image+":"+release+"\n"), []byte("image: "+pushedTo+":"+release+"\n"))
 	}
 	allocates, err := IPAMEnabled(rendered)
 	if err != nil {
