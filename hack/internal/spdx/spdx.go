@@ -140,3 +140,48 @@ func orNoAssertion(s string) string {
 	}
 	return s
 }
+
+// TalosItem is what Talos's SBOMItemController keeps of one package: the
+// fields of an SBOMItem resource (`talosctl get sbom`).
+type TalosItem struct {
+	Name, Version, License string
+	PURLs, CPEs            []string
+}
+
+// AsTalosReads decodes an SPDX JSON document the way Talos's
+// SBOMItemController does (internal/app/machined/pkg/controllers/runtime,
+// sbom_item.go): only name, versionInfo, licenseDeclared (NOASSERTION is
+// no license) and the purl and cpe23Type external references.
+func AsTalosReads(data []byte) ([]TalosItem, error) {
+	var doc struct {
+		Packages []struct {
+			Name         string `json:"name"`
+			Version      string `json:"versionInfo"`
+			License      string `json:"licenseDeclared"`
+			ExternalRefs []struct {
+				Type    string `json:"referenceType"`
+				Locator string `json:"referenceLocator"`
+			} `json:"externalRefs"`
+		} `json:"packages"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return nil, err
+	}
+	items := make([]TalosItem, 0, len(doc.Packages))
+	for _, p := range doc.Packages {
+		it := TalosItem{Name: p.Name, Version: p.Version}
+		if p.License != "NOASSERTION" {
+			it.License = p.License
+		}
+		for _, r := range p.ExternalRefs {
+			switch r.Type {
+			case "purl":
+				it.PURLs = append(it.PURLs, r.Locator)
+			case "cpe23Type":
+				it.CPEs = append(it.CPEs, r.Locator)
+			}
+		}
+		items = append(items, it)
+	}
+	return items, nil
+}

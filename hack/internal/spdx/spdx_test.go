@@ -1,7 +1,6 @@
 package spdx
 
 import (
-	"encoding/json"
 	"regexp"
 	"runtime/debug"
 	"testing"
@@ -25,34 +24,22 @@ func TestFor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// What Talos's SBOMItemController decodes.
-	var talos struct {
-		Packages []struct {
-			Name         string `json:"name"`
-			Version      string `json:"versionInfo"`
-			License      string `json:"licenseDeclared"`
-			ExternalRefs []struct {
-				Type    string `json:"referenceType"`
-				Locator string `json:"referenceLocator"`
-			} `json:"externalRefs"`
-		} `json:"packages"`
-	}
-	if err := json.Unmarshal(data, &talos); err != nil {
+	items, err := AsTalosReads(data)
+	if err != nil {
 		t.Fatal(err)
 	}
 	want := []struct{ name, version, license, purl string }{
 		{"agent", "v0.1.0", "Apache-2.0", "pkg:golang/example.com/agent@v0.1.0"},
-		{"go", "1.26.0", "NOASSERTION", "pkg:golang/stdlib@go1.26.0"},
-		{"k8s.io/client-go", "v0.36.3", "NOASSERTION", "pkg:golang/k8s.io/client-go@v0.36.3"},
-		{"example.com/fork", "v1.0.1", "NOASSERTION", "pkg:golang/example.com/fork@v1.0.1"},
+		{"go", "1.26.0", "", "pkg:golang/stdlib@go1.26.0"},
+		{"k8s.io/client-go", "v0.36.3", "", "pkg:golang/k8s.io/client-go@v0.36.3"},
+		{"example.com/fork", "v1.0.1", "", "pkg:golang/example.com/fork@v1.0.1"},
 	}
-	if len(talos.Packages) != len(want) {
-		t.Fatalf("%d packages, want %d: %s", len(talos.Packages), len(want), data)
+	if len(items) != len(want) {
+		t.Fatalf("%d packages, want %d: %s", len(items), len(want), data)
 	}
 	for i, w := range want {
-		p := talos.Packages[i]
-		if p.Name != w.name || p.Version != w.version || p.License != w.license || len(p.ExternalRefs) != 1 ||
-			p.ExternalRefs[0].Type != "purl" || p.ExternalRefs[0].Locator != w.purl {
+		p := items[i]
+		if p.Name != w.name || p.Version != w.version || p.License != w.license || len(p.PURLs) != 1 || p.PURLs[0] != w.purl || len(p.CPEs) != 0 {
 			t.Errorf("package %d = %+v, want %+v", i, p, w)
 		}
 	}
