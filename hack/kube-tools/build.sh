@@ -77,6 +77,7 @@ if [ ${#todo[@]} -eq 0 ]; then
 	exit 0
 fi
 mkdir -p "$dest"
+echo "kube-tools: Kubernetes $k8s_version: $(echo "${todo[@]}") not cached yet; resolving modules (the first time this downloads them from the Go module proxy, a minute or two), then building" >&2
 tmp=$(mktemp -d "$cache_root/.build-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 cd "$mod"
