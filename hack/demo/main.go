@@ -193,6 +193,9 @@ func run(n int, scenarioFile string, keep bool, timeout time.Duration) error {
 	if _, err := os.Stat("coordinator/deploy/rbac.yaml"); err != nil {
 		return errors.New("run the demo from the repository root (make demo)")
 	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		return errors.New("the demo needs the ip command for its network namespaces: install iproute2 (apt-get install iproute2)")
+	}
 	sc, err := loadScenario(scenarioFile, n)
 	if err != nil {
 		return err
