@@ -6,8 +6,8 @@
 // agent key it enrolled, and the names of the serving certificate it last
 // approved.
 //
-// record.go is the data and its wire form; claims.go and grants.go are the
-// pure decisions; store.go is the I/O edge.
+// record.go is the data and its wire form; claims.go holds the pure
+// decisions; store.go is the I/O edge.
 package records
 
 import (

@@ -3,7 +3,7 @@ package contract
 import "strings"
 
 // kubeletLabels are the kubernetes.io keys NodeRestriction lets a node set on
-// itself (k8s.io/kubelet/pkg/apis.IsKubeletLabel, v1.34).
+// itself (k8s.io/kubelet/pkg/apis.IsKubeletLabel; the same from v1.31 to v1.36).
 var kubeletLabels = map[string]bool{
 	"kubernetes.io/hostname":                   true,
 	"topology.kubernetes.io/zone":              true,
@@ -25,7 +25,7 @@ var kubeletLabelNamespaces = []string{"kubelet.kubernetes.io", "node.kubernetes.
 // NodeMaySetLabel reports whether the NodeRestriction admission plugin lets
 // a node identity add, change or remove the label key on its own Node object.
 //
-// It mirrors kube-apiserver v1.34: node-restriction.kubernetes.io keys are
+// It mirrors kube-apiserver (1.31 to 1.36; TestNodeIdentityLimits checks it): node-restriction.kubernetes.io keys are
 // always refused; other kubernetes.io and k8s.io keys are refused unless they
 // are kubelet labels; every other key (custom domains, unprefixed) is allowed.
 // The integration table in pkg/harness/testcluster checks it against a real API server.
