@@ -67,6 +67,7 @@ lint: ## gofmt check, go vet, and the binaries import no test harness or fake
 
 demo: kube-tools ## real control plane + coordinator + N simulated Talos nodes running the real agent (N=4, KEEP=1); REAL_NODE=1: watch real kubelets join (make e2e, logs kept)
 ifeq ($(REAL_NODE),)
+	@echo "==> compiling the demo (the first time about a minute, with its modules)"
 	$(KT) $(GO) run ./hack/demo $(if $(N),-nodes $(N))
 else
 	REALNODE_KEEP_DIR=1 $(MAKE) e2e
