@@ -212,25 +212,6 @@ func loadRules(path string, optional bool) (*rules.Rules, error) {
 	return rs, err
 }
 
-func validate(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("validate", "Usage: nodeinit-agent validate --rules FILE\n\nCheck a rules file: exit 0 when it is valid, 1 with every error otherwise.", stderr)
-	file := fs.String("rules", "", "the rules `FILE` to check")
-	if code, stop := parse(fs, args); stop {
-		return code
-	}
-	if *file == "" {
-		fmt.Fprintln(stderr, "validate: --rules FILE is required")
-		return 2
-	}
-	rs, err := rules.LoadFile(*file)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: invalid:\n%v\n", *file, err)
-		return 1
-	}
-	fmt.Fprintf(stdout, "%s: OK, %d rules %q\n", *file, len(rs.Names()), rs.Names())
-	return 0
-}
-
 func explainCmd(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("explain", "Usage: nodeinit-agent explain --platform-metadata FILE [flags]\n\nPrint exactly what `run` would write for a node with these facts, without a cluster.", stderr)
 	rulesFile := fs.String("rules", "", "the rules `FILE` (none when empty)")

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -308,4 +309,57 @@ func procMemory(t testing.TB, pid int) (rss, hwm float64) {
 		}
 	}
 	return rss, hwm
+}
+
+// TestValidateFilesUsersHave: validate reads the files users have, under
+// --rules-file (run's spelling) or the older --rules, and every problem is
+// reported at its file, line and column with a fix; exit 1 on any.
+func TestValidateFilesUsersHave(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want []string
+	}{
+		{"the shipped ExtensionServiceConfig", []string{"--rules-file", "../extension/patches/rules.yaml"}, 0,
+			[]string{"../extension/patches/rules.yaml: OK: ExtensionServiceConfig nodeinit-agent", `1 rules ["transformations[0] (web-nodes)"]`}},
+		{"the deprecated --rules spelling", []string{"--rules", "../extension/patches/rules.yaml"}, 0, []string{"OK"}},
+		{"a machine config", []string{"--rules-file", "../pkg/rulesource/testdata/machineconfig-worker.yaml"}, 0, []string{"OK: Talos machine config"}},
+		{"Talos CCM's ConfigMap", []string{"--rules-file", "../pkg/rulesource/testdata/talos-ccm-configmap.yaml"}, 0, []string{"OK: Talos CCM ConfigMap"}},
+		{"Talos CCM's development config", []string{"--rules-file", "../pkg/rules/testdata/talos-ccm/hack-ccm-config.yaml"}, 0, []string{"OK: rules file"}},
+		{"Talos CCM's documented config", []string{"--rules-file", "../pkg/rules/testdata/talos-ccm/config-md-quoted.yaml"}, 1, []string{
+			"config-md-quoted.yaml:6:3: global: unknown key \"PreferIPv6\"; keys are case-sensitive: write preferIPv6",
+			"config-md-quoted.yaml:71:7: transformations[1] (web-nodes): features.publicIPDiscovery: not supported",
+			"nodeinit-agent migrate --from-talos-ccm",
+		}},
+		{"label value with spaces", []string{"--rules-file", "spaces.yaml"}, 1, []string{`spaces.yaml:3:12: transformations[0] (team): labels[example.com/team]: label value "web team"`, `did you mean "web-team"?`}},
+		{"indentation error on line 5", []string{"--rules-file", "indent.yaml"}, 1, []string{"indent.yaml:5:4: invalid YAML"}},
+	}
+	dir := t.TempDir()
+	files := map[string]string{
+		"spaces.yaml": "transformations:\n- name: team\n  labels: {example.com/team: web team}\n",
+		"indent.yaml": "transformations:\n- name: a\n  labels:\n    a: b\n   c: d\n",
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			args := slices.Clone(c.args)
+			if _, ok := files[args[1]]; ok {
+				args[1] = filepath.Join(dir, args[1])
+			}
+			code, out, errOut := runCmd(append([]string{"validate"}, args...)...)
+			if code != c.code {
+				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, c.code, out, errOut)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(out+errOut, w) {
+					t.Errorf("output lacks %q:\nstdout: %s\nstderr: %s", w, out, errOut)
+				}
+			}
+		})
+	}
 }
