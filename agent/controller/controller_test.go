@@ -630,3 +630,36 @@ func TestAPIServerOutageAndMachinedRestart(t *testing.T) {
 		return node.Labels["topology.kubernetes.io/zone"] == "eu-west-1b"
 	})
 }
+
+// TestBetaTopologyLabels: with global.betaTopologyLabels the agent sets the
+// beta labels Talos CCM sets, with the node's own credentials (the real API
+// server's NodeRestriction admits them), and removes them when the option
+// is turned off.
+func TestBetaTopologyLabels(t *testing.T) {
+	n := newNode(t, "beta-node", "10.0.0.13", metal("beta-node"))
+	beta := map[string]string{
+		"failure-domain.beta.kubernetes.io/region": "eu-west",
+		"failure-domain.beta.kubernetes.io/zone":   "eu-west-1a",
+		"beta.kubernetes.io/instance-type":         "m1.large",
+	}
+	a := n.startAgent(t, "global:\n  betaTopologyLabels: true\n"+ccmRules)
+	n.waitNode(t, 20*time.Second, "beta labels set by the node", func(node *corev1.Node) bool {
+		for k, v := range beta {
+			if node.Labels[k] != v {
+				return false
+			}
+		}
+		return node.Labels["topology.kubernetes.io/zone"] == "eu-west-1a"
+	})
+	a.stop()
+
+	n.startAgent(t, ccmRules)
+	n.waitNode(t, 20*time.Second, "beta labels removed with the option", func(node *corev1.Node) bool {
+		for k := range beta {
+			if _, ok := node.Labels[k]; ok {
+				return false
+			}
+		}
+		return node.Labels["topology.kubernetes.io/zone"] == "eu-west-1a"
+	})
+}

@@ -94,6 +94,18 @@ func Compute(in Inputs) (State, bool, error) {
 			labels[k] = v
 		}
 	}
+	if in.Rules.Global().BetaTopologyLabels {
+		// Talos CCM, like every cloud provider's node controller, also sets
+		// the deprecated beta labels; selectors written against them keep
+		// matching. NodeRestriction lets a node set them.
+		for k, v := range map[string]string{
+			corev1.LabelFailureDomainBetaRegion: eff.Region, corev1.LabelFailureDomainBetaZone: eff.Zone, corev1.LabelInstanceType: eff.InstanceType,
+		} {
+			if v != "" && contract.CheckLabel(k, v) == nil {
+				labels[k] = v
+			}
+		}
+	}
 	maps.Copy(labels, res.Labels)
 
 	nodeIPs := in.Talos.NodeIPs
@@ -142,7 +154,7 @@ func Compute(in Inputs) (State, bool, error) {
 
 	return State{
 		Labels: labels, Annotations: annotations, ProviderID: providerID,
-		Addresses: addresses(in, nodeIPs, eff.InternalDNS, eff.ExternalDNS), Rules: res,
+		Addresses: preferFamily(addresses(in, nodeIPs, eff.InternalDNS, eff.ExternalDNS), in.Rules.Global().PreferIPv6), Rules: res,
 	}, true, nil
 }
 
@@ -170,6 +182,36 @@ func addresses(in Inputs, nodeIPs []netip.Addr, internalDNS, externalDNS string)
 	}
 	if externalDNS != "" {
 		out = append(out, corev1.NodeAddress{Type: corev1.NodeExternalDNS, Address: externalDNS})
+	}
+	return out
+}
+
+// preferFamily orders the InternalIPs and the ExternalIPs, each among
+// themselves, IPv6 first (prefer6) or IPv4 first, keeping the order within
+// a family; nil keeps the order as it is. (Talos CCM's global.preferIPv6.)
+func preferFamily(addrs []corev1.NodeAddress, prefer6 *bool) []corev1.NodeAddress {
+	if prefer6 == nil {
+		return addrs
+	}
+	rank := func(a corev1.NodeAddress) int {
+		ip, err := netip.ParseAddr(a.Address)
+		if err != nil || (a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP) {
+			return 0
+		}
+		if ip.Is6() == *prefer6 {
+			return 0
+		}
+		return 1
+	}
+	out := slices.Clone(addrs)
+	// addresses() writes each type as one run: order inside each run.
+	for start := 0; start < len(out); {
+		end := start + 1
+		for end < len(out) && out[end].Type == out[start].Type {
+			end++
+		}
+		slices.SortStableFunc(out[start:end], func(a, b corev1.NodeAddress) int { return rank(a) - rank(b) })
+		start = end
 	}
 	return out
 }
