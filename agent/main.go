@@ -43,8 +43,10 @@ const usage = `nodeinit-agent initializes this node's Kubernetes Node object on 
 
 Usage:
   nodeinit-agent [run] [flags]          run the node agent (the default)
-  nodeinit-agent validate --rules FILE  check a rules file and exit
-  nodeinit-agent explain [flags]        print what run would write for given facts, offline
+  nodeinit-agent validate --rules-file FILE      check the rules (a rules file, its ExtensionServiceConfig,
+                                                a machine config, Talos CCM's config) and exit
+  nodeinit-agent explain [flags]                 print what run would write for given facts, offline
+  nodeinit-agent migrate --from-talos-ccm FILE   convert a Talos CCM configuration to the agent's rules
   nodeinit-agent version                print the version
 
 Run 'nodeinit-agent <command> --help' for a command's flags. Every flag can
@@ -71,6 +73,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return validate(args, stdout, stderr)
 	case "explain":
 		return explainCmd(args, stdout, stderr)
+	case "migrate":
+		return migrate(args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, version.String("nodeinit-agent"))
 		return 0

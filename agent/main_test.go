@@ -363,3 +363,34 @@ func TestValidateFilesUsersHave(t *testing.T) {
 		})
 	}
 }
+
+// TestMigrateCommand: migrate prints the agent's ExtensionServiceConfig on
+// stdout (validate accepts it), writes the coordinator fragment, and lists
+// every difference on stderr at its line; a file needing a person exits 1.
+func TestMigrateCommand(t *testing.T) {
+	frag := filepath.Join(t.TempDir(), "coordinator.yaml")
+	code, out, errOut := runCmd("migrate", "--from-talos-ccm", "../pkg/rules/testdata/talos-ccm/config-md-quoted.yaml", "--coordinator-out", frag)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"config-md-quoted.yaml:6:3: global.PreferIPv6 dropped", "config-md-quoted.yaml:71:7: features.publicIPDiscovery dropped", "wrote the coordinator configuration fragment to " + frag} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	patch := writeFile(t, "nodeinit-rules.yaml", out)
+	if code, vout, verr := runCmd("validate", "--rules-file", patch); code != 0 || !strings.Contains(vout, "OK: ExtensionServiceConfig") {
+		t.Errorf("validate on migrate's output: exit %d\n%s%s", code, vout, verr)
+	}
+	fragment, err := os.ReadFile(frag)
+	if err != nil || !strings.Contains(string(fragment), "adoptExisting: true") {
+		t.Errorf("fragment %q (%v)", fragment, err)
+	}
+	code, _, errOut = runCmd("migrate", "--from-talos-ccm", "../pkg/rules/testdata/talos-ccm/rules-yaml.yaml")
+	if code != 1 || !strings.Contains(errOut, `rules-yaml.yaml:31:9: transformations[0] (oracle): labels[talos.dev/zone"]: invalid label key`) {
+		t.Errorf("migrate of a file with an invalid key: exit %d\n%s", code, errOut)
+	}
+	if code, _, _ := runCmd("migrate"); code != 2 {
+		t.Errorf("migrate without --from-talos-ccm: exit %d, want 2", code)
+	}
+}

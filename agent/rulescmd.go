@@ -5,10 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rulesource"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/talosccm"
 )
 
 // rulesFileFlag defines --rules-file, run's spelling, and --rules, the
@@ -60,4 +63,54 @@ func mentionsTalosCCM(err error) bool {
 		}
 	}
 	return false
+}
+
+func migrate(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("migrate", "Usage: nodeinit-agent migrate --from-talos-ccm FILE [--coordinator-out FILE] > nodeinit-rules.yaml\n\n"+
+		"Convert a Talos CCM configuration (ccm-config.yaml, or its ConfigMap) into the agent's rules, printed as the\n"+
+		"ExtensionServiceConfig `talosctl patch mc --patch @nodeinit-rules.yaml` applies, and a fragment of the\n"+
+		"coordinator's configuration. Every difference from Talos CCM is listed on stderr and as comments.", stderr)
+	from := fs.String("from-talos-ccm", "", "the Talos CCM configuration `FILE`")
+	coordOut := fs.String("coordinator-out", "", "write the coordinator configuration fragment to `FILE` (default: stderr)")
+	if code, stop := parse(fs, args); stop {
+		return code
+	}
+	if *from == "" {
+		fmt.Fprintln(stderr, "migrate: --from-talos-ccm FILE is required")
+		return 2
+	}
+	data, err := os.ReadFile(*from)
+	if err != nil {
+		fmt.Fprintln(stderr, "migrate:", err)
+		return 1
+	}
+	res, err := talosccm.Convert(filepath.Base(*from), data)
+	if err != nil {
+		if ps, ok := err.(rules.Problems); ok {
+			err = ps.InFile(*from)
+		}
+		fmt.Fprintf(stderr, "%s: cannot migrate:\n%v\n", *from, err)
+		return 1
+	}
+	for _, n := range res.Notes {
+		if n.Pos.Line > 0 {
+			fmt.Fprintf(stderr, "%s:%d:%d: %s\n", *from, n.Pos.Line, n.Pos.Col, n.Text)
+		} else {
+			fmt.Fprintf(stderr, "%s: %s\n", *from, n.Text)
+		}
+	}
+	if *coordOut != "" {
+		if err := os.WriteFile(*coordOut, res.Coordinator, 0o644); err != nil {
+			fmt.Fprintln(stderr, "migrate:", err)
+			return 1
+		}
+		fmt.Fprintf(stderr, "wrote the coordinator configuration fragment to %s\n", *coordOut)
+	} else {
+		fmt.Fprintf(stderr, "\ncoordinator configuration fragment (merge into coordinator.yaml):\n%s", res.Coordinator)
+	}
+	if _, err := stdout.Write(res.AgentPatch); err != nil {
+		fmt.Fprintln(stderr, "migrate:", err)
+		return 1
+	}
+	return 0
 }

@@ -482,6 +482,8 @@ func compileExpression(e Expression) (expression, string, error) {
 		if near, ok := nearest(e.Key, strings.Split(fieldNames(false), ", ")); ok {
 			fix = fmt.Sprintf("did you mean %q?", near)
 		}
+	} else if e.Operator == "" {
+		fix = "add operator: one of " + strings.Join(operators, ", ")
 	} else if !slices.Contains(operators, e.Operator) {
 		if near, ok := nearest(e.Operator, operators); ok {
 			fix = fmt.Sprintf("did you mean %q? (operators are case-sensitive)", near)
@@ -524,6 +526,8 @@ func compileExpressionOnly(e Expression) (expression, error) {
 			return x, fmt.Errorf("invalid regexp %q: %v", e.Values[0], err)
 		}
 		x.re = re
+	case "":
+		return x, fmt.Errorf("operator is missing")
 	default:
 		return x, fmt.Errorf("operator %q is not one of In, NotIn, Exists, DoesNotExist, Gt, Lt, Regexp", e.Operator)
 	}
