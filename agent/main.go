@@ -42,12 +42,12 @@ const DefaultRulesFile = "/usr/local/etc/nodeinit/rules.yaml"
 const usage = `nodeinit-agent initializes this node's Kubernetes Node object on Talos Linux.
 
 Usage:
-  nodeinit-agent [run] [flags]          run the node agent (the default)
+  nodeinit-agent [run] [flags]                   run the node agent (the default)
   nodeinit-agent validate --rules-file FILE      check the rules (a rules file, its ExtensionServiceConfig,
                                                 a machine config, Talos CCM's config) and exit
   nodeinit-agent explain [flags]                 print what run would write for given facts, offline
   nodeinit-agent migrate --from-talos-ccm FILE   convert a Talos CCM configuration to the agent's rules
-  nodeinit-agent version                print the version
+  nodeinit-agent version                         print the version
 
 Run 'nodeinit-agent <command> --help' for a command's flags. Every flag can
 also be set from the environment: --rules-file is NODEINIT_RULES_FILE.
