@@ -11,7 +11,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -19,7 +18,6 @@ import (
 	"time"
 
 	"github.com/talos-nodeinit/talos-nodeinit/agent/controller"
-	"github.com/talos-nodeinit/talos-nodeinit/agent/explain"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/agentkey"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
@@ -214,66 +212,4 @@ func loadRules(path string, optional bool) (*rules.Rules, error) {
 		return rules.Compile(rules.File{})
 	}
 	return rs, err
-}
-
-func explainCmd(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("explain", "Usage: nodeinit-agent explain --platform-metadata FILE [flags]\n\nPrint exactly what `run` would write for a node with these facts, without a cluster.", stderr)
-	rulesFile := fs.String("rules", "", "the rules `FILE` (none when empty)")
-	mdFile := fs.String("platform-metadata", "", "`FILE` with `talosctl get platformmetadata -o yaml` output or a bare spec")
-	siFile := fs.String("system-information", "", "`FILE` with `talosctl get systeminformation -o yaml` output or a bare spec")
-	nodeName := fs.String("node-name", "", "node name (default: the metadata hostname)")
-	addresses := fs.String("addresses", "", "comma-separated interface addresses as `CIDRs`; the first is the node IP")
-	policy := fs.String("provider-id-policy", string(desired.ProviderIDFromMetadata), "metadata, talos-fallback or never")
-	output := fs.String("o", "table", "output format: json, yaml or table")
-	if code, stop := parse(fs, args); stop {
-		return code
-	}
-	fail := func(err error) int {
-		fmt.Fprintln(stderr, "explain:", err)
-		return 1
-	}
-	if *mdFile == "" {
-		fmt.Fprintln(stderr, "explain: --platform-metadata FILE is required")
-		return 2
-	}
-	in := explain.Input{NodeName: *nodeName}
-	var err error
-	if in.Policy, err = desired.ParseProviderIDPolicy(*policy); err != nil {
-		return fail(err)
-	}
-	if in.Rules, err = loadRules(*rulesFile, *rulesFile == ""); err != nil {
-		return fail(err)
-	}
-	data, err := os.ReadFile(*mdFile)
-	if err != nil {
-		return fail(err)
-	}
-	if in.Metadata, err = explain.ReadPlatformMetadata(data); err != nil {
-		return fail(fmt.Errorf("%s: %w", *mdFile, err))
-	}
-	if *siFile != "" {
-		if data, err = os.ReadFile(*siFile); err != nil {
-			return fail(err)
-		}
-		si, err := explain.ReadSystemInformation(data)
-		if err != nil {
-			return fail(fmt.Errorf("%s: %w", *siFile, err))
-		}
-		in.System = &si
-	}
-	for s := range strings.SplitSeq(*addresses, ",") {
-		if s = strings.TrimSpace(s); s == "" {
-			continue
-		}
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return fail(fmt.Errorf("--addresses: %w", err))
-		}
-		in.Addresses = append(in.Addresses, p)
-	}
-	out := explain.Explain(in)
-	if err := out.Write(stdout, *output); err != nil {
-		return fail(err)
-	}
-	return 0
 }

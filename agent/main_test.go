@@ -394,3 +394,39 @@ func TestMigrateCommand(t *testing.T) {
 		t.Errorf("migrate without --from-talos-ccm: exit %d, want 2", code)
 	}
 }
+
+// TestExplainSeveralNodesWithCoordinator: explain takes a multi-node talosctl
+// output (one section per node), the coordinator's configuration (or its
+// ConfigMap), any rules source under --rules-file, and exits 1 when it shows
+// an error.
+func TestExplainSeveralNodesWithCoordinator(t *testing.T) {
+	code, out, errOut := runCmd("explain", "--rules-file", "../extension/patches/rules.yaml",
+		"--platform-metadata", "explain/testdata/platformmetadata-multi.yaml",
+		"--coordinator-config", "../coordinator/deploy/configmap.yaml", "-o", "table")
+	if code != 1 {
+		t.Errorf("exit %d, want 1: node 172.20.0.3's zone \"rack 1\" is no label value\n%s%s", code, out, errOut)
+	}
+	web, pve, ok := strings.Cut(out, "== node 172.20.0.3 (pve-1)")
+	if !ok || !strings.Contains(web, "== node 172.20.0.2 (web-www)") {
+		t.Fatalf("no section per node:\n%s", out)
+	}
+	for _, want := range []string{"node-role.kubernetes.io/web", "coordinator", "InternalIP", "172.20.0.2", "node.cloudprovider.kubernetes.io/platform", "ipv4: a /24 from the pool 10.244.0.0/16"} {
+		if !strings.Contains(web, want) {
+			t.Errorf("web-www's section lacks %q:\n%s", want, web)
+		}
+	}
+	if !strings.Contains(pve, `metadata zone "rack 1" is not a valid label value`) || !strings.Contains(pve, "node.cloudprovider.kubernetes.io/lifecycle") {
+		t.Errorf("pve-1's section:\n%s", pve)
+	}
+	if !strings.Contains(errOut, "errors") {
+		t.Errorf("stderr does not say why the exit code is 1: %q", errOut)
+	}
+	// One node without errors: exit 0, and --rules keeps working.
+	code, _, errOut = runCmd("explain", "--rules", "explain/testdata/talos-ccm-rules.yaml", "--platform-metadata", "explain/testdata/platformmetadata-talosctl.yaml")
+	if code != 0 {
+		t.Errorf("exit %d: %s", code, errOut)
+	}
+	if code, _, errOut := runCmd("explain", "--platform-metadata", "explain/testdata/platformmetadata-multi.yaml", "--addresses", "10.0.0.1/24"); code != 2 || !strings.Contains(errOut, "--addresses") {
+		t.Errorf("--addresses with several nodes: exit %d %q", code, errOut)
+	}
+}

@@ -87,24 +87,28 @@ func Compute(in Inputs) (State, bool, error) {
 	eff := res.Metadata
 
 	labels := map[string]string{}
-	for k, v := range map[string]string{
-		contract.LabelTopologyRegion: eff.Region, contract.LabelTopologyZone: eff.Zone, contract.LabelInstanceType: eff.InstanceType,
-	} {
-		if v != "" && contract.CheckLabel(k, v) == nil {
-			labels[k] = v
-		}
+	// topology sets the well-known labels from the effective metadata; a
+	// value no label may hold is reported (run logs it, explain shows it).
+	topology := []struct{ key, field, value string }{
+		{contract.LabelTopologyRegion, "region", eff.Region}, {contract.LabelTopologyZone, "zone", eff.Zone}, {contract.LabelInstanceType, "instanceType", eff.InstanceType},
 	}
 	if in.Rules.Global().BetaTopologyLabels {
 		// Talos CCM, like every cloud provider's node controller, also sets
 		// the deprecated beta labels; selectors written against them keep
 		// matching. NodeRestriction lets a node set them.
-		for k, v := range map[string]string{
-			corev1.LabelFailureDomainBetaRegion: eff.Region, corev1.LabelFailureDomainBetaZone: eff.Zone, corev1.LabelInstanceType: eff.InstanceType,
-		} {
-			if v != "" && contract.CheckLabel(k, v) == nil {
-				labels[k] = v
-			}
+		topology = append(topology, []struct{ key, field, value string }{
+			{corev1.LabelFailureDomainBetaRegion, "region", eff.Region}, {corev1.LabelFailureDomainBetaZone, "zone", eff.Zone}, {corev1.LabelInstanceType, "instanceType", eff.InstanceType},
+		}...)
+	}
+	for _, t := range topology {
+		if t.value == "" {
+			continue
 		}
+		if err := contract.CheckLabel(t.key, t.value); err != nil {
+			res.Errors = append(res.Errors, fmt.Sprintf("%s: metadata %s %q is not a valid label value, so the label is not set; rewrite it with a rule (platformMetadata: {%s: …})", t.key, t.field, t.value, t.field))
+			continue
+		}
+		labels[t.key] = t.value
 	}
 	maps.Copy(labels, res.Labels)
 

@@ -357,3 +357,24 @@ func TestPreferIPv6(t *testing.T) {
 		}
 	}
 }
+
+// TestInvalidTopologyValueIsReported: metadata that is no valid label value
+// leaves the label unset, and says so (run logs it, explain shows it and
+// exits 1) instead of dropping it silently.
+func TestInvalidTopologyValueIsReported(t *testing.T) {
+	in := inputs(t, "global: {betaTopologyLabels: true}\n")
+	in.Talos.Metadata.Zone = "rack 1"
+	st, _, err := Compute(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := st.Labels["topology.kubernetes.io/zone"]; ok {
+		t.Fatalf("an invalid zone was set: %v", st.Labels)
+	}
+	got := strings.Join(st.Rules.Errors, "\n")
+	for _, want := range []string{`topology.kubernetes.io/zone: metadata zone "rack 1" is not a valid label value`, "failure-domain.beta.kubernetes.io/zone", "platformMetadata"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("errors lack %q:\n%s", want, got)
+		}
+	}
+}
