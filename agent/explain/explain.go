@@ -28,9 +28,9 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/config"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/finalize"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/ipam"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/facts"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/ipam"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
 )
