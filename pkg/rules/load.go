@@ -214,6 +214,14 @@ func sortProblems(ps Problems) {
 	})
 }
 
+// LoadNode validates a rules document already parsed (positions are the
+// node's own). It is Load for callers that found the document inside
+// another one.
+func LoadNode(root *yaml.Node) (*Rules, error) {
+	f, ps := Decode(root, nil)
+	return compileAll(f, ps)
+}
+
 // Decode reads a rules document from its YAML node, checking the shape of
 // every key; shift, when set, moves positions to where the document sits in
 // an enclosing file. It does not compile: see Compile.

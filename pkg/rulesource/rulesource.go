@@ -34,7 +34,16 @@ const (
 	KindExtensionServiceConfig Kind = "ExtensionServiceConfig"
 	KindMachineConfig          Kind = "Talos machine config"
 	KindTalosCCMConfigMap      Kind = "Talos CCM ConfigMap"
+	KindTalosCCMHelmValues     Kind = "Talos CCM Helm values"
 )
+
+// chartKeys are top-level keys of Talos CCM's Helm chart values
+// (charts/talos-cloud-controller-manager/values.yaml): a file with
+// transformations and one of these is a values file, of which only
+// transformations are rules.
+var chartKeys = []string{"replicaCount", "image", "imagePullSecrets", "nameOverride", "fullnameOverride", "extraArgs", "enabledControllers",
+	"logVerbosityLevel", "serviceAccount", "priorityClassName", "podAnnotations", "podSecurityContext", "securityContext", "service",
+	"resources", "daemonSet", "updateStrategy", "nodeSelector", "tolerations", "affinity"}
 
 // Source is the rules document found in a file.
 type Source struct {
@@ -45,6 +54,11 @@ type Source struct {
 	Doc int
 	// shift moves a position in Content to the same place in the file.
 	shift func(rules.Pos) rules.Pos
+	// Root, when set, is the rules document as a node of the file itself
+	// (positions need no shift); Content is then the whole file.
+	Root *yaml.Node
+	// Values is the whole Helm values document, for KindTalosCCMHelmValues.
+	Values *yaml.Node
 }
 
 // Where maps a position in Content to the file's line and column.
@@ -62,6 +76,8 @@ func (s Source) Describe() string {
 		return string(s.Kind)
 	case KindTalosCCMConfigMap:
 		return fmt.Sprintf("%s (data.%s, document %d)", s.Kind, TalosCCMConfigKey, s.Doc)
+	case KindTalosCCMHelmValues:
+		return fmt.Sprintf("%s (transformations)", s.Kind)
 	}
 	return fmt.Sprintf("%s %s (configFiles %s, document %d)", s.Kind, ServiceName, MountPath, s.Doc)
 }
@@ -105,6 +121,14 @@ func Find(data []byte) (Source, error) {
 				problems = append(problems, rules.Problem{Pos: pos(root), Msg: "this is the coordinator's ConfigMap, not rules",
 					Fix: "check it with `nodeinit-coordinator validate --config FILE`"})
 			}
+		case kind == "" && value(root, "transformations") != nil && slices.ContainsFunc(chartKeys, func(k string) bool { return value(root, k) != nil }):
+			rulesRoot := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: root.Line, Column: root.Column}
+			for i := 0; i+1 < len(root.Content); i += 2 {
+				if root.Content[i].Value == "transformations" {
+					rulesRoot.Content = append(rulesRoot.Content, root.Content[i], root.Content[i+1])
+				}
+			}
+			found = append(found, Source{Kind: KindTalosCCMHelmValues, Content: data, Doc: i + 1, Root: rulesRoot, Values: root})
 		case kind == "" && len(docs) == 1:
 			found = append(found, Source{Kind: KindRules, Content: data, Doc: 1})
 		case kind == "" && (value(root, "transformations") != nil || value(root, "global") != nil):
@@ -193,7 +217,12 @@ func Load(data []byte) (*rules.Rules, Source, error) {
 	if err != nil {
 		return nil, s, err
 	}
-	r, err := rules.Load(s.Content)
+	var r *rules.Rules
+	if s.Root != nil {
+		r, err = rules.LoadNode(s.Root)
+	} else {
+		r, err = rules.Load(s.Content)
+	}
 	if ps, ok := err.(rules.Problems); ok {
 		for i := range ps {
 			ps[i].Pos = s.Where(ps[i].Pos)

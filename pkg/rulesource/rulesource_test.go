@@ -23,6 +23,7 @@ func TestFilesUsersHave(t *testing.T) {
 		{"testdata/machineconfig-worker.yaml", KindMachineConfig, []string{"transformations[0] (eu)"}, true},
 		{"testdata/talos-ccm-configmap.yaml", KindTalosCCMConfigMap, []string{"transformations[0] (web)"}, false},
 		{"testdata/talos-ccm-deploy-configmap.yaml", KindTalosCCMConfigMap, nil, false},
+		{"../rules/testdata/talos-ccm/chart-values-example-helm.yaml", KindTalosCCMHelmValues, []string{"transformations[0] (web)", "transformations[1] (worker)", "transformations[2] (db)"}, false},
 		{"../rules/testdata/talos-ccm/hack-ccm-config.yaml", KindRules, []string{"transformations[0] (web)", "transformations[1] (nocloud)"}, false},
 	}
 	for _, c := range cases {
@@ -71,6 +72,8 @@ func TestProblemsInEmbeddedRulesPointIntoTheFile(t *testing.T) {
 		{"nothing of ours", "version: v1alpha1\nmachine: {type: worker}\n---\napiVersion: v1alpha1\nkind: ExtensionServiceConfig\nname: other\n", "no nodeinit-agent rules here"},
 		{"two rules documents", "transformations: []\n---\ntransformations: []\n", "a rules file is one YAML document"},
 		{"two ExtensionServiceConfigs", esc + "---\n" + esc, "more than one set of rules"},
+		{"Helm values", "image: {tag: edge}\ntransformations:\n  - name: w\n    labels: {example.com/a: two words}\n",
+			`f.yaml:4:14: transformations[0] (w): labels[example.com/a]: label value "two words"`},
 		{"double-quoted content", "apiVersion: v1alpha1\nkind: ExtensionServiceConfig\nname: nodeinit-agent\nconfigFiles:\n  - mountPath: /usr/local/etc/nodeinit/rules.yaml\n    content: \"transformations: [{label: {}}]\"\n",
 			`f.yaml:6:14: transformations[0]: unknown key "label"`},
 	}

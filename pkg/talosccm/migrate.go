@@ -55,17 +55,21 @@ func Convert(name string, data []byte) (Result, error) {
 		return Result{}, err
 	}
 	switch src.Kind {
-	case rulesource.KindRules, rulesource.KindTalosCCMConfigMap:
+	case rulesource.KindRules, rulesource.KindTalosCCMConfigMap, rulesource.KindTalosCCMHelmValues:
 	default:
 		return Result{}, rules.Problems{{Msg: "this is already nodeinit-agent configuration (" + src.Describe() + "), not Talos CCM's",
 			Fix: "check it with `nodeinit-agent validate --rules-file`"}}
 	}
-	docs, err := rules.ParseDocuments(src.Content)
-	if err != nil {
-		return Result{}, shift(err, src)
-	}
 	root := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
-	if len(docs) == 1 && len(docs[0].Content) == 1 && docs[0].Content[0].Kind == yaml.MappingNode {
+	var docs []*yaml.Node
+	if src.Root == nil {
+		if docs, err = rules.ParseDocuments(src.Content); err != nil {
+			return Result{}, shift(err, src)
+		}
+	}
+	if src.Root != nil {
+		root = src.Root
+	} else if len(docs) == 1 && len(docs[0].Content) == 1 && docs[0].Content[0].Kind == yaml.MappingNode {
 		root = docs[0].Content[0]
 	} else if len(docs) == 1 && len(docs[0].Content) == 1 && docs[0].Content[0].Tag != "!!null" {
 		return Result{}, shift(rules.Problems{{Pos: rules.Pos{Line: docs[0].Content[0].Line, Col: docs[0].Content[0].Column},
@@ -75,6 +79,10 @@ func Convert(name string, data []byte) (Result, error) {
 	m := migration{src: src}
 	clusterName := m.global(root)
 	m.transformations(root)
+	var ipamPart *ipamFragment
+	if src.Values != nil {
+		ipamPart = m.helmValues(src.Values)
+	}
 
 	f, ps := rules.Decode(root, nil)
 	rs, err := rules.Compile(f)
@@ -100,7 +108,7 @@ func Convert(name string, data []byte) (Result, error) {
 	return Result{
 		Rules:       body.Bytes(),
 		AgentPatch:  agentPatch(name, body.Bytes(), m.notes),
-		Coordinator: coordinatorFragment(name, clusterName, grants),
+		Coordinator: coordinatorFragment(name, clusterName, grants, ipamPart),
 		Notes:       m.notes,
 	}, nil
 }
@@ -260,7 +268,7 @@ func agentPatch(name string, body []byte, notes []Note) []byte {
 	return b.Bytes()
 }
 
-func coordinatorFragment(name, clusterName string, g config.Grants) []byte {
+func coordinatorFragment(name, clusterName string, g config.Grants, ip *ipamFragment) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# nodeinit-coordinator configuration migrated from the Talos CCM configuration %s:\n", name)
 	b.WriteString("# merge it into coordinator.yaml in the nodeinit-coordinator ConfigMap.\n")
@@ -286,6 +294,11 @@ func coordinatorFragment(name, clusterName string, g config.Grants) []byte {
 	b.WriteString("  taints:\n")
 	writeList("    ", "allow", g.Taints.Allow)
 	writeList("    ", "deny", g.Taints.Deny)
+	if ip != nil {
+		b.WriteString("# Pod CIDRs, from Talos CCM's enabledControllers and extraArgs:\n")
+		b.WriteString(ip.yaml())
+		return b.Bytes()
+	}
 	b.WriteString("# Talos CCM's node-ipam-controller took its settings from flags; if you ran it\n")
 	b.WriteString("# (--allocate-node-cidrs --cidr-allocator-type=CloudAllocator), the equivalent is:\n")
 	b.WriteString("# ipam:\n#   families: [ipv4, ipv6]\n#   ipv4MaskSize: 24      # --node-cidr-mask-size-ipv4\n#   ipv6MaskSize: 80      # --node-cidr-mask-size-ipv6\n")

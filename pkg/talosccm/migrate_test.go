@@ -43,6 +43,10 @@ func TestConvertPublishedExamples(t *testing.T) {
 		{"../rules/testdata/talos-ccm/chart-values-example.yaml", []string{"transformations[0] (web)", "transformations[1] (worker)", "transformations[2] (db)"}, nil, "", nil},
 		{"../rulesource/testdata/talos-ccm-configmap.yaml", []string{"transformations[0] (web)"}, []string{"line 10: global.preferIPv6: true kept"}, "", ptr(true)},
 		{"../rulesource/testdata/talos-ccm-deploy-configmap.yaml", nil, nil, "", nil},
+		{"../rules/testdata/talos-ccm/chart-values-example-helm.yaml", []string{"transformations[0] (web)", "transformations[1] (worker)", "transformations[2] (db)"},
+			[]string{"line 22: --node-cidr-mask-size-ipv6=80 becomes ipam.ipv6MaskSize", "Talos CCM took IPv4 pod CIDRs from --cluster-cidr",
+				"Helm values image, logVerbosityLevel, daemonSet, tolerations are Talos CCM's Deployment settings"}, "", nil},
+		{"testdata/helm-values-no-ipam.yaml", []string{"transformations[0] (workers)"}, []string{"enabledControllers has no node-ipam-controller: the coordinator's ipam is off too"}, "", nil},
 		{"testdata/clustername.yaml", []string{"transformations[0] (cp)"}, []string{`line 4: global.clusterName "prod" moved`, "line 12: platformMetadata.hostname dropped",
 			"label node-role.kubernetes.io/control-plane: node-role.kubernetes.io/control-plane marks control-plane Nodes; never granted"}, "prod", nil},
 	}
@@ -169,5 +173,44 @@ func TestConvertRefuses(t *testing.T) {
 				t.Fatalf("error\n%v\nwant %q, not %q", err, c.want, c.notWant)
 			}
 		})
+	}
+}
+
+// TestConvertHelmValuesIPAM: Talos CCM's node-ipam-controller settings,
+// given as Helm values, become the coordinator's ipam section.
+func TestConvertHelmValuesIPAM(t *testing.T) {
+	cases := []struct {
+		file           string
+		enabled        bool
+		v4, v6         bool
+		v4Mask, v6Mask int
+	}{
+		{"../rules/testdata/talos-ccm/chart-values-example-helm.yaml", true, true, true, 24, 80},
+		{"testdata/helm-values-no-ipam.yaml", false, false, false, 0, 0},
+	}
+	for _, c := range cases {
+		data, err := os.ReadFile(c.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := Convert(c.file, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cc, err := config.Parse(res.Coordinator)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", c.file, err, res.Coordinator)
+		}
+		if cc.IPAMEnabled() != c.enabled {
+			t.Errorf("%s: ipam enabled %v", c.file, cc.IPAMEnabled())
+			continue
+		}
+		if !c.enabled {
+			continue
+		}
+		v4, v6 := cc.Families()
+		if v4 != c.v4 || v6 != c.v6 || cc.IPAM.IPv4MaskSize != c.v4Mask || cc.IPAM.IPv6MaskSize != c.v6Mask {
+			t.Errorf("%s: families %v %v masks %d %d\n%s", c.file, v4, v6, cc.IPAM.IPv4MaskSize, cc.IPAM.IPv6MaskSize, res.Coordinator)
+		}
 	}
 }
