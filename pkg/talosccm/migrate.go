@@ -8,7 +8,9 @@ package talosccm
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -105,6 +107,17 @@ func Convert(name string, data []byte) (Result, error) {
 	}
 	grants, grantNotes := grantsFor(rs)
 	m.notes = append(m.notes, grantNotes...)
+	// In file order; notes about the file as a whole last.
+	slices.SortStableFunc(m.notes, func(a, b Note) int {
+		la, lb := a.Pos.Line, b.Pos.Line
+		if la == 0 {
+			la = math.MaxInt
+		}
+		if lb == 0 {
+			lb = math.MaxInt
+		}
+		return cmp.Compare(la, lb)
+	})
 	return Result{
 		Rules:       body.Bytes(),
 		AgentPatch:  agentPatch(name, body.Bytes(), m.notes),
