@@ -18,10 +18,23 @@ var (
 	featureKeys    = []string{"publicIPDiscovery", "publicIPPredict"}
 )
 
-// keyNotes explain keys that are not ours, where "unknown key" would not help.
-var keyNotes = map[string]string{
-	"PreferIPv6": "keys are case-sensitive: write preferIPv6 (Talos CCM ignored PreferIPv6 as written in its docs, so it never took effect there either)",
-	"endpoints":  "Talos CCM's global.endpoints (Talos API endpoints) has no use here: the agent reads its own node's machined socket; remove it",
+const documentNote = "this is a Kubernetes or Talos document, not a bare rules file: the agent's --rules-file is the file Talos mounts from the ExtensionServiceConfig's configFiles; `nodeinit-agent validate --rules-file` reads the document itself"
+
+const machineConfigNote = "this is a Talos machine config, not a bare rules file: `nodeinit-agent validate --rules-file` finds the nodeinit-agent ExtensionServiceConfig in it"
+
+// keyNotes explain keys that are not ours, where "unknown key" would not
+// help, by the path of the mapping they appear in.
+var keyNotes = map[string]map[string]string{
+	"": {
+		"apiVersion": documentNote,
+		"kind":       documentNote,
+		"version":    machineConfigNote,
+		"machine":    machineConfigNote,
+	},
+	"global": {
+		"PreferIPv6": "keys are case-sensitive: write preferIPv6 (Talos CCM ignored PreferIPv6 as written in its docs, so it never took effect there either)",
+		"endpoints":  "Talos CCM's global.endpoints (Talos API endpoints) has no use here: the agent reads its own node's machined socket; remove it",
+	},
 }
 
 // decoder builds a File from YAML nodes, recording every position and
@@ -109,7 +122,7 @@ func (d *decoder) mapping(n *yaml.Node, path string, known []string, each func(k
 
 func (d *decoder) unknownKey(k *yaml.Node, path string, known []string) {
 	msg := fmt.Sprintf("unknown key %q", k.Value)
-	if note, ok := keyNotes[k.Value]; ok {
+	if note, ok := keyNotes[path][k.Value]; ok {
 		d.fail(k, path, msg, note)
 		return
 	}

@@ -101,6 +101,10 @@ func TestProblemsCarryPositionAndFix(t *testing.T) {
 		{"publicIPPredict", "transformations:\n- features: {publicIPPredict: true}", `features.publicIPPredict: not supported: Talos CCM has no such feature`},
 		{"override hostname", "transformations:\n- platformMetadata: {Hostname: x}", `line 2, column 22: transformations[0]: platformMetadata[Hostname]: cannot be overridden; remove it (Talos CCM skipped it silently)`},
 		{"override typo", "transformations:\n- platformMetadata: {zome: x}", `did you mean "zone"?`},
+		{"an ExtensionServiceConfig given as a bare rules file", "apiVersion: v1alpha1\nkind: ExtensionServiceConfig\n",
+			"line 1, column 1: unknown key \"apiVersion\"; this is a Kubernetes or Talos document, not a bare rules file: the agent's --rules-file is the file Talos mounts from the ExtensionServiceConfig's configFiles; `nodeinit-agent validate --rules-file` reads the document itself"},
+		{"a machine config given as a bare rules file", "version: v1alpha1\nmachine: {}\n", `unknown key "machine"; this is a Talos machine config`},
+		{"kind inside a rule is only an unknown key", "transformations:\n- kind: x\n", `transformations[0]: unknown key "kind"; known keys here: name, nodeSelector`},
 		{"two documents", "transformations: []\n---\ntransformations: []", "line 3, column 1: more than one YAML document"},
 	}
 	for _, c := range cases {
