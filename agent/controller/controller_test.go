@@ -638,7 +638,7 @@ func TestAPIServerOutageAndMachinedRestart(t *testing.T) {
 // server's NodeRestriction admits them), and removes them when the option
 // is turned off.
 func TestBetaTopologyLabels(t *testing.T) {
-	n := newNode(t, "beta-node", "10.0.0.13", metal("beta-node"))
+	n := newNode(t, "beta-node", "10.0.0.18", metal("beta-node"))
 	beta := map[string]string{
 		"failure-domain.beta.kubernetes.io/region": "eu-west",
 		"failure-domain.beta.kubernetes.io/zone":   "eu-west-1a",
@@ -684,7 +684,7 @@ func TestMigratedTalosCCMConfiguration(t *testing.T) {
 		t.Fatal(err)
 	}
 	md := runtime.PlatformMetadataSpec{Platform: "metal", Hostname: "web-cloud-1", Region: "us-west-1", InstanceID: "i-42", Spot: true}
-	n := newNode(t, "web-cloud-1", "10.0.0.14", md)
+	n := newNode(t, "web-cloud-1", "10.0.0.19", md)
 	n.startAgent(t, string(src.Content))
 	n.waitNode(t, 20*time.Second, "Talos CCM's documented rules applied", func(node *corev1.Node) bool {
 		req, _ := contract.DecodeRequestedLabels(node.Annotations[contract.AnnotationRequestedLabels])
