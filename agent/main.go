@@ -11,7 +11,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -19,7 +18,6 @@ import (
 	"time"
 
 	"github.com/talos-nodeinit/talos-nodeinit/agent/controller"
-	"github.com/talos-nodeinit/talos-nodeinit/agent/explain"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/agentkey"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
@@ -42,10 +40,12 @@ const DefaultRulesFile = "/usr/local/etc/nodeinit/rules.yaml"
 const usage = `nodeinit-agent initializes this node's Kubernetes Node object on Talos Linux.
 
 Usage:
-  nodeinit-agent [run] [flags]          run the node agent (the default)
-  nodeinit-agent validate --rules FILE  check a rules file and exit
-  nodeinit-agent explain [flags]        print what run would write for given facts, offline
-  nodeinit-agent version                print the version
+  nodeinit-agent [run] [flags]                   run the node agent (the default)
+  nodeinit-agent validate --rules-file FILE      check the rules (a rules file, its ExtensionServiceConfig,
+                                                a machine config, Talos CCM's config) and exit
+  nodeinit-agent explain [flags]                 print what run would write for given facts, offline
+  nodeinit-agent migrate --from-talos-ccm FILE   convert a Talos CCM configuration to the agent's rules
+  nodeinit-agent version                         print the version
 
 Run 'nodeinit-agent <command> --help' for a command's flags. Every flag can
 also be set from the environment: --rules-file is NODEINIT_RULES_FILE.
@@ -71,6 +71,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return validate(args, stdout, stderr)
 	case "explain":
 		return explainCmd(args, stdout, stderr)
+	case "migrate":
+		return migrate(args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, version.String("nodeinit-agent"))
 		return 0
@@ -210,85 +212,4 @@ func loadRules(path string, optional bool) (*rules.Rules, error) {
 		return rules.Compile(rules.File{})
 	}
 	return rs, err
-}
-
-func validate(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("validate", "Usage: nodeinit-agent validate --rules FILE\n\nCheck a rules file: exit 0 when it is valid, 1 with every error otherwise.", stderr)
-	file := fs.String("rules", "", "the rules `FILE` to check")
-	if code, stop := parse(fs, args); stop {
-		return code
-	}
-	if *file == "" {
-		fmt.Fprintln(stderr, "validate: --rules FILE is required")
-		return 2
-	}
-	rs, err := rules.LoadFile(*file)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: invalid:\n%v\n", *file, err)
-		return 1
-	}
-	fmt.Fprintf(stdout, "%s: OK, %d rules %q\n", *file, len(rs.Names()), rs.Names())
-	return 0
-}
-
-func explainCmd(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("explain", "Usage: nodeinit-agent explain --platform-metadata FILE [flags]\n\nPrint exactly what `run` would write for a node with these facts, without a cluster.", stderr)
-	rulesFile := fs.String("rules", "", "the rules `FILE` (none when empty)")
-	mdFile := fs.String("platform-metadata", "", "`FILE` with `talosctl get platformmetadata -o yaml` output or a bare spec")
-	siFile := fs.String("system-information", "", "`FILE` with `talosctl get systeminformation -o yaml` output or a bare spec")
-	nodeName := fs.String("node-name", "", "node name (default: the metadata hostname)")
-	addresses := fs.String("addresses", "", "comma-separated interface addresses as `CIDRs`; the first is the node IP")
-	policy := fs.String("provider-id-policy", string(desired.ProviderIDFromMetadata), "metadata, talos-fallback or never")
-	output := fs.String("o", "table", "output format: json, yaml or table")
-	if code, stop := parse(fs, args); stop {
-		return code
-	}
-	fail := func(err error) int {
-		fmt.Fprintln(stderr, "explain:", err)
-		return 1
-	}
-	if *mdFile == "" {
-		fmt.Fprintln(stderr, "explain: --platform-metadata FILE is required")
-		return 2
-	}
-	in := explain.Input{NodeName: *nodeName}
-	var err error
-	if in.Policy, err = desired.ParseProviderIDPolicy(*policy); err != nil {
-		return fail(err)
-	}
-	if in.Rules, err = loadRules(*rulesFile, *rulesFile == ""); err != nil {
-		return fail(err)
-	}
-	data, err := os.ReadFile(*mdFile)
-	if err != nil {
-		return fail(err)
-	}
-	if in.Metadata, err = explain.ReadPlatformMetadata(data); err != nil {
-		return fail(fmt.Errorf("%s: %w", *mdFile, err))
-	}
-	if *siFile != "" {
-		if data, err = os.ReadFile(*siFile); err != nil {
-			return fail(err)
-		}
-		si, err := explain.ReadSystemInformation(data)
-		if err != nil {
-			return fail(fmt.Errorf("%s: %w", *siFile, err))
-		}
-		in.System = &si
-	}
-	for s := range strings.SplitSeq(*addresses, ",") {
-		if s = strings.TrimSpace(s); s == "" {
-			continue
-		}
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return fail(fmt.Errorf("--addresses: %w", err))
-		}
-		in.Addresses = append(in.Addresses, p)
-	}
-	out := explain.Explain(in)
-	if err := out.Write(stdout, *output); err != nil {
-		return fail(err)
-	}
-	return 0
 }

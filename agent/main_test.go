@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -308,4 +309,124 @@ func procMemory(t testing.TB, pid int) (rss, hwm float64) {
 		}
 	}
 	return rss, hwm
+}
+
+// TestValidateFilesUsersHave: validate reads the files users have, under
+// --rules-file (run's spelling) or the older --rules, and every problem is
+// reported at its file, line and column with a fix; exit 1 on any.
+func TestValidateFilesUsersHave(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want []string
+	}{
+		{"the shipped ExtensionServiceConfig", []string{"--rules-file", "../extension/patches/rules.yaml"}, 0,
+			[]string{"../extension/patches/rules.yaml: OK: ExtensionServiceConfig nodeinit-agent", `1 rules ["transformations[0] (web-nodes)"]`}},
+		{"the deprecated --rules spelling", []string{"--rules", "../extension/patches/rules.yaml"}, 0, []string{"OK"}},
+		{"a machine config", []string{"--rules-file", "../pkg/rulesource/testdata/machineconfig-worker.yaml"}, 0, []string{"OK: Talos machine config"}},
+		{"Talos CCM's ConfigMap", []string{"--rules-file", "../pkg/rulesource/testdata/talos-ccm-configmap.yaml"}, 0, []string{"OK: Talos CCM ConfigMap"}},
+		{"Talos CCM's development config", []string{"--rules-file", "../pkg/rules/testdata/talos-ccm/hack-ccm-config.yaml"}, 0, []string{"OK: rules file"}},
+		{"Talos CCM's documented config", []string{"--rules-file", "../pkg/rules/testdata/talos-ccm/config-md-quoted.yaml"}, 1, []string{
+			"config-md-quoted.yaml:6:3: global: unknown key \"PreferIPv6\"; keys are case-sensitive: write preferIPv6",
+			"config-md-quoted.yaml:71:7: transformations[1] (web-nodes): features.publicIPDiscovery: not supported",
+			"nodeinit-agent migrate --from-talos-ccm",
+		}},
+		{"label value with spaces", []string{"--rules-file", "spaces.yaml"}, 1, []string{`spaces.yaml:3:12: transformations[0] (team): labels[example.com/team]: label value "web team"`, `did you mean "web-team"?`}},
+		{"indentation error on line 5", []string{"--rules-file", "indent.yaml"}, 1, []string{"indent.yaml:5:4: invalid YAML"}},
+	}
+	dir := t.TempDir()
+	files := map[string]string{
+		"spaces.yaml": "transformations:\n- name: team\n  labels: {example.com/team: web team}\n",
+		"indent.yaml": "transformations:\n- name: a\n  labels:\n    a: b\n   c: d\n",
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			args := slices.Clone(c.args)
+			if _, ok := files[args[1]]; ok {
+				args[1] = filepath.Join(dir, args[1])
+			}
+			code, out, errOut := runCmd(append([]string{"validate"}, args...)...)
+			if code != c.code {
+				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, c.code, out, errOut)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(out+errOut, w) {
+					t.Errorf("output lacks %q:\nstdout: %s\nstderr: %s", w, out, errOut)
+				}
+			}
+		})
+	}
+}
+
+// TestMigrateCommand: migrate prints the agent's ExtensionServiceConfig on
+// stdout (validate accepts it), writes the coordinator fragment, and lists
+// every difference on stderr at its line; a file needing a person exits 1.
+func TestMigrateCommand(t *testing.T) {
+	frag := filepath.Join(t.TempDir(), "coordinator.yaml")
+	code, out, errOut := runCmd("migrate", "--from-talos-ccm", "../pkg/rules/testdata/talos-ccm/config-md-quoted.yaml", "--coordinator-out", frag)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"config-md-quoted.yaml:6:3: global.PreferIPv6 dropped", "config-md-quoted.yaml:71:7: features.publicIPDiscovery dropped", "wrote the coordinator configuration fragment to " + frag} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	patch := writeFile(t, "nodeinit-rules.yaml", out)
+	if code, vout, verr := runCmd("validate", "--rules-file", patch); code != 0 || !strings.Contains(vout, "OK: ExtensionServiceConfig") {
+		t.Errorf("validate on migrate's output: exit %d\n%s%s", code, vout, verr)
+	}
+	fragment, err := os.ReadFile(frag)
+	if err != nil || !strings.Contains(string(fragment), "adoptExisting: true") {
+		t.Errorf("fragment %q (%v)", fragment, err)
+	}
+	code, _, errOut = runCmd("migrate", "--from-talos-ccm", "../pkg/rules/testdata/talos-ccm/rules-yaml.yaml")
+	if code != 1 || !strings.Contains(errOut, `rules-yaml.yaml:31:9: transformations[0] (oracle): labels[talos.dev/zone"]: invalid label key`) {
+		t.Errorf("migrate of a file with an invalid key: exit %d\n%s", code, errOut)
+	}
+	if code, _, _ := runCmd("migrate"); code != 2 {
+		t.Errorf("migrate without --from-talos-ccm: exit %d, want 2", code)
+	}
+}
+
+// TestExplainSeveralNodesWithCoordinator: explain takes a multi-node talosctl
+// output (one section per node), the coordinator's configuration (or its
+// ConfigMap), any rules source under --rules-file, and exits 1 when it shows
+// an error.
+func TestExplainSeveralNodesWithCoordinator(t *testing.T) {
+	code, out, errOut := runCmd("explain", "--rules-file", "../extension/patches/rules.yaml",
+		"--platform-metadata", "explain/testdata/platformmetadata-multi.yaml",
+		"--coordinator-config", "../coordinator/deploy/configmap.yaml", "-o", "table")
+	if code != 1 {
+		t.Errorf("exit %d, want 1: node 172.20.0.3's zone \"rack 1\" is no label value\n%s%s", code, out, errOut)
+	}
+	web, pve, ok := strings.Cut(out, "== node 172.20.0.3 (pve-1)")
+	if !ok || !strings.Contains(web, "== node 172.20.0.2 (web-www)") {
+		t.Fatalf("no section per node:\n%s", out)
+	}
+	for _, want := range []string{"node-role.kubernetes.io/web", "coordinator", "InternalIP", "172.20.0.2", "node.cloudprovider.kubernetes.io/platform", "ipv4: a /24 from the pool 10.244.0.0/16"} {
+		if !strings.Contains(web, want) {
+			t.Errorf("web-www's section lacks %q:\n%s", want, web)
+		}
+	}
+	if !strings.Contains(pve, `metadata zone "rack 1" is not a valid label value`) || !strings.Contains(pve, "node.cloudprovider.kubernetes.io/lifecycle") {
+		t.Errorf("pve-1's section:\n%s", pve)
+	}
+	if !strings.Contains(errOut, "errors") {
+		t.Errorf("stderr does not say why the exit code is 1: %q", errOut)
+	}
+	// One node without errors: exit 0, and --rules keeps working.
+	code, _, errOut = runCmd("explain", "--rules", "explain/testdata/talos-ccm-rules.yaml", "--platform-metadata", "explain/testdata/platformmetadata-talosctl.yaml")
+	if code != 0 {
+		t.Errorf("exit %d: %s", code, errOut)
+	}
+	if code, _, errOut := runCmd("explain", "--platform-metadata", "explain/testdata/platformmetadata-multi.yaml", "--addresses", "10.0.0.1/24"); code != 2 || !strings.Contains(errOut, "--addresses") {
+		t.Errorf("--addresses with several nodes: exit %d %q", code, errOut)
+	}
 }

@@ -33,7 +33,9 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr/netnstest"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/rulesource"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/talosccm"
 )
 
 var cluster *testcluster.Cluster
@@ -628,5 +630,71 @@ func TestAPIServerOutageAndMachinedRestart(t *testing.T) {
 	}
 	n.waitNode(t, 20*time.Second, "metadata change after machined restart", func(node *corev1.Node) bool {
 		return node.Labels["topology.kubernetes.io/zone"] == "eu-west-1b"
+	})
+}
+
+// TestBetaTopologyLabels: with global.betaTopologyLabels the agent sets the
+// beta labels Talos CCM sets, with the node's own credentials (the real API
+// server's NodeRestriction admits them), and removes them when the option
+// is turned off.
+func TestBetaTopologyLabels(t *testing.T) {
+	n := newNode(t, "beta-node", "10.0.0.18", metal("beta-node"))
+	beta := map[string]string{
+		"failure-domain.beta.kubernetes.io/region": "eu-west",
+		"failure-domain.beta.kubernetes.io/zone":   "eu-west-1a",
+		"beta.kubernetes.io/instance-type":         "m1.large",
+	}
+	a := n.startAgent(t, "global:\n  betaTopologyLabels: true\n"+ccmRules)
+	n.waitNode(t, 20*time.Second, "beta labels set by the node", func(node *corev1.Node) bool {
+		for k, v := range beta {
+			if node.Labels[k] != v {
+				return false
+			}
+		}
+		return node.Labels["topology.kubernetes.io/zone"] == "eu-west-1a"
+	})
+	a.stop()
+
+	n.startAgent(t, ccmRules)
+	n.waitNode(t, 20*time.Second, "beta labels removed with the option", func(node *corev1.Node) bool {
+		for k := range beta {
+			if _, ok := node.Labels[k]; ok {
+				return false
+			}
+		}
+		return node.Labels["topology.kubernetes.io/zone"] == "eu-west-1a"
+	})
+}
+
+// TestMigratedTalosCCMConfiguration: Talos CCM's documented configuration,
+// migrated, runs on a node against the real API server: the node gets the
+// labels Talos CCM gave it (the beta ones included), the overrides'
+// effective metadata, and requests for what only the coordinator may set.
+func TestMigratedTalosCCMConfiguration(t *testing.T) {
+	data, err := os.ReadFile("../../pkg/rules/testdata/talos-ccm/config-md-quoted.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := talosccm.Convert("config-md-quoted.yaml", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := rulesource.Find(res.AgentPatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := runtime.PlatformMetadataSpec{Platform: "metal", Hostname: "web-cloud-1", Region: "us-west-1", InstanceID: "i-42", Spot: true}
+	n := newNode(t, "web-cloud-1", "10.0.0.19", md)
+	n.startAgent(t, string(src.Content))
+	n.waitNode(t, 20*time.Second, "Talos CCM's documented rules applied", func(node *corev1.Node) bool {
+		req, _ := contract.DecodeRequestedLabels(node.Annotations[contract.AnnotationRequestedLabels])
+		taints, _ := contract.DecodeRequestedTaints(node.Annotations[contract.AnnotationRequestedTaints])
+		return node.Labels["topology.kubernetes.io/region"] == "us-west-1-on-metal" &&
+			node.Labels["failure-domain.beta.kubernetes.io/region"] == "us-west-1-on-metal" &&
+			node.Labels["topology.kubernetes.io/zone"] == "us-west-1f" &&
+			node.Labels["failure-domain.beta.kubernetes.io/zone"] == "us-west-1f" &&
+			node.Annotations["custom-annotation/instance-id"] == "id-i-42" &&
+			req["node-role.kubernetes.io/web"] == "" && req["node-role.kubernetes.io/capacity-type"] == "spot" &&
+			slices.Contains(taints, contract.Taint{Key: "node.cloudprovider.kubernetes.io/storage-type", Value: "ceph", Effect: "NoSchedule"})
 	})
 }

@@ -6,6 +6,7 @@ package explain
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,14 +18,19 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"go.yaml.in/yaml/v3"
 	sigsyaml "sigs.k8s.io/yaml"
 
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/config"
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/finalize"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/facts"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/ipam"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
 )
@@ -41,18 +47,43 @@ type Input struct {
 	Addresses []netip.Prefix
 	NodeIPs   []netip.Addr
 	Policy    desired.ProviderIDPolicy
+	// Node names the node in the output (talosctl's node address); optional.
+	Node string
+	// Coordinator, when set, adds what the coordinator with this
+	// configuration would add to the Node.
+	Coordinator *config.Config
 }
 
 // Output is exactly what the run loop would write, in the shape the
 // `explain -o json` contract promises.
 type Output struct {
+	Node             string            `json:"node,omitempty"`
+	NodeName         string            `json:"nodeName"`
 	Labels           map[string]string `json:"labels"`
 	RequestedLabels  map[string]string `json:"requestedLabels"`
 	Annotations      map[string]string `json:"annotations"`
 	RequestedTaints  []contract.Taint  `json:"requestedTaints"`
 	ProviderID       string            `json:"providerID"`
 	PlatformMetadata map[string]any    `json:"platformMetadata"`
-	Errors           []string          `json:"errors"`
+	// Addresses are the Node's status.addresses as the agent writes them.
+	Addresses []corev1.NodeAddress `json:"addresses"`
+	// Prefixes are the global IPv6 prefixes reported for pod CIDRs.
+	Prefixes    []string     `json:"prefixes"`
+	Coordinator *Coordinator `json:"coordinator,omitempty"`
+	Errors      []string     `json:"errors"`
+}
+
+// Coordinator is what the coordinator would add to the Node.
+type Coordinator struct {
+	// Labels it sets: its own (platform, lifecycle, cluster name) and the
+	// requested ones its grant policy allows.
+	Labels map[string]string `json:"labels"`
+	Taints []contract.Taint  `json:"taints"`
+	// Refused are the requests it would refuse, with the reason.
+	Refused []string `json:"refused"`
+	// PodCIDRs says, per family, where the Node's pod CIDR would come from.
+	PodCIDRs     []string `json:"podCIDRs"`
+	RemovesTaint string   `json:"removesTaint"`
 }
 
 // Explain computes the output for one node.
@@ -79,6 +110,10 @@ func Explain(in Input) Output {
 		Policy:     in.Policy,
 	})
 	out := Output{
+		Node:            in.Node,
+		NodeName:        name,
+		Addresses:       want.Addresses,
+		Prefixes:        []string{},
 		Labels:          orEmpty(want.Labels),
 		RequestedLabels: orEmpty(want.Rules.RequestedLabels),
 		Annotations:     orEmpty(want.Rules.Annotations),
@@ -89,14 +124,84 @@ func Explain(in Input) Output {
 	if out.RequestedTaints == nil {
 		out.RequestedTaints = []contract.Taint{}
 	}
+	if out.Addresses == nil {
+		out.Addresses = []corev1.NodeAddress{}
+	}
+	for _, p := range netaddr.NewClassifier().GlobalPrefixes(addrs) {
+		out.Prefixes = append(out.Prefixes, p.String())
+	}
 	if err != nil {
 		out.Errors = append(out.Errors, err.Error())
+	}
+	if in.Coordinator != nil && err == nil {
+		out.Coordinator = coordinatorView(in.Coordinator, name, want)
 	}
 	out.PlatformMetadata, err = camelCase(runtime.PlatformMetadataSpec(want.Rules.Metadata))
 	if err != nil {
 		out.Errors = append(out.Errors, err.Error())
 	}
 	return out
+}
+
+// coordinatorView runs the coordinator's own pure decisions (finalize) on
+// the Node the agent would write.
+func coordinatorView(cc *config.Config, name string, want desired.State) *Coordinator {
+	node := &corev1.Node{}
+	node.Name, node.Labels, node.Annotations = name, want.Labels, want.Annotations
+	node.Status.Addresses = want.Addresses
+	r := finalize.Read(node)
+	v := &Coordinator{Labels: map[string]string{}, Taints: []contract.Taint{}, Refused: []string{}, PodCIDRs: []string{}, RemovesTaint: contract.TaintUninitialized}
+	plan, err := finalize.Compute(node, r, finalize.Inputs{Grants: cc.Grants, ClusterName: cc.ClusterName, Initialize: true})
+	if err != nil {
+		v.Refused = append(v.Refused, err.Error())
+		return v
+	}
+	maps.Copy(v.Labels, plan.Want)
+	v.Refused = append(v.Refused, plan.Refused...)
+	v.Refused = append(v.Refused, r.Problems...)
+	for _, t := range r.RequestedTaints {
+		if slices.Contains(plan.GrantedTaints, finalize.TaintKey(t.Key, t.Effect)) {
+			v.Taints = append(v.Taints, t)
+		}
+	}
+	if !cc.IPAMEnabled() {
+		v.PodCIDRs = append(v.PodCIDRs, "none: ipam.enabled is false")
+		return v
+	}
+	v4, v6 := cc.Families()
+	if v4 {
+		v.PodCIDRs = append(v.PodCIDRs, fmt.Sprintf("ipv4: a /%d from the pool %s", cmpOr(cc.IPAM.IPv4MaskSize, 24), cc.IPAM.IPv4Pool))
+	}
+	if v6 {
+		networks, _ := cc.Networks()
+		var claimed []netip.Addr
+		for _, a := range finalize.Addresses(node) {
+			if slices.ContainsFunc(networks, func(n netip.Prefix) bool { return n.Contains(a) }) {
+				claimed = append(claimed, a)
+			}
+		}
+		req := finalize.Request(claimed, r, networks, v4, cc.IPAM.IPv6Pool != "")
+		switch {
+		case req.IPv6Prefix.IsValid():
+			if _, bits, err := ipam.SegmentFor(req.IPv6Prefix, req.IPv6Addr); err != nil {
+				v.PodCIDRs = append(v.PodCIDRs, "ipv6: none: "+err.Error())
+			} else {
+				v.PodCIDRs = append(v.PodCIDRs, fmt.Sprintf("ipv6: a /%d from the node's prefix %s", bits, req.IPv6Prefix))
+			}
+		case cc.IPAM.IPv6Pool != "":
+			v.PodCIDRs = append(v.PodCIDRs, fmt.Sprintf("ipv6: a /%d from the pool %s", cmpOr(cc.IPAM.IPv6MaskSize, 80), cc.IPAM.IPv6Pool))
+		default:
+			v.PodCIDRs = append(v.PodCIDRs, "ipv6: none: no global IPv6 prefix inside nodeNetworks holding one of the node's addresses, and no ipv6Pool")
+		}
+	}
+	return v
+}
+
+func cmpOr(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
 }
 
 func orEmpty(m map[string]string) map[string]string {
@@ -130,6 +235,84 @@ func ReadPlatformMetadata(data []byte) (facts.Platform, error) {
 	return facts.Platform(spec), nil
 }
 
+// Node is one node's platform metadata as read from a file.
+type Node struct {
+	// Node is talosctl's node address ("node:" in its output), if any.
+	Node     string
+	Metadata facts.Platform
+}
+
+// ReadNodes reads every document: `talosctl -n a,b get platformmetadata -o
+// yaml` prints one per node. Each must have a platform.
+func ReadNodes(data []byte) ([]Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var nodes []Node
+	for i := 1; ; i++ {
+		var doc yaml.Node
+		if err := dec.Decode(&doc); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			return nil, fmt.Errorf("platform metadata: %w", err)
+		}
+		if len(doc.Content) == 0 {
+			continue
+		}
+		root := doc.Content[0]
+		n := Node{}
+		if v := value(root, "node"); v != nil {
+			n.Node = v.Value
+		}
+		where := fmt.Sprintf("document %d", i)
+		if n.Node != "" {
+			where += " (node " + n.Node + ")"
+		}
+		var spec runtime.PlatformMetadataSpec
+		if err := decodeSpec(root, &spec); err != nil {
+			return nil, fmt.Errorf("platform metadata, %s: %w", where, err)
+		}
+		if spec.Platform == "" {
+			return nil, fmt.Errorf("platform metadata, %s: no platform (is this `talosctl get platformmetadata -o yaml` output?)", where)
+		}
+		n.Metadata = facts.Platform(spec)
+		nodes = append(nodes, n)
+	}
+	if len(nodes) == 0 {
+		return nil, errors.New("platform metadata: empty file")
+	}
+	return nodes, nil
+}
+
+// ReadSystemInformationNodes reads every document of `talosctl get
+// systeminformation -o yaml`, by talosctl's node address ("" for a bare spec).
+func ReadSystemInformationNodes(data []byte) (map[string]facts.System, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	out := map[string]facts.System{}
+	for i := 1; ; i++ {
+		var doc yaml.Node
+		if err := dec.Decode(&doc); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			return nil, fmt.Errorf("system information: %w", err)
+		}
+		if len(doc.Content) == 0 {
+			continue
+		}
+		root := doc.Content[0]
+		node := ""
+		if v := value(root, "node"); v != nil {
+			node = v.Value
+		}
+		var spec hardware.SystemInformationSpec
+		if err := decodeSpec(root, &spec); err != nil {
+			return nil, fmt.Errorf("system information, document %d: %w", i, err)
+		}
+		out[node] = facts.System(spec)
+	}
+	return out, nil
+}
+
 // ReadSystemInformation accepts `talosctl get systeminformation -o yaml`
 // output or a bare spec.
 func ReadSystemInformation(data []byte) (facts.System, error) {
@@ -154,7 +337,11 @@ func readSpec(data []byte, into any) error {
 	if len(doc.Content) == 0 {
 		return errors.New("empty file")
 	}
-	spec := doc.Content[0]
+	return decodeSpec(doc.Content[0], into)
+}
+
+// decodeSpec decodes a resource's spec (or a bare spec) strictly.
+func decodeSpec(spec *yaml.Node, into any) error {
 	if value(spec, "metadata") != nil {
 		if s := value(spec, "spec"); s != nil {
 			spec = s
@@ -260,6 +447,53 @@ func editDistance(a, b string) int {
 	return prev[len(rb)]
 }
 
+// Outputs are several nodes' outputs.
+type Outputs []Output
+
+// HasErrors reports whether any node's output shows an error.
+func (os Outputs) HasErrors() bool {
+	return slices.ContainsFunc(os, func(o Output) bool { return len(o.Errors) > 0 })
+}
+
+// Write prints one node as Output.Write does; several as a JSON or YAML
+// list, or a table section per node.
+func (os Outputs) Write(w io.Writer, format string) error {
+	if len(os) == 1 {
+		return os[0].Write(w, format)
+	}
+	switch format {
+	case "json", "yaml":
+		b, err := json.MarshalIndent(os, "", "  ")
+		if err != nil {
+			return err
+		}
+		if format == "yaml" {
+			if b, err = sigsyaml.JSONToYAML(b); err != nil {
+				return err
+			}
+		}
+		if _, err = w.Write(b); err != nil {
+			return err
+		}
+		if format == "json" {
+			_, err = io.WriteString(w, "\n")
+		}
+		return err
+	case "table":
+		for i, o := range os {
+			if i > 0 {
+				fmt.Fprintln(w)
+			}
+			fmt.Fprintf(w, "== node %s (%s)\n", cmp.Or(o.Node, o.NodeName), o.NodeName)
+			if err := o.table(w); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("output format %q: want json, yaml or table", format)
+}
+
 // Write prints the output as json, yaml or table.
 func (o Output) Write(w io.Writer, format string) error {
 	switch format {
@@ -306,6 +540,27 @@ func (o Output) table(w io.Writer) error {
 	row("providerID", "", providerID, "agent")
 	for _, k := range slices.Sorted(maps.Keys(o.PlatformMetadata)) {
 		row("metadata", k, fmt.Sprint(o.PlatformMetadata[k]), "agent ("+contract.AnnotationMetadata+")")
+	}
+	for _, a := range o.Addresses {
+		row("address", string(a.Type), a.Address, "agent (status)")
+	}
+	for _, p := range o.Prefixes {
+		row("prefix", "", p, "agent ("+contract.AnnotationPrefixes+")")
+	}
+	if c := o.Coordinator; c != nil {
+		for _, k := range slices.Sorted(maps.Keys(c.Labels)) {
+			row("label", k, c.Labels[k], "coordinator")
+		}
+		for _, t := range c.Taints {
+			row("taint", t.Key, t.Value+":"+string(t.Effect), "coordinator")
+		}
+		for _, p := range c.PodCIDRs {
+			row("podCIDR", "", p, "coordinator")
+		}
+		row("taint removed", c.RemovesTaint, "", "coordinator, once initialized")
+		for _, r := range c.Refused {
+			row("refused", "", r, "coordinator")
+		}
 	}
 	for _, e := range o.Errors {
 		row("error", "", strings.ReplaceAll(e, "\n", " "), "")

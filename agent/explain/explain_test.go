@@ -127,11 +127,11 @@ func TestJSONShape(t *testing.T) {
 		t.Fatal(err)
 	}
 	keys := slices.Sorted(maps.Keys(got))
-	want := []string{"annotations", "errors", "labels", "platformMetadata", "providerID", "requestedLabels", "requestedTaints"}
+	want := []string{"addresses", "annotations", "errors", "labels", "nodeName", "platformMetadata", "prefixes", "providerID", "requestedLabels", "requestedTaints"}
 	if !slices.Equal(keys, want) {
 		t.Fatalf("keys = %v, want %v", keys, want)
 	}
-	for k, v := range map[string]string{"errors": "[]", "requestedTaints": "[]", "annotations": "{}"} {
+	for k, v := range map[string]string{"errors": "[]", "requestedTaints": "[]", "annotations": "{}", "prefixes": "[]"} {
 		if string(got[k]) != v {
 			t.Errorf("%s = %s, want %s (empty, not null)", k, got[k], v)
 		}

@@ -87,12 +87,28 @@ func Compute(in Inputs) (State, bool, error) {
 	eff := res.Metadata
 
 	labels := map[string]string{}
-	for k, v := range map[string]string{
-		contract.LabelTopologyRegion: eff.Region, contract.LabelTopologyZone: eff.Zone, contract.LabelInstanceType: eff.InstanceType,
-	} {
-		if v != "" && contract.CheckLabel(k, v) == nil {
-			labels[k] = v
+	// topology sets the well-known labels from the effective metadata; a
+	// value no label may hold is reported (run logs it, explain shows it).
+	topology := []struct{ key, field, value string }{
+		{contract.LabelTopologyRegion, "region", eff.Region}, {contract.LabelTopologyZone, "zone", eff.Zone}, {contract.LabelInstanceType, "instanceType", eff.InstanceType},
+	}
+	if in.Rules.Global().BetaTopologyLabels {
+		// Talos CCM, like every cloud provider's node controller, also sets
+		// the deprecated beta labels; selectors written against them keep
+		// matching. NodeRestriction lets a node set them.
+		topology = append(topology, []struct{ key, field, value string }{
+			{corev1.LabelFailureDomainBetaRegion, "region", eff.Region}, {corev1.LabelFailureDomainBetaZone, "zone", eff.Zone}, {corev1.LabelInstanceType, "instanceType", eff.InstanceType},
+		}...)
+	}
+	for _, t := range topology {
+		if t.value == "" {
+			continue
 		}
+		if err := contract.CheckLabel(t.key, t.value); err != nil {
+			res.Errors = append(res.Errors, fmt.Sprintf("%s: metadata %s %q is not a valid label value, so the label is not set; rewrite it with a rule (platformMetadata: {%s: …})", t.key, t.field, t.value, t.field))
+			continue
+		}
+		labels[t.key] = t.value
 	}
 	maps.Copy(labels, res.Labels)
 
@@ -142,7 +158,7 @@ func Compute(in Inputs) (State, bool, error) {
 
 	return State{
 		Labels: labels, Annotations: annotations, ProviderID: providerID,
-		Addresses: addresses(in, nodeIPs, eff.InternalDNS, eff.ExternalDNS), Rules: res,
+		Addresses: preferFamily(addresses(in, nodeIPs, eff.InternalDNS, eff.ExternalDNS), in.Rules.Global().PreferIPv6), Rules: res,
 	}, true, nil
 }
 
@@ -170,6 +186,36 @@ func addresses(in Inputs, nodeIPs []netip.Addr, internalDNS, externalDNS string)
 	}
 	if externalDNS != "" {
 		out = append(out, corev1.NodeAddress{Type: corev1.NodeExternalDNS, Address: externalDNS})
+	}
+	return out
+}
+
+// preferFamily orders the InternalIPs and the ExternalIPs, each among
+// themselves, IPv6 first (prefer6) or IPv4 first, keeping the order within
+// a family; nil keeps the order as it is. (Talos CCM's global.preferIPv6.)
+func preferFamily(addrs []corev1.NodeAddress, prefer6 *bool) []corev1.NodeAddress {
+	if prefer6 == nil {
+		return addrs
+	}
+	rank := func(a corev1.NodeAddress) int {
+		ip, err := netip.ParseAddr(a.Address)
+		if err != nil || (a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP) {
+			return 0
+		}
+		if ip.Is6() == *prefer6 {
+			return 0
+		}
+		return 1
+	}
+	out := slices.Clone(addrs)
+	// addresses() writes each type as one run: order inside each run.
+	for start := 0; start < len(out); {
+		end := start + 1
+		for end < len(out) && out[end].Type == out[start].Type {
+			end++
+		}
+		slices.SortStableFunc(out[start:end], func(a, b corev1.NodeAddress) int { return rank(a) - rank(b) })
+		start = end
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package desired
 
 import (
 	"encoding/json"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -278,5 +279,102 @@ func TestDiffAddressChangeIsStatusOnly(t *testing.T) {
 	p, _ := Diff(node, next)
 	if p.Meta != nil || p.Status == nil || strings.Contains(string(p.Status), "198.51.100.1") {
 		t.Fatalf("meta %s status %s", p.Meta, p.Status)
+	}
+}
+
+// TestBetaTopologyLabels: with global.betaTopologyLabels the node also sets
+// the deprecated labels Talos CCM sets, from the same effective metadata;
+// they are owned, so turning the option off removes them.
+func TestBetaTopologyLabels(t *testing.T) {
+	cases := []struct {
+		name, rules string
+		want        map[string]string
+	}{
+		{"off by default", webRules, map[string]string{}},
+		{"on", "global: {betaTopologyLabels: true}\n" + webRules, map[string]string{
+			"failure-domain.beta.kubernetes.io/region": "eu", "failure-domain.beta.kubernetes.io/zone": "eu-1a", "beta.kubernetes.io/instance-type": "c5",
+		}},
+		{"follows overrides", "global: {betaTopologyLabels: true}\ntransformations:\n- platformMetadata: {zone: rack-7}\n", map[string]string{
+			"failure-domain.beta.kubernetes.io/region": "eu", "failure-domain.beta.kubernetes.io/zone": "rack-7", "beta.kubernetes.io/instance-type": "c5",
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			in := inputs(t, c.rules)
+			in.Talos.Metadata.InstanceType = "c5"
+			st, ok, err := Compute(in)
+			if err != nil || !ok {
+				t.Fatalf("compute: %v %v", ok, err)
+			}
+			got := map[string]string{}
+			for k, v := range st.Labels {
+				if strings.Contains(k, "beta.kubernetes.io") {
+					got[k] = v
+				}
+			}
+			if !maps.Equal(got, c.want) {
+				t.Fatalf("beta labels %v, want %v", got, c.want)
+			}
+			owned, _ := contract.DecodeKeys(contract.AnnotationOwnedLabels, st.Annotations[contract.AnnotationOwnedLabels])
+			for k := range c.want {
+				if !slices.Contains(owned, k) {
+					t.Errorf("%s not in owned-labels %v: turning the option off would leave it behind", k, owned)
+				}
+			}
+		})
+	}
+}
+
+// TestPreferIPv6 orders status.addresses as Talos CCM's global.preferIPv6:
+// unset keeps the kubelet's order; true puts IPv6 first, false IPv4 first.
+func TestPreferIPv6(t *testing.T) {
+	cases := []struct {
+		global string
+		want   []string
+	}{
+		{"", []string{"InternalIP fd00::5", "InternalIP 10.0.0.5", "ExternalIP 198.51.100.1", "ExternalIP 2001:db8:1:2::5"}},
+		{"global: {preferIPv6: true}\n", []string{"InternalIP fd00::5", "InternalIP 10.0.0.5", "ExternalIP 2001:db8:1:2::5", "ExternalIP 198.51.100.1"}},
+		{"global: {preferIPv6: false}\n", []string{"InternalIP 10.0.0.5", "InternalIP fd00::5", "ExternalIP 198.51.100.1", "ExternalIP 2001:db8:1:2::5"}},
+	}
+	for _, c := range cases {
+		in := inputs(t, c.global+webRules)
+		// The kubelet's node IPs and the kernel's addresses, IPv6 first.
+		in.Talos.NodeIPs = []netip.Addr{netip.MustParseAddr("fd00::5"), netip.MustParseAddr("10.0.0.5")}
+		in.Talos.ExternalIPs = nil
+		in.Addresses = append(in.Addresses, netaddr.Address{Prefix: netip.MustParsePrefix("198.51.100.1/24"), Link: "eth1", LinkUp: true, Permanent: true})
+		st, _, err := Compute(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, a := range st.Addresses {
+			if a.Type == corev1.NodeInternalIP || a.Type == corev1.NodeExternalIP {
+				got = append(got, string(a.Type)+" "+a.Address)
+			}
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%q: addresses %v, want %v", c.global, got, c.want)
+		}
+	}
+}
+
+// TestInvalidTopologyValueIsReported: metadata that is no valid label value
+// leaves the label unset, and says so (run logs it, explain shows it and
+// exits 1) instead of dropping it silently.
+func TestInvalidTopologyValueIsReported(t *testing.T) {
+	in := inputs(t, "global: {betaTopologyLabels: true}\n")
+	in.Talos.Metadata.Zone = "rack 1"
+	st, _, err := Compute(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := st.Labels["topology.kubernetes.io/zone"]; ok {
+		t.Fatalf("an invalid zone was set: %v", st.Labels)
+	}
+	got := strings.Join(st.Rules.Errors, "\n")
+	for _, want := range []string{`topology.kubernetes.io/zone: metadata zone "rack 1" is not a valid label value`, "failure-domain.beta.kubernetes.io/zone", "platformMetadata"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("errors lack %q:\n%s", want, got)
+		}
 	}
 }

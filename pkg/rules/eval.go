@@ -178,3 +178,34 @@ func (r *Rules) Names() []string {
 	}
 	return names
 }
+
+// LabelKeys lists every label key any rule may write, sorted.
+func (r *Rules) LabelKeys() []string {
+	var keys []string
+	for _, c := range r.rulesOrNil() {
+		for _, o := range c.labels {
+			keys = append(keys, o.key)
+		}
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
+
+// TaintKeys lists every taint key any rule may request, sorted.
+func (r *Rules) TaintKeys() []string {
+	var keys []string
+	for _, c := range r.rulesOrNil() {
+		for _, o := range c.taints {
+			keys = append(keys, o.key)
+		}
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys)
+}
+
+func (r *Rules) rulesOrNil() []compiledRule {
+	if r == nil {
+		return nil
+	}
+	return r.rules
+}

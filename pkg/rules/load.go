@@ -9,27 +9,51 @@
 package rules
 
 import (
-	"bytes"
-	"errors"
+	"cmp"
 	"fmt"
 	"io"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"text/template"
+	"text/template/parse"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"go.yaml.in/yaml/v3"
+	"go.yaml.in/yaml/v4"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 )
 
-// File is the YAML document: the `transformations` list, as in Talos CCM's config.
+// File is the YAML document: Talos CCM's configuration format, a `global`
+// section and the `transformations` list.
 type File struct {
+	Global          Global `yaml:"global,omitempty"`
 	Transformations []Rule `yaml:"transformations"`
+	// at is where each rule and field is in the file, by path
+	// ("transformations[0].labels[a]"), when it was read from YAML.
+	at map[string]Pos
+}
+
+// Global holds the options for every node.
+type Global struct {
+	// BetaTopologyLabels also sets the deprecated beta labels Talos CCM (and
+	// every cloud provider's node controller) sets next to the stable ones:
+	// beta.kubernetes.io/instance-type and
+	// failure-domain.beta.kubernetes.io/{region,zone}. A node may set them
+	// itself (NodeRestriction allows them).
+	BetaTopologyLabels bool `yaml:"betaTopologyLabels,omitempty"`
+	// PreferIPv6 lists IPv6 addresses before IPv4 ones in status.addresses
+	// (InternalIP and ExternalIP), as Talos CCM's global.preferIPv6 does;
+	// false lists IPv4 first; unset keeps the kubelet's node-IP order.
+	PreferIPv6 *bool `yaml:"preferIPv6,omitempty"`
+	// ClusterName is Talos CCM's global.clusterName, read only to say where
+	// it goes now: the coordinator's configuration.
+	ClusterName    string `yaml:"clusterName,omitempty"`
+	clusterNameSet bool
 }
 
 // Rule is one transformation.
@@ -45,6 +69,9 @@ type Rule struct {
 
 // SelectorTerm matches when all its expressions match; terms are ORed.
 type SelectorTerm struct {
+	// Name documents the term (Talos CCM's example rules name theirs); it
+	// is shown in errors and changes nothing.
+	Name             string       `yaml:"name,omitempty"`
 	MatchExpressions []Expression `yaml:"matchExpressions"`
 }
 
@@ -55,18 +82,26 @@ type Expression struct {
 	Values   []string `yaml:"values,omitempty"`
 }
 
-// Features is Talos CCM's per-rule feature flags. Its one flag is parsed
-// only to be refused with a reason (see compileRule), not "field not found".
+// Features is Talos CCM's per-rule feature flags. They are parsed only to
+// be refused with a reason (see compileRule), not "unknown key".
 type Features struct {
 	PublicIPDiscovery *bool `yaml:"publicIPDiscovery,omitempty"`
+	// PublicIPPredict appears in Talos CCM's example rules but not in its
+	// code, which ignores it.
+	PublicIPPredict *bool `yaml:"publicIPPredict,omitempty"`
 }
 
 // publicIPDiscoveryRefusal says why features.publicIPDiscovery does nothing
 // here: what Talos CCM's flag adds, the agent always does.
 const publicIPDiscoveryRefusal = "not supported: nodeinit-agent has no per-rule public IP discovery; on every platform it " +
 	"reports as ExternalIP the public addresses on the node's interfaces and those Talos puts on its \"external\" link " +
-	"from platform metadata (AddressStatus), which covers what Talos CCM's publicIPDiscovery adds; remove the key " +
-	"(to keep a link's addresses out, use the agent's --exclude-links)"
+	"from platform metadata (AddressStatus), which covers what Talos CCM's publicIPDiscovery adds"
+
+const publicIPDiscoveryFix = "remove the key (to keep a link's addresses out, use the agent's --exclude-links)"
+
+const publicIPPredictRefusal = "not supported: Talos CCM has no such feature (its example rules mention it, its code ignores it), so it never did anything"
+
+const clusterNameRefusal = "the cluster name is set by the coordinator (node.cloudprovider.kubernetes.io/clustername), not by each node"
 
 // Operators.
 const (
@@ -81,7 +116,16 @@ const (
 
 // Rules is a loaded, fully validated rules file.
 type Rules struct {
-	rules []compiledRule
+	global Global
+	rules  []compiledRule
+}
+
+// Global returns the file's global options.
+func (r *Rules) Global() Global {
+	if r == nil {
+		return Global{}
+	}
+	return r.global
 }
 
 type compiledRule struct {
@@ -117,58 +161,126 @@ type override struct {
 	tmpl  *template.Template
 }
 
-// LoadFile reads and validates a rules file.
+// LoadFile reads and validates a bare rules file. Errors are Problems
+// naming the file, line and column.
 func LoadFile(path string) (*Rules, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	r, err := Load(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	if ps, ok := err.(Problems); ok {
+		return nil, ps.InFile(path)
 	}
-	return r, nil
+	return r, err
 }
 
-// Load parses and validates a rules document. The error lists every problem.
-// An empty document is an empty rule set.
+// Load parses and validates a rules document. The error is Problems, one per
+// fault, each with its line and column. An empty document is an empty rule set.
 func Load(data []byte) (*Rules, error) {
-	var f File
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("parsing rules: %w", err)
+	docs, err := ParseDocuments(data)
+	if err != nil {
+		return nil, err
 	}
-	var extra any
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return nil, errors.New("parsing rules: more than one YAML document")
+	if len(docs) > 1 {
+		return nil, Problems{{Pos: posOf(resolve(docs[1])), Msg: "more than one YAML document", Fix: "a rules file is one document; for a Talos machine config or an ExtensionServiceConfig use `nodeinit-agent validate`"}}
 	}
-	return Compile(f)
+	var root *yaml.Node
+	if len(docs) == 1 {
+		root = docs[0]
+	}
+	f, ps := Decode(root, nil)
+	return compileAll(f, ps)
 }
 
-// Compile validates a File. Every error names its rule and field.
+// compileAll compiles what was decoded and reports the decoding problems
+// with the compile ones, in file order: one pass shows every mistake.
+func compileAll(f File, decoded Problems) (*Rules, error) {
+	r, err := Compile(f)
+	if len(decoded) == 0 {
+		return r, err
+	}
+	ps := decoded
+	if cps, ok := err.(Problems); ok {
+		ps = append(ps, cps...)
+	}
+	sortProblems(ps)
+	return nil, ps
+}
+
+func sortProblems(ps Problems) {
+	slices.SortStableFunc(ps, func(a, b Problem) int {
+		return cmp.Or(cmp.Compare(a.Pos.Line, b.Pos.Line), cmp.Compare(a.Pos.Col, b.Pos.Col))
+	})
+}
+
+// LoadNode validates a rules document already parsed (positions are the
+// node's own). It is Load for callers that found the document inside
+// another one.
+func LoadNode(root *yaml.Node) (*Rules, error) {
+	f, ps := Decode(root, nil)
+	return compileAll(f, ps)
+}
+
+// Decode reads a rules document from its YAML node, checking the shape of
+// every key; shift, when set, moves positions to where the document sits in
+// an enclosing file. It does not compile: see Compile.
+func Decode(root *yaml.Node, shift func(Pos) Pos) (File, Problems) {
+	d := decoder{shift: shift}
+	d.decodeFile(root)
+	return d.f, d.problems
+}
+
+// Compile validates a File. Every error names its rule and field, and its
+// line and column when the File was decoded from YAML.
 func Compile(f File) (*Rules, error) {
-	var errs []error
-	out := &Rules{}
+	var ps Problems
+	out := &Rules{global: f.Global}
+	if f.Global.clusterNameSet || f.Global.ClusterName != "" {
+		ps = append(ps, Problem{Pos: f.pos("global.clusterName"), Rule: "global.clusterName", Msg: clusterNameRefusal,
+			Fix: fmt.Sprintf("set clusterName: %q in the coordinator's configuration and remove it here (`nodeinit-agent migrate` does both)", f.Global.ClusterName)})
+	}
 	for i, r := range f.Transformations {
-		c, rerrs := compileRule(i, r)
-		errs = append(errs, rerrs...)
+		c, rps := compileRule(f, i, r)
+		ps = append(ps, rps...)
 		out.rules = append(out.rules, c)
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	if len(ps) > 0 {
+		sortProblems(ps)
+		return nil, ps
 	}
 	return out, nil
 }
 
-func compileRule(i int, r Rule) (compiledRule, []error) {
-	c := compiledRule{name: fmt.Sprintf("transformations[%d]", i)}
-	if r.Name != "" {
-		c.name = fmt.Sprintf("transformations[%d] (%s)", i, r.Name)
+// pos finds where path is in the file, or its closest recorded parent.
+func (f File) pos(path string) Pos {
+	for path != "" {
+		if p, ok := f.at[path]; ok {
+			return p
+		}
+		i := strings.LastIndexAny(path, ".[")
+		if i < 0 {
+			break
+		}
+		path = path[:i]
 	}
-	var errs []error
-	fail := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s: %s", c.name, field, fmt.Sprintf(format, args...)))
+	return Pos{}
+}
+
+func compileRule(f File, i int, r Rule) (compiledRule, Problems) {
+	base := fmt.Sprintf("transformations[%d]", i)
+	c := compiledRule{name: base}
+	if r.Name != "" {
+		c.name = fmt.Sprintf("%s (%s)", base, r.Name)
+	}
+	var ps Problems
+	// fail reports a problem at field (a path below the rule); shown, when
+	// set, replaces field in the message.
+	fail := func(field, shown, fix, format string, args ...any) {
+		if shown == "" {
+			shown = field
+		}
+		ps = append(ps, Problem{Pos: f.pos(base + "." + field), Rule: c.name + ": " + shown, Msg: fmt.Sprintf(format, args...), Fix: fix})
 	}
 	// ownDomain refuses keys of the agent↔coordinator contract: a rule
 	// writing nodeinit.io/csr-review would make the two fight over it.
@@ -176,23 +288,31 @@ func compileRule(i int, r Rule) (compiledRule, []error) {
 		if !contract.InDomain(key) {
 			return false
 		}
-		fail(at, "key %q is in %s, the domain of the agent↔coordinator contract, which rules may not write; use a domain of your own (example.com/…)", key, contract.Domain)
+		fail(at, "", "use a domain of your own (example.com/…)", "key %q is in %s, the domain of the agent↔coordinator contract, which rules may not write", key, contract.Domain)
 		return true
 	}
 	if r.Features.PublicIPDiscovery != nil {
-		fail("features.publicIPDiscovery", publicIPDiscoveryRefusal)
+		fail("features.publicIPDiscovery", "", publicIPDiscoveryFix, publicIPDiscoveryRefusal)
+	}
+	if r.Features.PublicIPPredict != nil {
+		fail("features.publicIPPredict", "", "remove the key", publicIPPredictRefusal)
 	}
 
 	for ti, term := range r.NodeSelector {
+		tpath := fmt.Sprintf("nodeSelector[%d]", ti)
+		shownTerm := tpath
+		if term.Name != "" {
+			shownTerm = fmt.Sprintf("%s (%s)", tpath, term.Name)
+		}
 		if len(term.MatchExpressions) == 0 {
-			fail(fmt.Sprintf("nodeSelector[%d].matchExpressions", ti), "must not be empty (an empty term would match every node)")
+			fail(tpath+".matchExpressions", shownTerm+".matchExpressions", "add an expression, or remove the term", "must not be empty (an empty term would match every node)")
 		}
 		var exprs []expression
 		for ei, e := range term.MatchExpressions {
-			at := fmt.Sprintf("nodeSelector[%d].matchExpressions[%d] (key %q)", ti, ei, e.Key)
-			x, err := compileExpression(e)
+			at := fmt.Sprintf("%s.matchExpressions[%d]", tpath, ei)
+			x, fix, err := compileExpression(e)
 			if err != nil {
-				fail(at, "%v", err)
+				fail(at, fmt.Sprintf("%s.matchExpressions[%d] (key %q)", shownTerm, ei, e.Key), fix, "%v", err)
 				continue
 			}
 			exprs = append(exprs, x)
@@ -207,7 +327,7 @@ func compileRule(i int, r Rule) (compiledRule, []error) {
 		for _, k := range sortedKeys(m) {
 			at := field + "[" + k + "]"
 			if errs := validation.IsQualifiedName(k); len(errs) > 0 {
-				fail(at, "invalid %s key: %s", kind, strings.Join(errs, "; "))
+				fail(at, "", keyFix(k), "invalid %s key: %s", kind, strings.Join(errs, "; "))
 				continue
 			}
 			if ownDomain(at, k) {
@@ -215,8 +335,14 @@ func compileRule(i int, r Rule) (compiledRule, []error) {
 			}
 			t, err := compileTemplate(at, m[k])
 			if err != nil {
-				fail(at, "%v", err)
+				fail(at, "", "", "%v", err)
 				continue
+			}
+			if kind == "label" {
+				if msg, fix := checkValueTemplate(t, m[k]); msg != "" {
+					fail(at, "", fix, "label value %s", msg)
+					continue
+				}
 			}
 			outs = append(outs, output{k, t})
 		}
@@ -227,7 +353,7 @@ func compileRule(i int, r Rule) (compiledRule, []error) {
 	for _, k := range sortedKeys(r.Taints) {
 		at := "taints[" + k + "]"
 		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
-			fail(at, "invalid taint key: %s", strings.Join(errs, "; "))
+			fail(at, "", keyFix(k), "invalid taint key: %s", strings.Join(errs, "; "))
 			continue
 		}
 		if ownDomain(at, k) {
@@ -240,12 +366,20 @@ func compileRule(i int, r Rule) (compiledRule, []error) {
 		switch corev1.TaintEffect(effect) {
 		case corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
 		default:
-			fail(at, "effect %q must be NoSchedule, PreferNoSchedule or NoExecute (write \"value:Effect\" or \"Effect\")", effect)
+			fix := `write "value:Effect" or "Effect"`
+			if near, ok := nearest(effect, []string{"NoSchedule", "PreferNoSchedule", "NoExecute"}); ok {
+				fix = fmt.Sprintf("did you mean %q?", near)
+			}
+			fail(at, "", fix, "effect %q must be NoSchedule, PreferNoSchedule or NoExecute", effect)
 			continue
 		}
 		t, err := compileTemplate(at, value)
 		if err != nil {
-			fail(at, "%v", err)
+			fail(at, "", "", "%v", err)
+			continue
+		}
+		if msg, fix := checkValueTemplate(t, value); msg != "" {
+			fail(at, "", fix, "taint value %s", msg)
 			continue
 		}
 		c.taints = append(c.taints, taintOutput{k, t, corev1.TaintEffect(effect)})
@@ -253,22 +387,122 @@ func compileRule(i int, r Rule) (compiledRule, []error) {
 	for _, k := range sortedKeys(r.PlatformMetadata) {
 		at := "platformMetadata[" + k + "]"
 		lk := strings.ToLower(k)
-		f, ok := fields[lk]
-		if !ok || f.set == nil {
-			fail(at, "cannot be overridden; the keys that can are: %s", fieldNames(true))
+		fd, ok := fields[lk]
+		if !ok || fd.set == nil {
+			fix := "the keys that can are: " + fieldNames(true)
+			if lk == "hostname" || lk == "platform" {
+				fix = "remove it (Talos CCM skipped it silently); select on it instead"
+			} else if near, ok := nearest(k, strings.Split(fieldNames(true), ", ")); ok {
+				fix = fmt.Sprintf("did you mean %q? %s", near, fix)
+			}
+			fail(at, "", fix, "cannot be overridden")
 			continue
 		}
 		t, err := compileTemplate(at, r.PlatformMetadata[k])
 		if err != nil {
-			fail(at, "%v", err)
+			fail(at, "", "", "%v", err)
 			continue
 		}
 		c.overrides = append(c.overrides, override{lk, t})
 	}
-	return c, errs
+	return c, ps
 }
 
-func compileExpression(e Expression) (expression, error) {
+// keyFix suggests a valid key for an invalid one: the same key without the
+// quotes, spaces or other characters a key may not have.
+func keyFix(k string) string {
+	clean := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.', r == '/':
+			return r
+		case r == ' ':
+			return '-'
+		}
+		return -1
+	}, k)
+	clean = strings.Trim(clean, "-_./")
+	if clean == "" || clean == k || len(validation.IsQualifiedName(clean)) > 0 {
+		return "a key is an optional DNS prefix and a name: example.com/my-key"
+	}
+	return fmt.Sprintf("did you mean %q?", clean)
+}
+
+// checkValueTemplate finds label and taint values that are invalid whatever
+// the facts: a constant that is not a valid label value, or literal text
+// with characters no label value may hold. (Values that depend on facts are
+// checked per node at run time and by `explain`.)
+func checkValueTemplate(t *template.Template, text string) (msg, fix string) {
+	constant := true
+	var literal strings.Builder
+	for _, n := range t.Tree.Root.Nodes {
+		if tn, ok := n.(*parse.TextNode); ok {
+			literal.Write(tn.Text)
+			continue
+		}
+		constant = false
+	}
+	if constant {
+		v := strings.TrimSpace(text)
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+			return fmt.Sprintf("%q: %s", v, strings.Join(errs, "; ")), valueFix(v)
+		}
+		return "", ""
+	}
+	for _, r := range literal.String() {
+		if !labelValueRune(r) && r != ' ' && r != '\t' && r != '\n' {
+			return fmt.Sprintf("%q holds %q, which no label value may contain", text, r), "label values are letters, digits, '-', '_' and '.'"
+		}
+	}
+	return "", ""
+}
+
+func labelValueRune(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.'
+}
+
+func valueFix(v string) string {
+	clean := strings.Map(func(r rune) rune {
+		if labelValueRune(r) {
+			return r
+		}
+		if r == ' ' || r == '/' || r == ':' {
+			return '-'
+		}
+		return -1
+	}, v)
+	clean = strings.Trim(clean, "-_.")
+	if len(clean) > 63 {
+		return "label values are at most 63 characters; put longer text in an annotation"
+	}
+	if clean == "" || clean == v {
+		return "label values are letters, digits, '-', '_' and '.', starting and ending with a letter or digit"
+	}
+	return fmt.Sprintf("did you mean %q? (or put free text in an annotation)", clean)
+}
+
+func compileExpression(e Expression) (expression, string, error) {
+	x, err := compileExpressionOnly(e)
+	if err == nil {
+		return x, "", nil
+	}
+	fix := ""
+	if _, ok := fields[strings.ToLower(e.Key)]; !ok {
+		if near, ok := nearest(e.Key, strings.Split(fieldNames(false), ", ")); ok {
+			fix = fmt.Sprintf("did you mean %q?", near)
+		}
+	} else if e.Operator == "" {
+		fix = "add operator: one of " + strings.Join(operators, ", ")
+	} else if !slices.Contains(operators, e.Operator) {
+		if near, ok := nearest(e.Operator, operators); ok {
+			fix = fmt.Sprintf("did you mean %q? (operators are case-sensitive)", near)
+		}
+	}
+	return x, fix, err
+}
+
+var operators = []string{OpIn, OpNotIn, OpExists, OpDoesNotExist, OpGt, OpLt, OpRegexp}
+
+func compileExpressionOnly(e Expression) (expression, error) {
 	x := expression{key: strings.ToLower(e.Key), op: e.Operator, values: e.Values}
 	if _, ok := fields[x.key]; !ok {
 		return x, fmt.Errorf("key %q is not a known fact; known keys (case-insensitive): %s", e.Key, fieldNames(false))
@@ -300,6 +534,8 @@ func compileExpression(e Expression) (expression, error) {
 			return x, fmt.Errorf("invalid regexp %q: %v", e.Values[0], err)
 		}
 		x.re = re
+	case "":
+		return x, fmt.Errorf("operator is missing")
 	default:
 		return x, fmt.Errorf("operator %q is not one of In, NotIn, Exists, DoesNotExist, Gt, Lt, Regexp", e.Operator)
 	}

@@ -259,9 +259,9 @@ transformations:
 // naming the rule and the field.
 func TestLoadRefuses(t *testing.T) {
 	cases := []struct{ name, doc, want string }{
-		{"unknown top-level key", "transformation: []", "field transformation not found"},
-		{"unknown rule key", "transformations:\n- name: a\n  label: {a: b}", "field label not found"},
-		{"unknown expression key", "transformations:\n- nodeSelector:\n  - matchExpressions:\n    - {key: platform, op: In}", "field op not found"},
+		{"unknown top-level key", "transformation: []", `unknown key "transformation"; did you mean "transformations"?`},
+		{"unknown rule key", "transformations:\n- name: a\n  label: {a: b}", `unknown key "label"; did you mean "labels"?`},
+		{"unknown expression key", "transformations:\n- nodeSelector:\n  - matchExpressions:\n    - {key: platform, op: In}", `unknown key "op"`},
 		{"bad operator", "transformations:\n- name: r\n  nodeSelector:\n  - matchExpressions:\n    - {key: platform, operator: Equals, values: [a]}",
 			`transformations[0] (r): nodeSelector[0].matchExpressions[0] (key "platform"): operator "Equals"`},
 		{"In without values", "transformations:\n- nodeSelector:\n  - matchExpressions:\n    - {key: platform, operator: In}", "needs at least one value"},
@@ -282,7 +282,7 @@ func TestLoadRefuses(t *testing.T) {
 		{"override hostname", "transformations:\n- platformMetadata: {Hostname: x}", "platformMetadata[Hostname]: cannot be overridden"},
 		{"override unknown", "transformations:\n- platformMetadata: {color: x}", "cannot be overridden"},
 		{"two documents", "transformations: []\n---\ntransformations: []", "more than one YAML document"},
-		{"not YAML", "transformations: [", "parsing rules"},
+		{"not YAML", "transformations: [", "line 1, column 19: invalid YAML"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/talos-nodeinit/talos-nodeinit/agent/explain"
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/config"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/facts"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/rulesource"
+)
+
+func explainCmd(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("explain", "Usage: nodeinit-agent explain --platform-metadata FILE [flags]\n\n"+
+		"Print exactly what `run` would write for each node in FILE (one section per node of a multi-node\n"+
+		"`talosctl get platformmetadata -o yaml`), and with --coordinator-config what the coordinator would add,\n"+
+		"without a cluster. Exit 1 when the output shows an error.", stderr)
+	rulesFile := rulesFileFlag(fs, "the rules `FILE`: a rules file, its ExtensionServiceConfig, a machine config or Talos CCM's config (none when empty)")
+	mdFile := fs.String("platform-metadata", "", "`FILE` with `talosctl get platformmetadata -o yaml` output (one or more nodes) or a bare spec")
+	siFile := fs.String("system-information", "", "`FILE` with `talosctl get systeminformation -o yaml` output (matched to nodes by talosctl's node address) or a bare spec")
+	coordFile := fs.String("coordinator-config", "", "the coordinator's configuration `FILE` (coordinator.yaml or its ConfigMap): show what the coordinator would add")
+	nodeName := fs.String("node-name", "", "node name (default: the metadata hostname); one node only")
+	addresses := fs.String("addresses", "", "comma-separated interface addresses as `CIDRs`, the first the node IP (default: talosctl's node address); one node only")
+	policy := fs.String("provider-id-policy", string(desired.ProviderIDFromMetadata), "metadata, talos-fallback or never")
+	output := fs.String("o", "table", "output format: json, yaml or table")
+	if code, stop := parse(fs, args); stop {
+		return code
+	}
+	fail := func(err error) int {
+		fmt.Fprintln(stderr, "explain:", err)
+		return 1
+	}
+	if *mdFile == "" {
+		fmt.Fprintln(stderr, "explain: --platform-metadata FILE is required")
+		return 2
+	}
+	pol, err := desired.ParseProviderIDPolicy(*policy)
+	if err != nil {
+		return fail(err)
+	}
+	var rs *rules.Rules
+	if rulesFile() == "" {
+		rs, _ = rules.Compile(rules.File{})
+	} else if rs, _, err = rulesource.LoadFile(rulesFile()); err != nil {
+		return fail(fmt.Errorf("%s: invalid:\n%w", rulesFile(), err))
+	}
+	data, err := os.ReadFile(*mdFile)
+	if err != nil {
+		return fail(err)
+	}
+	nodes, err := explain.ReadNodes(data)
+	if err != nil {
+		return fail(fmt.Errorf("%s: %w", *mdFile, err))
+	}
+	if len(nodes) > 1 && (*addresses != "" || *nodeName != "") {
+		fmt.Fprintf(stderr, "explain: --addresses and --node-name describe one node; %s has %d\n", *mdFile, len(nodes))
+		return 2
+	}
+	systems := map[string]facts.System{}
+	if *siFile != "" {
+		if data, err = os.ReadFile(*siFile); err != nil {
+			return fail(err)
+		}
+		if systems, err = explain.ReadSystemInformationNodes(data); err != nil {
+			return fail(fmt.Errorf("%s: %w", *siFile, err))
+		}
+	}
+	var cc *config.Config
+	if *coordFile != "" {
+		if cc, err = readCoordinatorConfig(*coordFile); err != nil {
+			return fail(fmt.Errorf("%s: %w", *coordFile, err))
+		}
+	}
+	var given []netip.Prefix
+	for s := range strings.SplitSeq(*addresses, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return fail(fmt.Errorf("--addresses: %w", err))
+		}
+		given = append(given, p)
+	}
+	var outs explain.Outputs
+	for _, n := range nodes {
+		in := explain.Input{Rules: rs, Metadata: n.Metadata, NodeName: *nodeName, Node: n.Node, Policy: pol, Addresses: given, Coordinator: cc}
+		if si, ok := systems[n.Node]; ok {
+			in.System = &si
+		} else if si, ok := systems[""]; ok {
+			in.System = &si
+		}
+		if len(given) == 0 {
+			// talosctl's node address is how the admin reaches the node: its IP.
+			if ip, err := netip.ParseAddr(n.Node); err == nil {
+				in.Addresses = []netip.Prefix{netip.PrefixFrom(ip, ip.BitLen())}
+			}
+		}
+		outs = append(outs, explain.Explain(in))
+	}
+	if err := outs.Write(stdout, *output); err != nil {
+		return fail(err)
+	}
+	if outs.HasErrors() {
+		fmt.Fprintln(stderr, "explain: the output shows errors: run would leave those outputs out")
+		return 1
+	}
+	return 0
+}
+
+// readCoordinatorConfig reads coordinator.yaml, or the ConfigMap holding it.
+func readCoordinatorConfig(path string) (*config.Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var cm struct {
+		Kind string            `yaml:"kind"`
+		Data map[string]string `yaml:"data"`
+	}
+	if yaml.Unmarshal(data, &cm) == nil && cm.Kind == "ConfigMap" {
+		content, ok := cm.Data["coordinator.yaml"]
+		if !ok {
+			return nil, fmt.Errorf("a ConfigMap without data.coordinator.yaml")
+		}
+		data = []byte(content)
+	}
+	return config.Parse(data)
+}

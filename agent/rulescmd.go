@@ -1,0 +1,116 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/rulesource"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/talosccm"
+)
+
+// rulesFileFlag defines --rules-file, run's spelling, and --rules, the
+// older one validate and explain used, as an alias.
+func rulesFileFlag(fs *flag.FlagSet, usage string) func() string {
+	file := fs.String("rules-file", "", usage)
+	old := fs.String("rules", "", "deprecated: use --rules-file")
+	return func() string {
+		if *file != "" {
+			return *file
+		}
+		return *old
+	}
+}
+
+func validate(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("validate", "Usage: nodeinit-agent validate --rules-file FILE\n\n"+
+		"Check the agent's rules: exit 0 when they are valid, 1 with every error (file:line:column, and a fix) otherwise.\n"+
+		"FILE is a rules file (Talos CCM's configuration format), the ExtensionServiceConfig that delivers it,\n"+
+		"a Talos machine config holding that, or Talos CCM's ConfigMap.", stderr)
+	file := rulesFileFlag(fs, "the `FILE` to check")
+	if code, stop := parse(fs, args); stop {
+		return code
+	}
+	if file() == "" {
+		fmt.Fprintln(stderr, "validate: --rules-file FILE is required")
+		return 2
+	}
+	rs, src, err := rulesource.LoadFile(file())
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: invalid:\n%v\n", file(), err)
+		if mentionsTalosCCM(err) {
+			fmt.Fprintf(stderr, "\nTo convert a Talos CCM configuration: nodeinit-agent migrate --from-talos-ccm %s\n", file())
+		}
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: OK: %s, %d rules %q\n", file(), src.Describe(), len(rs.Names()), rs.Names())
+	return 0
+}
+
+func mentionsTalosCCM(err error) bool {
+	var ps rules.Problems
+	if !errors.As(err, &ps) {
+		return false
+	}
+	for _, p := range ps {
+		if strings.Contains(p.Msg+p.Fix, "Talos CCM") || strings.Contains(p.Msg, "coordinator") {
+			return true
+		}
+	}
+	return false
+}
+
+func migrate(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("migrate", "Usage: nodeinit-agent migrate --from-talos-ccm FILE [--coordinator-out FILE] > nodeinit-rules.yaml\n\n"+
+		"Convert a Talos CCM configuration (ccm-config.yaml, or its ConfigMap) into the agent's rules, printed as the\n"+
+		"ExtensionServiceConfig `talosctl patch mc --patch @nodeinit-rules.yaml` applies, and a fragment of the\n"+
+		"coordinator's configuration. Every difference from Talos CCM is listed on stderr and as comments.", stderr)
+	from := fs.String("from-talos-ccm", "", "the Talos CCM configuration `FILE`")
+	coordOut := fs.String("coordinator-out", "", "write the coordinator configuration fragment to `FILE` (default: stderr)")
+	if code, stop := parse(fs, args); stop {
+		return code
+	}
+	if *from == "" {
+		fmt.Fprintln(stderr, "migrate: --from-talos-ccm FILE is required")
+		return 2
+	}
+	data, err := os.ReadFile(*from)
+	if err != nil {
+		fmt.Fprintln(stderr, "migrate:", err)
+		return 1
+	}
+	res, err := talosccm.Convert(filepath.Base(*from), data)
+	if err != nil {
+		if ps, ok := err.(rules.Problems); ok {
+			err = ps.InFile(*from)
+		}
+		fmt.Fprintf(stderr, "%s: cannot migrate:\n%v\n", *from, err)
+		return 1
+	}
+	for _, n := range res.Notes {
+		if n.Pos.Line > 0 {
+			fmt.Fprintf(stderr, "%s:%d:%d: %s\n", *from, n.Pos.Line, n.Pos.Col, n.Text)
+		} else {
+			fmt.Fprintf(stderr, "%s: %s\n", *from, n.Text)
+		}
+	}
+	if *coordOut != "" {
+		if err := os.WriteFile(*coordOut, res.Coordinator, 0o644); err != nil {
+			fmt.Fprintln(stderr, "migrate:", err)
+			return 1
+		}
+		fmt.Fprintf(stderr, "wrote the coordinator configuration fragment to %s\n", *coordOut)
+	} else {
+		fmt.Fprintf(stderr, "\ncoordinator configuration fragment (merge into coordinator.yaml):\n%s", res.Coordinator)
+	}
+	if _, err := stdout.Write(res.AgentPatch); err != nil {
+		fmt.Fprintln(stderr, "migrate:", err)
+		return 1
+	}
+	return 0
+}
