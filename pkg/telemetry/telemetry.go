@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -57,6 +59,27 @@ type Server struct {
 	// Ready reports why the component is not ready yet; nil when it is.
 	Ready func() error
 	Log   *slog.Logger
+}
+
+// CheckAddr refuses a listen address that cannot be bound, before
+// anything starts: host:port with a numeric port (empty: off).
+func CheckAddr(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q: want host:port, e.g. 127.0.0.1:10290 or :10290", addr)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("%q: port %q is not a number from 0 to 65535", addr, port)
+	}
+	if host != "" && host != "localhost" {
+		if _, err := netip.ParseAddr(host); err != nil {
+			return fmt.Errorf("%q: host %q is not an IP address", addr, host)
+		}
+	}
+	return nil
 }
 
 // Listen binds the address now, so a bad --metrics-addr fails at start, and
