@@ -6,6 +6,7 @@ package telemetry
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -29,7 +30,7 @@ func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
 	}
-	opts := &slog.HandlerOptions{Level: l}
+	opts := &slog.HandlerOptions{Level: l, ReplaceAttr: readableDurations}
 	switch strings.ToLower(format) {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
@@ -39,10 +40,34 @@ func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("log format %q: want text or json", format)
 }
 
+// readableDurations writes a time.Duration as "1.5s": the JSON handler
+// would write nanoseconds.
+func readableDurations(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
+}
+
+// klogDebugVerbosity is the klog -v that --log-level debug turns on:
+// client-go's requests, reflectors and leader-election attempts.
+const klogDebugVerbosity = "4"
+
 // RouteKlog sends client-go's own logs (klog: leader election, reflectors,
 // the certificate manager) through log, so --log-format json holds for
-// every line the process writes.
-func RouteKlog(log *slog.Logger) { klog.SetSlogLogger(log) }
+// every line the process writes (with a logger set, klog writes nothing
+// itself). klog's own verbosity follows log's level (its flags are never
+// registered): V(4) and below with debug, none else.
+func RouteKlog(log *slog.Logger) {
+	klog.SetSlogLogger(log)
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	v := "0"
+	if log.Enabled(context.Background(), slog.LevelDebug) {
+		v = klogDebugVerbosity
+	}
+	_ = fs.Set("v", v)
+}
 
 // NewRegistry returns a registry with the Go runtime and process collectors.
 func NewRegistry() *prometheus.Registry {
