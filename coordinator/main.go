@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/config"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/controller"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/delegatedauth"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/envflag"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/telemetry"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/version"
@@ -103,7 +105,10 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	csrWorkers := fs.Int("csr-workers", 4, "CSRs synced in parallel")
 	qps := fs.Float64("kube-api-qps", 500, "client QPS to the API server (a join costs at most 3 writes and 1 Event; the API server's priority and fairness still applies)")
 	burst := fs.Int("kube-api-burst", 1000, "client burst to the API server")
-	metricsAddr := fs.String("metrics-addr", ":10290", "serve /metrics, /healthz and /readyz on this `ADDRESS` (empty: off)")
+	metricsAddr := fs.String("metrics-addr", "127.0.0.1:10290", "serve /metrics, /healthz and /readyz over plain HTTP, without authentication, on this `ADDRESS`: keep it on loopback (empty: off)")
+	secureAddr := fs.String("secure-metrics-addr", "", "serve over HTTPS on this `ADDRESS`: /metrics to callers the API server authenticates (TokenReview) and authorizes to get the non-resource URL /metrics (SubjectAccessReview); /healthz and /readyz to anyone, for probes (empty: off)")
+	certFile := fs.String("tls-cert-file", "", "serving certificate `FILE` for --secure-metrics-addr (default: self-signed at start)")
+	keyFile := fs.String("tls-private-key-file", "", "its private key `FILE`")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json")
 	envflag.AddVersion(fs, stdout, version.String("nodeinit-coordinator"))
@@ -114,7 +119,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	if err := checkRunFlags(runFlags{
 		nodeWorkers: *nodeWorkers, csrWorkers: *csrWorkers, qps: *qps, burst: *burst,
 		leaseDuration: *leaseDuration, renewDeadline: *renewDeadline, retryPeriod: *retryPeriod,
-		metricsAddr: *metricsAddr,
+		metricsAddr: *metricsAddr, secureAddr: *secureAddr, certFile: *certFile, keyFile: *keyFile,
 	}); err != nil {
 		return envflag.Fail(fs, err.Error())
 	}
@@ -170,7 +175,25 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 			log.Error("cannot serve metrics", "err", err)
 			return 1
 		}
-		log.Info("serving metrics and health", "addr", addr)
+		log.Info("serving metrics and health", "addr", addr, "authentication", "none")
+		if ap, err := netip.ParseAddrPort(addr); err == nil && !ap.Addr().IsLoopback() {
+			log.Warn("metrics are served without authentication beyond loopback; use --secure-metrics-addr to expose them", "addr", addr)
+		}
+	}
+	if *secureAddr != "" {
+		tlsCfg, err := telemetry.ServingTLS(*certFile, *keyFile)
+		if err != nil {
+			log.Error("cannot serve secure metrics", "err", err)
+			return 1
+		}
+		guard := &delegatedauth.Guard{Client: client, Log: log}
+		srv := &telemetry.Server{Addr: *secureAddr, Registry: reg, Ready: coord.Ready, Log: log, TLS: tlsCfg, Protect: guard.Wrap}
+		addr, err := srv.Listen(ctx)
+		if err != nil {
+			log.Error("cannot serve secure metrics", "err", err)
+			return 1
+		}
+		log.Info("serving metrics and health over HTTPS", "addr", addr, "authentication", "TokenReview", "authorization", "SubjectAccessReview get /metrics")
 	}
 	log.Info("starting", "version", version.Version, "id", *id, "ipam", settings.IPAMEnabled(), "attestation-required", settings.AttestationRequired())
 	if err := coord.Run(ctx); err != nil {
@@ -204,7 +227,8 @@ type runFlags struct {
 	qps                                       float64
 	burst                                     int
 	leaseDuration, renewDeadline, retryPeriod time.Duration
-	metricsAddr                               string
+	metricsAddr, secureAddr                   string
+	certFile, keyFile                         string
 }
 
 // checkRunFlags refuses values the process would only fail on later (or
@@ -240,6 +264,12 @@ func checkRunFlags(f runFlags) error {
 	}
 	if err := telemetry.CheckAddr(f.metricsAddr); err != nil {
 		errs = append(errs, fmt.Errorf("--metrics-addr: %w", err))
+	}
+	if err := telemetry.CheckAddr(f.secureAddr); err != nil {
+		errs = append(errs, fmt.Errorf("--secure-metrics-addr: %w", err))
+	}
+	if (f.certFile == "") != (f.keyFile == "") {
+		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file go together: give both, or neither for a self-signed certificate"))
 	}
 	return errors.Join(errs...)
 }

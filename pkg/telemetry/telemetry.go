@@ -5,6 +5,7 @@ package telemetry
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -84,6 +85,11 @@ type Server struct {
 	// Ready reports why the component is not ready yet; nil when it is.
 	Ready func() error
 	Log   *slog.Logger
+	// TLS, when set, serves HTTPS.
+	TLS *tls.Config
+	// Protect, when set, guards /metrics (delegatedauth.Guard.Wrap);
+	// /healthz and /readyz stay open, as kubelet probes carry no token.
+	Protect func(http.Handler) http.Handler
 }
 
 // CheckAddr refuses a listen address that cannot be bound, before
@@ -114,8 +120,15 @@ func (s *Server) Listen(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("metrics listener: %w", err)
 	}
+	if s.TLS != nil {
+		ln = tls.NewListener(ln, s.TLS)
+	}
+	var metrics http.Handler = promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{})
+	if s.Protect != nil {
+		metrics = s.Protect(metrics)
+	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", metrics)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if s.Ready != nil {
