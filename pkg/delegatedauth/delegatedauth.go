@@ -151,7 +151,6 @@ func (g *Guard) Wrap(next http.Handler) http.Handler {
 	})
 }
 
-
 func bearerToken(r *http.Request) (string, bool) {
 	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	token = strings.TrimSpace(token)
