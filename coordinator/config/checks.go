@@ -25,7 +25,8 @@ func checkClusterName(name string) []problem {
 		return nil
 	}
 	if errs := validation.IsValidLabelValue(name); len(errs) > 0 {
-		return []problem{{"clusterName", fmt.Sprintf("%q is not a valid label value (it becomes %s): %s", name, contract.LabelClusterName, strings.Join(errs, "; ")),
+		// validation's own message quotes its regexp; say it plainly.
+		return []problem{{"clusterName", fmt.Sprintf("%q is not a valid label value (it becomes %s)", name, contract.LabelClusterName),
 			"use at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"}}
 	}
 	return nil
