@@ -202,7 +202,7 @@ func Parse(data []byte) (*Config, error) {
 		return nil, err
 	}
 	c := &Config{}
-	errs := Errors(doc.unknownKeys())
+	var errs Errors
 	if doc.root != nil {
 		var te *yaml.TypeError
 		if err := doc.root.Decode(c); errors.As(err, &te) {
@@ -214,14 +214,28 @@ func Parse(data []byte) (*Config, error) {
 		}
 	}
 	if len(errs) > 0 {
-		return nil, errs
+		// Values that did not decode are zero: checking them would only
+		// add errors about the same keys.
+		return nil, sorted(append(errs, doc.unknownKeys()...))
 	}
 	raw := *c // as written, before defaults replace zeros
 	c.defaults()
-	if errs := c.validate(doc, &raw); len(errs) > 0 {
+	// Unknown keys and bad values are reported together.
+	if errs := sorted(append(doc.unknownKeys(), c.validate(doc, &raw)...)); len(errs) > 0 {
 		return c, errs
 	}
 	return c, nil
+}
+
+// sorted orders errors as they appear in the file.
+func sorted(errs Errors) Errors {
+	slices.SortStableFunc(errs, func(a, b *Error) int {
+		if a.Line != b.Line {
+			return a.Line - b.Line
+		}
+		return a.Column - b.Column
+	})
+	return errs
 }
 
 // typeError places a decoding error ("line 3: cannot unmarshal …") on the
@@ -365,12 +379,6 @@ func (c *Config) validate(doc *document, raw *Config) Errors {
 	for _, p := range ps {
 		out = append(out, doc.at(p))
 	}
-	slices.SortStableFunc(out, func(a, b *Error) int {
-		if a.Line != b.Line {
-			return a.Line - b.Line
-		}
-		return a.Column - b.Column
-	})
 	return out
 }
 

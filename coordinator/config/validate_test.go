@@ -179,3 +179,12 @@ func TestLoadNamesTheFile(t *testing.T) {
 		t.Errorf("Load = %v, want it to start with %s:2:14: clusterName", err, f)
 	}
 }
+
+// A typo does not hide the other errors.
+func TestUnknownKeysWithOtherErrors(t *testing.T) {
+	_, err := Parse([]byte("clusterName: 'bad name!'\nipma: {}\ncsr: {maxDuration: -1h}\n"))
+	var es Errors
+	if !errors.As(err, &es) || len(es) != 3 || es[0].Path != "clusterName" || es[1].Path != "ipma" || es[2].Path != "csr.maxDuration" {
+		t.Errorf("got %v, want clusterName, ipma and csr.maxDuration in file order", err)
+	}
+}
