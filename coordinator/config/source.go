@@ -100,6 +100,7 @@ func readDocument(data []byte) (*document, error) {
 		docs = append(docs, &n)
 	}
 	var found []*document
+	var keyless *yaml.Node // a ConfigMap without our key
 	for _, d := range docs {
 		m := mapping(d)
 		if m == nil {
@@ -113,6 +114,8 @@ func readDocument(data []byte) (*document, error) {
 					return nil, err
 				}
 				found = append(found, doc)
+			} else {
+				keyless = m
 			}
 			continue
 		}
@@ -132,6 +135,9 @@ func readDocument(data []byte) (*document, error) {
 	}
 	switch len(found) {
 	case 0:
+		if keyless != nil {
+			return nil, Errors{{Line: keyless.Line, Column: keyless.Column, Msg: "a ConfigMap without data." + configMapKey, Fix: "the coordinator reads its configuration from the key " + configMapKey}}
+		}
 		if len(docs) > 0 && mapping(docs[0]) == nil && docs[0].Content != nil && len(docs[0].Content) > 0 && docs[0].Content[0].Tag != "!!null" {
 			n := docs[0].Content[0]
 			return nil, Errors{{Line: n.Line, Column: n.Column, Msg: "the configuration is not a mapping of keys", Fix: "see coordinator/deploy/configmap.yaml for its shape"}}

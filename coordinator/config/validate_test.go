@@ -188,3 +188,28 @@ func TestUnknownKeysWithOtherErrors(t *testing.T) {
 		t.Errorf("got %v, want clusterName, ipma and csr.maxDuration in file order", err)
 	}
 }
+
+func TestConfigMapWithoutTheKey(t *testing.T) {
+	_, err := Parse([]byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: nodeinit-coordinator}\ndata:\n  config.yaml: |\n    clusterName: prod\n"))
+	if err == nil || !strings.Contains(err.Error(), "without data.coordinator.yaml") {
+		t.Errorf("a ConfigMap without coordinator.yaml: %v", err)
+	}
+}
+
+// Bad input is an error, never a panic.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"", "clusterName: x", "apiVersion: v1\nkind: ConfigMap\ndata:\n  coordinator.yaml: |\n    csr: {maxDuration: 1h}\n",
+		"config: |\n  ipma: 1\n", "ipam: {ipv4Pool: 10.0.0.0/8, serviceCIDRs: [10.96.0.0/12]}", "- a", "kind: ConfigMap\ndata: {coordinator.yaml: 'x: ['}",
+		"grants: {labels: {allow: ['*', 'node-restriction.kubernetes.io/*']}}", "csr: {maxDuration: 5m, minAddressAge: -1s}\n---\nclusterName: y"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse(data)
+		if err == nil && c == nil {
+			t.Fatal("no configuration and no error")
+		}
+		if err != nil {
+			_ = err.Error()
+		}
+	})
+}
