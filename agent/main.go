@@ -45,7 +45,7 @@ Usage:
                                                 a machine config, Talos CCM's config) and exit
   nodeinit-agent explain [flags]                 print what run would write for given facts, offline
   nodeinit-agent migrate --from-talos-ccm FILE   convert a Talos CCM configuration to the agent's rules
-  nodeinit-agent version                         print the version
+  nodeinit-agent version                         print the version (also: --version)
 
 Run 'nodeinit-agent <command> --help' for a command's flags. Every flag can
 also be set from the environment: --rules-file is NODEINIT_RULES_FILE.
@@ -59,14 +59,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cmd := "run"
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
 		fmt.Fprint(stderr, usage+"\nnodeinit-agent run:\n")
-		return runAgent(args, stderr)
+		return runAgent(args, stdout, stderr)
 	}
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
 	case "run":
-		return runAgent(args, stderr)
+		return runAgent(args, stdout, stderr)
 	case "validate":
 		return validate(args, stdout, stderr)
 	case "explain":
@@ -80,19 +80,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
-	fmt.Fprintf(stderr, "unknown command %q\n\n%s", cmd, usage)
+	fmt.Fprintf(stderr, "unknown command %q\nRun 'nodeinit-agent --help' for usage.\n", cmd)
 	return 2
 }
 
 func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
-	return envflag.NewFlagSet(name, synopsis, envPrefix, stderr)
+	return envflag.NewFlagSet("nodeinit-agent "+name, synopsis, envPrefix, stderr)
 }
 
 func parse(fs *flag.FlagSet, args []string) (int, bool) {
 	return envflag.ParseCommand(fs, envPrefix, args)
 }
 
-func runAgent(args []string, stderr io.Writer) int {
+func runAgent(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("run", "Usage: nodeinit-agent run [flags]\n\nWatch this node's facts and keep its Node object up to date.", stderr)
 	kubeconfig := fs.String("kubeconfig", "/etc/kubernetes/kubeconfig-kubelet", "the kubelet's kubeconfig (its client certificate may rotate)")
 	socket := fs.String("machined-socket", talos.DefaultSocket, "machined's API socket")
@@ -108,15 +108,22 @@ func runAgent(args []string, stderr io.Writer) int {
 	logFormat := fs.String("log-format", "text", "text or json")
 	metricsAddr := fs.String("metrics-addr", "", "serve /metrics, /healthz and /readyz on this `ADDRESS` (off when empty)")
 	credPoll := fs.Duration("credentials-poll", 2*time.Second, "how often the kubelet's kubeconfig and certificate files are checked for rotation")
+	envflag.AddVersion(fs, stdout, version.String("nodeinit-agent"))
 	if code, stop := parse(fs, args); stop {
 		return code
 	}
-
+	// Values are checked before anything connects anywhere.
+	if *credPoll <= 0 {
+		return envflag.Fail(fs, fmt.Sprintf("--credentials-poll %v: want a positive duration", *credPoll))
+	}
+	if err := telemetry.CheckAddr(*metricsAddr); err != nil {
+		return envflag.Fail(fs, "--metrics-addr: "+err.Error())
+	}
 	log, err := telemetry.NewLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
+		return envflag.Fail(fs, err.Error())
 	}
+	telemetry.RouteKlog(log) // from here on client-go logs too
 	pol, err := desired.ParseProviderIDPolicy(*policy)
 	if err != nil {
 		log.Error("invalid flag", "err", err)
@@ -173,7 +180,6 @@ func runAgent(args []string, stderr io.Writer) int {
 			extra = append(extra, p)
 		}
 	}
-	telemetry.RouteKlog(log) // from here on client-go logs too
 	agent, err := controller.New(controller.Config{
 		NodeName: *nodeName, Kubeconfig: *kubeconfig, CredentialsPoll: *credPoll, Facts: watchFacts, NetNS: *netns,
 		Rules: rs, Classifier: netaddr.NewClassifier(extra...), Policy: pol, Version: version.Version,

@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
@@ -19,9 +20,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
 
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/config"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/controller"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/delegatedauth"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/envflag"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/telemetry"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/version"
@@ -37,10 +40,11 @@ taints, the uninitialized taint, and kubelet serving CSRs.
 
 Usage:
   nodeinit-coordinator [run] [flags]           run (the default)
-  nodeinit-coordinator validate --config FILE  check a configuration file and exit
-  nodeinit-coordinator version                 print the version
+  nodeinit-coordinator validate --config FILE  check a configuration file (or its ConfigMap) and exit
+  nodeinit-coordinator version                 print the version (also: --version)
 
-Every flag can also be set from the environment: --config is NODEINIT_CONFIG.
+Run 'nodeinit-coordinator <command> --help' for a command's flags. Every flag
+can also be set from the environment: --config is NODEINIT_CONFIG.
 `
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -49,14 +53,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cmd := "run"
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
 		fmt.Fprint(stderr, usage+"\nnodeinit-coordinator run:\n")
-		return runCoordinator(args, stderr)
+		return runCoordinator(args, stdout, stderr)
 	}
 	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
 	case "run":
-		return runCoordinator(args, stderr)
+		return runCoordinator(args, stdout, stderr)
 	case "validate":
 		return validate(args, stdout, stderr)
 	case "version":
@@ -66,12 +70,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
-	fmt.Fprintf(stderr, "unknown command %q\n\n%s", cmd, usage)
+	fmt.Fprintf(stderr, "unknown command %q\nRun 'nodeinit-coordinator --help' for usage.\n", cmd)
 	return 2
 }
 
 func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
-	return envflag.NewFlagSet(name, synopsis, envPrefix, stderr)
+	return envflag.NewFlagSet("nodeinit-coordinator "+name, synopsis, envPrefix, stderr)
 }
 
 func parse(fs *flag.FlagSet, args []string) (int, bool) {
@@ -86,7 +90,7 @@ func loadConfig(file string) (*config.Config, error) {
 	return c, err
 }
 
-func runCoordinator(args []string, stderr io.Writer) int {
+func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("run", "Usage: nodeinit-coordinator run [flags]", stderr)
 	configFile := fs.String("config", DefaultConfigFile, "configuration `FILE` (IPAM pools, grant policy, CSR policy); absent at the default path means defaults")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig `FILE` (default: in-cluster ServiceAccount)")
@@ -101,17 +105,29 @@ func runCoordinator(args []string, stderr io.Writer) int {
 	csrWorkers := fs.Int("csr-workers", 4, "CSRs synced in parallel")
 	qps := fs.Float64("kube-api-qps", 500, "client QPS to the API server (a join costs at most 3 writes and 1 Event; the API server's priority and fairness still applies)")
 	burst := fs.Int("kube-api-burst", 1000, "client burst to the API server")
-	metricsAddr := fs.String("metrics-addr", ":10290", "serve /metrics, /healthz and /readyz on this `ADDRESS` (empty: off)")
+	metricsAddr := fs.String("metrics-addr", "127.0.0.1:10290", "serve /metrics, /healthz and /readyz over plain HTTP, without authentication, on this `ADDRESS`: keep it on loopback (empty: off)")
+	secureAddr := fs.String("secure-metrics-addr", "", "serve over HTTPS on this `ADDRESS`: /metrics to callers the API server authenticates (TokenReview) and authorizes to get the non-resource URL /metrics (SubjectAccessReview); /healthz and /readyz to anyone, for probes (empty: off)")
+	certFile := fs.String("tls-cert-file", "", "serving certificate `FILE` for --secure-metrics-addr (default: self-signed at start)")
+	keyFile := fs.String("tls-private-key-file", "", "its private key `FILE`")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json")
+	envflag.AddVersion(fs, stdout, version.String("nodeinit-coordinator"))
 	if code, stop := parse(fs, args); stop {
 		return code
 	}
+	// Every value is checked before anything connects anywhere.
+	if err := checkRunFlags(runFlags{
+		nodeWorkers: *nodeWorkers, csrWorkers: *csrWorkers, qps: *qps, burst: *burst,
+		leaseDuration: *leaseDuration, renewDeadline: *renewDeadline, retryPeriod: *retryPeriod,
+		metricsAddr: *metricsAddr, secureAddr: *secureAddr, certFile: *certFile, keyFile: *keyFile,
+	}); err != nil {
+		return envflag.Fail(fs, err.Error())
+	}
 	log, err := telemetry.NewLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
+		return envflag.Fail(fs, err.Error())
 	}
+	telemetry.RouteKlog(log) // from here on client-go logs too
 	settings, err := loadConfig(*configFile)
 	if err != nil {
 		log.Error("invalid configuration; not starting", "file", *configFile, "err", err)
@@ -143,7 +159,6 @@ func runCoordinator(args []string, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	reg := telemetry.NewRegistry()
-	telemetry.RouteKlog(log) // from here on client-go logs too
 	coord, err := controller.New(controller.Config{
 		Client: client, Dynamic: dyn, REST: restCfg, Settings: settings, Namespace: *namespace, LeaseName: *leaseName, Identity: *id,
 		LeaseDuration: *leaseDuration, RenewDeadline: *renewDeadline, RetryPeriod: *retryPeriod,
@@ -160,7 +175,25 @@ func runCoordinator(args []string, stderr io.Writer) int {
 			log.Error("cannot serve metrics", "err", err)
 			return 1
 		}
-		log.Info("serving metrics and health", "addr", addr)
+		log.Info("serving metrics and health", "addr", addr, "authentication", "none")
+		if ap, err := netip.ParseAddrPort(addr); err == nil && !ap.Addr().IsLoopback() {
+			log.Warn("metrics are served without authentication beyond loopback; use --secure-metrics-addr to expose them", "addr", addr)
+		}
+	}
+	if *secureAddr != "" {
+		tlsCfg, err := telemetry.ServingTLS(*certFile, *keyFile)
+		if err != nil {
+			log.Error("cannot serve secure metrics", "err", err)
+			return 1
+		}
+		guard := &delegatedauth.Guard{Client: client, Log: log}
+		srv := &telemetry.Server{Addr: *secureAddr, Registry: reg, Ready: coord.Ready, Log: log, TLS: tlsCfg, Protect: guard.Wrap}
+		addr, err := srv.Listen(ctx)
+		if err != nil {
+			log.Error("cannot serve secure metrics", "err", err)
+			return 1
+		}
+		log.Info("serving metrics and health over HTTPS", "addr", addr, "authentication", "TokenReview", "authorization", "SubjectAccessReview get /metrics")
 	}
 	log.Info("starting", "version", version.Version, "id", *id, "ipam", settings.IPAMEnabled(), "attestation-required", settings.AttestationRequired())
 	if err := coord.Run(ctx); err != nil {
@@ -178,8 +211,7 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if *file == "" {
-		fmt.Fprintln(stderr, "validate: --config FILE is required")
-		return 2
+		return envflag.Fail(fs, "--config FILE is required")
 	}
 	if _, err := config.Load(*file); err != nil {
 		fmt.Fprintf(stderr, "invalid:\n%v\n", err)
@@ -187,4 +219,57 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "%s: OK\n", *file)
 	return 0
+}
+
+// runFlags are the run command's values checked at start.
+type runFlags struct {
+	nodeWorkers, csrWorkers                   int
+	qps                                       float64
+	burst                                     int
+	leaseDuration, renewDeadline, retryPeriod time.Duration
+	metricsAddr, secureAddr                   string
+	certFile, keyFile                         string
+}
+
+// checkRunFlags refuses values the process would only fail on later (or
+// never notice): client-go's leader-election rules (NewLeaderElector), a
+// client that may not send, no workers, an address that cannot be bound.
+func checkRunFlags(f runFlags) error {
+	var errs []error
+	if f.nodeWorkers < 1 {
+		errs = append(errs, fmt.Errorf("--node-workers %d: want 1 or more", f.nodeWorkers))
+	}
+	if f.csrWorkers < 1 {
+		errs = append(errs, fmt.Errorf("--csr-workers %d: want 1 or more", f.csrWorkers))
+	}
+	if !(f.qps > 0) {
+		errs = append(errs, fmt.Errorf("--kube-api-qps %v: want more than 0", f.qps))
+	}
+	if f.burst <= 0 {
+		errs = append(errs, fmt.Errorf("--kube-api-burst %d: want more than 0", f.burst))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"--lease-duration", f.leaseDuration}, {"--renew-deadline", f.renewDeadline}, {"--retry-period", f.retryPeriod}} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("%s %v: want a positive duration", d.name, d.v))
+		}
+	}
+	if f.leaseDuration <= f.renewDeadline {
+		errs = append(errs, fmt.Errorf("--lease-duration %v must be longer than --renew-deadline %v", f.leaseDuration, f.renewDeadline))
+	}
+	if min := time.Duration(leaderelection.JitterFactor * float64(f.retryPeriod)); f.renewDeadline <= min {
+		errs = append(errs, fmt.Errorf("--renew-deadline %v must be longer than --retry-period %v × %v (%v)", f.renewDeadline, f.retryPeriod, leaderelection.JitterFactor, min))
+	}
+	if err := telemetry.CheckAddr(f.metricsAddr); err != nil {
+		errs = append(errs, fmt.Errorf("--metrics-addr: %w", err))
+	}
+	if err := telemetry.CheckAddr(f.secureAddr); err != nil {
+		errs = append(errs, fmt.Errorf("--secure-metrics-addr: %w", err))
+	}
+	if (f.certFile == "") != (f.keyFile == "") {
+		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file go together: give both, or neither for a self-signed certificate"))
+	}
+	return errors.Join(errs...)
 }

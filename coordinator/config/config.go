@@ -4,10 +4,8 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"slices"
@@ -155,7 +153,8 @@ type Duration struct{ time.Duration }
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	v, err := time.ParseDuration(n.Value)
 	if err != nil {
-		return fmt.Errorf("line %d: %w", n.Line, err)
+		// A TypeError: decoding goes on and every bad value is reported.
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d, column %d: %q is not a duration: want a number and a unit, e.g. 90s, 2m, 720h", n.Line, n.Column, n.Value)}}
 	}
 	d.Duration = v
 	return nil
@@ -177,6 +176,9 @@ var (
 )
 
 // Load reads and validates the file; a missing path gives the defaults.
+// The file may be the configuration itself, the coordinator's ConfigMap
+// (coordinator/deploy/configmap.yaml, or `helm template` output holding it),
+// or the Helm chart's values file.
 func Load(file string) (*Config, error) {
 	var data []byte
 	if file != "" {
@@ -187,21 +189,69 @@ func Load(file string) (*Config, error) {
 	}
 	c, err := Parse(data)
 	if err != nil && file != "" {
-		return nil, fmt.Errorf("%s: %w", file, err)
+		return nil, setFile(err, file)
 	}
 	return c, err
 }
 
-// Parse validates a configuration document, refusing unknown keys.
+// Parse validates a configuration, refusing unknown keys. Its errors are
+// Errors: each with the line and column of the value at fault and a fix.
 func Parse(data []byte) (*Config, error) {
-	c := &Config{}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+	doc, err := readDocument(data)
+	if err != nil {
 		return nil, err
 	}
+	c := &Config{}
+	var errs Errors
+	if doc.root != nil {
+		var te *yaml.TypeError
+		if err := doc.root.Decode(c); errors.As(err, &te) {
+			for _, m := range te.Errors {
+				errs = append(errs, doc.typeError(m))
+			}
+		} else if err != nil {
+			errs = append(errs, syntaxError(err, doc.line, doc.column))
+		}
+	}
+	if len(errs) > 0 {
+		// Values that did not decode are zero: checking them would only
+		// add errors about the same keys.
+		return nil, sorted(append(errs, doc.unknownKeys()...))
+	}
+	raw := *c // as written, before defaults replace zeros
 	c.defaults()
-	return c, c.validate()
+	// Unknown keys and bad values are reported together.
+	if errs := sorted(append(doc.unknownKeys(), c.validate(doc, &raw)...)); len(errs) > 0 {
+		return c, errs
+	}
+	return c, nil
+}
+
+// sorted orders errors as they appear in the file.
+func sorted(errs Errors) Errors {
+	slices.SortStableFunc(errs, func(a, b *Error) int {
+		if a.Line != b.Line {
+			return a.Line - b.Line
+		}
+		return a.Column - b.Column
+	})
+	return errs
+}
+
+// typeError places a decoding error ("line 3: cannot unmarshal …") on the
+// key whose value is on that line.
+func (d *document) typeError(msg string) *Error {
+	e := syntaxError(errors.New(msg), d.line, d.column)
+	col := e.Column
+	for path, n := range d.positions {
+		if n.Line+d.line != e.Line || n.Kind != yaml.ScalarNode || (col > 0 && n.Column+d.column != col) {
+			continue
+		}
+		if e.Path == "" || path < e.Path {
+			e.Path, e.Column = path, n.Column+d.column
+		}
+	}
+	return e
 }
 
 func (c *Config) defaults() {
@@ -275,43 +325,80 @@ func (c *Config) defaults() {
 	}
 }
 
-func (c *Config) validate() error {
-	var errs []error
-	if _, err := c.Allocator(); err != nil {
-		errs = append(errs, fmt.Errorf("ipam: %w", err))
+// validate runs every check over the defaulted configuration and places
+// each finding in the file.
+// raw is the configuration as written, before defaults.
+func (c *Config) validate(doc *document, raw *Config) Errors {
+	set := doc.present
+	var ps []problem
+	ps = append(ps, checkClusterName(c.ClusterName)...)
+	ps = append(ps, checkPrefixes("nodeNetworks", c.NodeNetworks)...)
+	ps = append(ps, checkInt("maxNodeAddresses", raw.MaxNodeAddresses, set("maxNodeAddresses"), 1, 64)...)
+	if errs := validationIsDNS(strings.ToLower(c.ClusterDomain)); errs != nil {
+		ps = append(ps, problem{"clusterDomain", fmt.Sprintf("%q is not a DNS name: %s", c.ClusterDomain, strings.Join(errs, "; ")), "the cluster's DNS domain, e.g. cluster.local"})
 	}
-	if _, err := c.CSRPolicy(); err != nil {
-		errs = append(errs, fmt.Errorf("csr: %w", err))
-	}
-	if len(c.CSR.AllowedIPRanges) > 0 {
-		errs = append(errs, errors.New("csr.allowedIPRanges was replaced by the top-level nodeNetworks (the networks node addresses come from); move the ranges there"))
-	}
-	if c.CSR.Renewals != RenewSameNames && c.CSR.Renewals != RenewOnChecks {
-		errs = append(errs, fmt.Errorf("csr.renewals %q: want %s or %s", c.CSR.Renewals, RenewSameNames, RenewOnChecks))
-	}
-	if c.MaxNodeAddresses < 1 || c.MaxNodeAddresses > 64 {
-		errs = append(errs, fmt.Errorf("maxNodeAddresses %d: want 1 to 64", c.MaxNodeAddresses))
-	}
-	if c.CSR.MaxPending < 0 {
-		errs = append(errs, fmt.Errorf("csr.maxPending %d: want 0 (automatic) or more", c.CSR.MaxPending))
-	}
-	if c.CSR.MinAddressAge.Duration < 0 {
-		errs = append(errs, fmt.Errorf("csr.minAddressAge %v is negative", c.CSR.MinAddressAge.Duration))
-	}
-	if c.CSR.OnTimeout != StayPending && c.CSR.OnTimeout != ApproveOnChecks {
-		errs = append(errs, fmt.Errorf("csr.onTimeout %q: want %s or %s", c.CSR.OnTimeout, StayPending, ApproveOnChecks))
-	}
-	for field, ps := range map[string][]string{
-		"grants.labels.allow": c.Grants.Labels.Allow, "grants.labels.deny": c.Grants.Labels.Deny,
-		"grants.taints.allow": c.Grants.Taints.Allow, "grants.taints.deny": c.Grants.Taints.Deny,
-	} {
-		for _, p := range ps {
-			if i := strings.Index(p, "*"); p == "" || (i >= 0 && i != len(p)-1) {
-				errs = append(errs, fmt.Errorf("%s: pattern %q: want an exact key or a prefix ending in a single trailing *", field, p))
+
+	ipamOK := len(ps)
+	ps = append(ps, checkPool("ipam.ipv4Pool", c.IPAM.IPv4Pool, true)...)
+	ps = append(ps, checkPool("ipam.ipv6Pool", c.IPAM.IPv6Pool, false)...)
+	ps = append(ps, checkMaskSize("ipam.ipv4MaskSize", c.IPAM.IPv4MaskSize, set("ipam.ipv4MaskSize") || c.IPAM.IPv4MaskSize != 0, c.IPAM.IPv4Pool, 32)...)
+	ps = append(ps, checkMaskSize("ipam.ipv6MaskSize", c.IPAM.IPv6MaskSize, set("ipam.ipv6MaskSize") || c.IPAM.IPv6MaskSize != 0, c.IPAM.IPv6Pool, 128)...)
+	ps = append(ps, checkPrefixes("ipam.serviceCIDRs", c.IPAM.ServiceCIDRs)...)
+	var out Errors
+	if len(ps) == ipamOK {
+		// Families, overlaps and what ipam itself refuses.
+		if _, err := c.Allocator(); err != nil {
+			for _, e := range splitJoined(err) {
+				out = append(out, doc.atPath(problem{"ipam", e.Error(), ""}, ipamPath(e.Error())))
 			}
 		}
 	}
-	return errors.Join(errs...)
+
+	ps = append(ps, checkPatterns("grants.labels", c.Grants.Labels, false)...)
+	ps = append(ps, checkPatterns("grants.taints", c.Grants.Taints, true)...)
+
+	ps = append(ps, checkDuration("csr.attestationTimeout", raw.CSR.AttestationTimeout.Duration, set("csr.attestationTimeout"), 0)...)
+	ps = append(ps, checkDuration("csr.maxDuration", raw.CSR.MaxDuration.Duration, set("csr.maxDuration"), minCertificateDuration)...)
+	ps = append(ps, checkDuration("csr.minAddressAge", raw.CSR.MinAddressAge.Duration, set("csr.minAddressAge"), 0)...)
+	ps = append(ps, checkEnum("csr.onTimeout", c.CSR.OnTimeout, StayPending, ApproveOnChecks)...)
+	ps = append(ps, checkEnum("csr.renewals", c.CSR.Renewals, RenewSameNames, RenewOnChecks)...)
+	if c.CSR.MaxPending < 0 {
+		ps = append(ps, problem{"csr.maxPending", fmt.Sprintf("%d is negative", c.CSR.MaxPending), "want 0 (automatic: the number of Nodes + 100) or more"})
+	}
+	if len(c.CSR.AllowedIPRanges) > 0 {
+		ps = append(ps, problem{"csr.allowedIPRanges", "was replaced by the top-level nodeNetworks (the networks node addresses come from)", "move the ranges there"})
+	}
+	ps = append(ps, checkAddresses("csr.reservedAddresses", c.CSR.ReservedAddresses)...)
+	ps = append(ps, checkDNSNames("csr.reservedNames", c.CSR.ReservedNames)...)
+	for i, pat := range c.CSR.AllowedDNSNames {
+		if err := csrcheck.CheckPattern(pat, strings.ToLower(c.ClusterDomain)); err != nil {
+			ps = append(ps, problem{fmt.Sprintf("csr.allowedDNSNames[%d]", i), err.Error(), ""})
+		}
+	}
+
+	for _, p := range ps {
+		out = append(out, doc.at(p))
+	}
+	return out
+}
+
+func splitJoined(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// ipamPath is the ipam key an Allocator error starts with ("ipv4Pool …").
+func ipamPath(msg string) string {
+	first, _, _ := strings.Cut(msg, " ")
+	first = strings.TrimSuffix(first, ":")
+	for _, k := range []string{"families", "ipv4Pool", "ipv6Pool", "ipv4MaskSize", "ipv6MaskSize", "serviceCIDRs"} {
+		if first == k {
+			return "ipam." + k
+		}
+	}
+	return "ipam"
 }
 
 // IPAMEnabled reports whether the coordinator allocates pod CIDRs.

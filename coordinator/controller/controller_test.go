@@ -677,6 +677,11 @@ func TestRBAC(t *testing.T) {
 		{authorizationv1.ResourceAttributes{Verb: "update", Group: "nodeinit.io", Resource: "noderecords", Name: "any"}, true},
 		{authorizationv1.ResourceAttributes{Verb: "list", Group: "networking.k8s.io", Resource: "servicecidrs"}, true},
 		{authorizationv1.ResourceAttributes{Verb: "watch", Group: "discovery.k8s.io", Resource: "endpointslices", Namespace: "default"}, true},
+		// --secure-metrics-addr: who is asking, and may they get /metrics.
+		{authorizationv1.ResourceAttributes{Verb: "create", Group: "authentication.k8s.io", Resource: "tokenreviews"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "create", Group: "authorization.k8s.io", Resource: "subjectaccessreviews"}, true},
+		{authorizationv1.ResourceAttributes{Verb: "create", Group: "authorization.k8s.io", Resource: "localsubjectaccessreviews", Namespace: "kube-system"}, false},
+		{authorizationv1.ResourceAttributes{Verb: "create", Resource: "serviceaccounts", Subresource: "token", Namespace: "kube-system", Name: "any"}, false},
 
 		{authorizationv1.ResourceAttributes{Verb: "delete", Resource: "nodes", Name: "any"}, false},
 		{authorizationv1.ResourceAttributes{Verb: "delete", Group: "nodeinit.io", Resource: "noderecords", Name: "any"}, false},

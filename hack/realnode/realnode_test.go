@@ -72,7 +72,7 @@ func TestRealNode(t *testing.T) {
 	realnode.StartScheduler(t, cluster, filepath.Join(bins, "kube-scheduler"))
 
 	// Two control-plane nodes: one for each of the Deployment's replicas,
-	// which both want host port 10290.
+	// which both want host ports 10290 and 10291.
 	tags, images := localImages(t)
 	coordinatorImage := tags[0]
 	agent := gobuild.Binary(t, "../../agent")

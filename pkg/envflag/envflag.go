@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -29,7 +31,7 @@ func Parse(fs *flag.FlagSet, prefix string, args []string) error {
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] || err != nil {
+		if _, isVersion := f.Value.(*versionFlag); given[f.Name] || err != nil || isVersion {
 			return
 		}
 		env := Name(prefix, f.Name)
@@ -42,12 +44,21 @@ func Parse(fs *flag.FlagSet, prefix string, args []string) error {
 	return err
 }
 
+// Spelling is how a flag is written on the command line, as Kubernetes
+// commands write it: -o for a one-letter flag, --name for the others.
+func Spelling(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
+}
+
 // Usage prints the flags with their environment variables, for --help.
 func Usage(fs *flag.FlagSet, prefix string) {
 	out := fs.Output()
 	fs.VisitAll(func(f *flag.Flag) {
 		name, usage := flag.UnquoteUsage(f)
-		line := "  --" + f.Name
+		line := "  " + Spelling(f.Name)
 		if name != "" {
 			line += " " + name
 		}
@@ -55,12 +66,16 @@ func Usage(fs *flag.FlagSet, prefix string) {
 		if f.DefValue != "" && f.DefValue != "false" {
 			fmt.Fprintf(out, " (default %q)", f.DefValue)
 		}
-		fmt.Fprintf(out, " [$%s]\n", Name(prefix, f.Name))
+		if _, isVersion := f.Value.(*versionFlag); !isVersion {
+			fmt.Fprintf(out, " [$%s]", Name(prefix, f.Name))
+		}
+		fmt.Fprintln(out)
 	})
 }
 
-// NewFlagSet returns a flag set for one subcommand whose --help prints the
-// synopsis and every flag with its environment variable.
+// NewFlagSet returns a flag set for one command, named as a user types it
+// ("nodeinit-agent run"), whose --help prints the synopsis and every flag
+// with its environment variable.
 func NewFlagSet(name, synopsis, prefix string, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(out)
@@ -71,20 +86,77 @@ func NewFlagSet(name, synopsis, prefix string, out io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// ParseCommand parses a subcommand's arguments and the environment. When
-// the command should not go on (--help, a bad flag, stray arguments) it
-// returns stop and the exit code, having said why.
+// ParseCommand parses a command's arguments and the environment. When the
+// command should not go on (--help, --version, a bad flag, stray arguments)
+// it returns stop and the exit code, having said why: a bad flag in one
+// line, then where the usage is.
 func ParseCommand(fs *flag.FlagSet, prefix string, args []string) (code int, stop bool) {
-	switch err := Parse(fs, prefix, args); {
+	out, usage := fs.Output(), fs.Usage
+	// The flag package prints the error and the whole usage itself; say it
+	// once, shortly, instead.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := Parse(fs, prefix, args)
+	fs.SetOutput(out)
+	fs.Usage = usage
+	switch {
 	case errors.Is(err, flag.ErrHelp):
+		usage()
 		return 0, true
 	case err != nil:
-		fmt.Fprintln(fs.Output(), err)
-		return 2, true
+		return Fail(fs, respell(err.Error())), true
+	}
+	if f := fs.Lookup("version"); f != nil {
+		if v, ok := f.Value.(*versionFlag); ok && v.on {
+			fmt.Fprintln(v.out, v.text)
+			return 0, true
+		}
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "unexpected arguments: %q\n", fs.Args())
-		return 2, true
+		return Fail(fs, fmt.Sprintf("unexpected arguments: %q", fs.Args())), true
 	}
 	return 0, false
+}
+
+// Fail reports a bad flag or value and where the usage is; it returns the
+// exit code for bad usage, 2.
+func Fail(fs *flag.FlagSet, msg string) int {
+	fmt.Fprintf(fs.Output(), "%s\nRun '%s --help' for usage.\n", msg, fs.Name())
+	return 2
+}
+
+// The flag package names flags with one dash whatever the user typed.
+var flagInMessage = regexp.MustCompile(`(flag provided but not defined|flag needs an argument|for flag):? -([A-Za-z0-9][-A-Za-z0-9_]*)`)
+
+func respell(msg string) string {
+	msg = flagInMessage.ReplaceAllStringFunc(msg, func(m string) string {
+		i := strings.LastIndex(m, " -")
+		return m[:i+1] + Spelling(m[i+2:])
+	})
+	return strings.Replace(msg, "flag provided but not defined:", "unknown flag:", 1)
+}
+
+// AddVersion adds --version, which prints text to out and stops the
+// command. It is never read from the environment.
+func AddVersion(fs *flag.FlagSet, out io.Writer, text string) {
+	fs.Var(&versionFlag{out: out, text: text}, "version", "print the version and exit")
+}
+
+type versionFlag struct {
+	on   bool
+	out  io.Writer
+	text string
+}
+
+func (v *versionFlag) IsBoolFlag() bool { return true }
+func (v *versionFlag) String() string {
+	if v == nil {
+		return "false"
+	}
+	return strconv.FormatBool(v.on)
+}
+
+func (v *versionFlag) Set(s string) (err error) {
+	v.on, err = strconv.ParseBool(s)
+	return err
 }

@@ -75,3 +75,72 @@ func TestParseCommand(t *testing.T) {
 		}
 	}
 }
+
+// A bad flag says what is wrong and where the usage is, in two lines: not
+// the usage itself, and never twice.
+func TestBadFlagIsShort(t *testing.T) {
+	for _, args := range [][]string{{"--nope"}, {"--x"}, {"stray"}, {"--n=abc"}} {
+		var buf bytes.Buffer
+		fs := NewFlagSet("prog cmd", "Usage: prog cmd [flags]", "T_", &buf)
+		fs.String("x", "", "x")
+		fs.Int("n", 1, "n")
+		if code, stop := ParseCommand(fs, "T_", args); code != 2 || !stop {
+			t.Errorf("%q: %d %v, want 2 true", args, code, stop)
+		}
+		lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+		if len(lines) != 2 || lines[1] != "Run 'prog cmd --help' for usage." || strings.Contains(buf.String(), "Usage:") {
+			t.Errorf("%q printed:\n%s\nwant one error line and \"Run 'prog cmd --help' for usage.\"", args, buf.String())
+		}
+	}
+}
+
+// Flags are listed as Kubernetes lists them: -o, --long-name.
+func TestUsageSpelling(t *testing.T) {
+	var buf bytes.Buffer
+	fs := NewFlagSet("prog cmd", "Usage: prog cmd [flags]", "T_", &buf)
+	fs.String("o", "table", "output `FORMAT`")
+	fs.String("rules", "", "the rules `FILE`")
+	if code, stop := ParseCommand(fs, "T_", []string{"--help"}); code != 0 || !stop {
+		t.Fatalf("--help: %d %v", code, stop)
+	}
+	if !strings.Contains(buf.String(), "\n  -o FORMAT\n") || strings.Contains(buf.String(), "--o ") || !strings.Contains(buf.String(), "\n  --rules FILE\n") {
+		t.Errorf("usage:\n%s", buf.String())
+	}
+}
+
+// --version is a flag; it prints to its own writer and is never read from
+// the environment (NODEINIT_VERSION may well hold something else).
+func TestVersionFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		env   string
+		stop  bool
+		print bool
+	}{
+		{[]string{"--version"}, "", true, true},
+		{[]string{"-version"}, "", true, true},
+		{[]string{"--version=false"}, "", false, false},
+		{nil, "true", false, false},
+		{nil, "v1.2.3", false, false},
+	} {
+		if tc.env != "" {
+			t.Setenv("T_VERSION", tc.env)
+		}
+		var out, errOut bytes.Buffer
+		fs := NewFlagSet("prog", "Usage: prog", "T_", &errOut)
+		AddVersion(fs, &out, "prog v9")
+		code, stop := ParseCommand(fs, "T_", tc.args)
+		if code != 0 || stop != tc.stop || (out.String() == "prog v9\n") != tc.print {
+			t.Errorf("%q env %q: %d %v, printed %q, stderr %q", tc.args, tc.env, code, stop, out.String(), errOut.String())
+		}
+	}
+}
+
+// Fail reports a bad value the way a bad flag is reported.
+func TestFail(t *testing.T) {
+	var buf bytes.Buffer
+	fs := NewFlagSet("prog run", "Usage: prog run", "T_", &buf)
+	if code := Fail(fs, "--workers 0: want 1 or more"); code != 2 || buf.String() != "--workers 0: want 1 or more\nRun 'prog run --help' for usage.\n" {
+		t.Errorf("Fail: %d %q", code, buf.String())
+	}
+}

@@ -5,12 +5,16 @@ package telemetry
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,7 +31,7 @@ func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
 	}
-	opts := &slog.HandlerOptions{Level: l}
+	opts := &slog.HandlerOptions{Level: l, ReplaceAttr: readableDurations}
 	switch strings.ToLower(format) {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
@@ -37,10 +41,34 @@ func NewLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("log format %q: want text or json", format)
 }
 
+// readableDurations writes a time.Duration as "1.5s": the JSON handler
+// would write nanoseconds.
+func readableDurations(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
+}
+
+// klogDebugVerbosity is the klog -v that --log-level debug turns on:
+// client-go's requests, reflectors and leader-election attempts.
+const klogDebugVerbosity = "4"
+
 // RouteKlog sends client-go's own logs (klog: leader election, reflectors,
 // the certificate manager) through log, so --log-format json holds for
-// every line the process writes.
-func RouteKlog(log *slog.Logger) { klog.SetSlogLogger(log) }
+// every line the process writes (with a logger set, klog writes nothing
+// itself). klog's own verbosity follows log's level (its flags are never
+// registered): V(4) and below with debug, none else.
+func RouteKlog(log *slog.Logger) {
+	klog.SetSlogLogger(log)
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	v := "0"
+	if log.Enabled(context.Background(), slog.LevelDebug) {
+		v = klogDebugVerbosity
+	}
+	_ = fs.Set("v", v)
+}
 
 // NewRegistry returns a registry with the Go runtime and process collectors.
 func NewRegistry() *prometheus.Registry {
@@ -57,6 +85,32 @@ type Server struct {
 	// Ready reports why the component is not ready yet; nil when it is.
 	Ready func() error
 	Log   *slog.Logger
+	// TLS, when set, serves HTTPS.
+	TLS *tls.Config
+	// Protect, when set, guards /metrics (delegatedauth.Guard.Wrap);
+	// /healthz and /readyz stay open, as kubelet probes carry no token.
+	Protect func(http.Handler) http.Handler
+}
+
+// CheckAddr refuses a listen address that cannot be bound, before
+// anything starts: host:port with a numeric port (empty: off).
+func CheckAddr(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q: want host:port, e.g. 127.0.0.1:10290 or :10290", addr)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("%q: port %q is not a number from 0 to 65535", addr, port)
+	}
+	if host != "" && host != "localhost" {
+		if _, err := netip.ParseAddr(host); err != nil {
+			return fmt.Errorf("%q: host %q is not an IP address", addr, host)
+		}
+	}
+	return nil
 }
 
 // Listen binds the address now, so a bad --metrics-addr fails at start, and
@@ -66,8 +120,15 @@ func (s *Server) Listen(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("metrics listener: %w", err)
 	}
+	if s.TLS != nil {
+		ln = tls.NewListener(ln, s.TLS)
+	}
+	var metrics http.Handler = promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{})
+	if s.Protect != nil {
+		metrics = s.Protect(metrics)
+	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", metrics)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if s.Ready != nil {

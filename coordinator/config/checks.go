@@ -1,0 +1,205 @@
+package config
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+)
+
+// problem is one check's finding: the key it is about, what is wrong, and
+// what to do instead.
+type problem struct{ path, msg, fix string }
+
+// Each check below is a small pure function over the parsed values;
+// validate places its findings in the file.
+
+// checkClusterName: the name becomes the value of
+// node.cloudprovider.kubernetes.io/clustername, so it must be a label value.
+func checkClusterName(name string) []problem {
+	if name == "" {
+		return nil
+	}
+	if errs := validation.IsValidLabelValue(name); len(errs) > 0 {
+		// validation's own message quotes its regexp; say it plainly.
+		return []problem{{"clusterName", fmt.Sprintf("%q is not a valid label value (it becomes %s)", name, contract.LabelClusterName),
+			"use at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"}}
+	}
+	return nil
+}
+
+// checkDuration refuses a negative duration, and zero where the file sets
+// it (zero would otherwise silently become the default).
+func checkDuration(path string, d time.Duration, set bool, min time.Duration) []problem {
+	switch {
+	case d < 0:
+		return []problem{{path, fmt.Sprintf("%v is negative", d), "give a positive duration such as 90s, 2m or 720h"}}
+	case set && d == 0:
+		return []problem{{path, "0 is not a duration the coordinator can use", "remove the key for the default, or give a positive duration"}}
+	case d > 0 && d < min:
+		return []problem{{path, fmt.Sprintf("%v is shorter than %v", d, min), fmt.Sprintf("give at least %v", min)}}
+	}
+	return nil
+}
+
+// minCertificateDuration is the shortest spec.expirationSeconds Kubernetes
+// accepts on a CSR (10 minutes): a smaller cap denies every CSR.
+const minCertificateDuration = 10 * time.Minute
+
+// neverGrantedLabel reports why a label key is never granted whatever the
+// policy says; "" when it may be.
+func neverGrantedLabel(key string) string {
+	prefix, _, ok := strings.Cut(key, "/")
+	switch {
+	case ok && (prefix == "node-restriction.kubernetes.io" || strings.HasSuffix(prefix, ".node-restriction.kubernetes.io")):
+		return "node-restriction.kubernetes.io labels exist so nodes cannot set them"
+	case key == "node-role.kubernetes.io/control-plane" || key == "node-role.kubernetes.io/master":
+		return key + " marks control-plane Nodes, which the coordinator trusts"
+	case key == contract.LabelClusterName || key == contract.LabelPlatform || key == contract.LabelLifecycle:
+		return key + " is the coordinator's own (from its configuration and the node's facts)"
+	}
+	return ""
+}
+
+// checkPatterns refuses malformed patterns, and allow entries that can only
+// match keys that are never granted: the entry would do nothing, and the
+// admin who wrote it expects otherwise.
+func checkPatterns(path string, ps Patterns, taints bool) []problem {
+	var out []problem
+	for field, list := range map[string][]string{"allow": ps.Allow, "deny": ps.Deny} {
+		for i, p := range list {
+			at := fmt.Sprintf("%s.%s[%d]", path, field, i)
+			if i := strings.Index(p, "*"); p == "" || (i >= 0 && i != len(p)-1) {
+				out = append(out, problem{at, fmt.Sprintf("pattern %q: want an exact key or a prefix ending in a single trailing *", p), `write "example.com/role" or "example.com/*"`})
+				continue
+			}
+			if field != "allow" {
+				continue
+			}
+			if why := neverGranted(p, taints); why != "" {
+				out = append(out, problem{at, fmt.Sprintf("%q is never granted: %s", p, why), "remove it; an admin sets such keys on the Node directly"})
+			}
+		}
+	}
+	return out
+}
+
+// neverGranted: for an exact key, why it is never granted; for a prefix,
+// why every key it matches is never granted.
+func neverGranted(pattern string, taints bool) string {
+	if taints {
+		if pattern == contract.TaintUninitialized {
+			return "the uninitialized taint is the coordinator's own"
+		}
+		return ""
+	}
+	prefix, wild := strings.CutSuffix(pattern, "*")
+	if !wild {
+		return neverGrantedLabel(pattern)
+	}
+	// A prefix whose every match is in the node-restriction domain.
+	domain, _, hasSlash := strings.Cut(prefix, "/")
+	if hasSlash && neverGrantedLabel(domain+"/x") != "" && strings.Contains(domain, "node-restriction.kubernetes.io") {
+		return neverGrantedLabel(domain + "/x")
+	}
+	return ""
+}
+
+// checkPrefixes parses a list of CIDRs and refuses host bits.
+func checkPrefixes(path string, list []string) []problem {
+	var out []problem
+	for i, s := range list {
+		at := fmt.Sprintf("%s[%d]", path, i)
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			out = append(out, problem{at, fmt.Sprintf("%q is not a CIDR", s), "write it as address/bits, e.g. 10.96.0.0/12"})
+			continue
+		}
+		if p != p.Masked() {
+			out = append(out, problem{at, fmt.Sprintf("%s has host bits set", p), fmt.Sprintf("write %s", p.Masked())})
+		}
+	}
+	return out
+}
+
+// checkPool: a pool is a CIDR of its family with no host bits.
+func checkPool(path, s string, want4 bool) []problem {
+	if s == "" {
+		return nil
+	}
+	p, err := netip.ParsePrefix(s)
+	switch {
+	case err != nil:
+		return []problem{{path, fmt.Sprintf("%q is not a CIDR", s), "write it as address/bits, e.g. 10.244.0.0/16"}}
+	case p.Addr().Is4() != want4:
+		fam := map[bool]string{true: "IPv4", false: "IPv6"}[want4]
+		return []problem{{path, fmt.Sprintf("%s is not %s", p, fam), "put an IPv4 range in ipv4Pool and an IPv6 range in ipv6Pool"}}
+	case p != p.Masked():
+		return []problem{{path, fmt.Sprintf("%s has host bits set", p), fmt.Sprintf("write %s", p.Masked())}}
+	}
+	return nil
+}
+
+// checkMaskSize: a node's pod CIDR must fit in the pool and hold pods.
+func checkMaskSize(path string, size int, set bool, pool string, bits int) []problem {
+	if !set {
+		return nil
+	}
+	lo := 0
+	if p, err := netip.ParsePrefix(pool); err == nil {
+		lo = p.Bits()
+	}
+	if size <= lo || size > bits-2 {
+		return []problem{{path, fmt.Sprintf("%d does not fit", size), fmt.Sprintf("want more than the pool's /%d and at most %d", lo, bits-2)}}
+	}
+	return nil
+}
+
+// checkInt refuses an integer outside [lo, hi], including an explicit zero
+// that would silently become the default.
+func checkInt(path string, v int, set bool, lo, hi int) []problem {
+	if (set || v != 0) && (v < lo || v > hi) {
+		return []problem{{path, fmt.Sprintf("%d is out of range", v), fmt.Sprintf("want %d to %d", lo, hi)}}
+	}
+	return nil
+}
+
+// checkEnum refuses a value not among the allowed ones.
+func checkEnum[T ~string](path string, v T, allowed ...T) []problem {
+	for _, a := range allowed {
+		if v == a {
+			return nil
+		}
+	}
+	s := make([]string, len(allowed))
+	for i, a := range allowed {
+		s[i] = string(a)
+	}
+	return []problem{{path, fmt.Sprintf("%q is not a choice", v), "want " + strings.Join(s, " or ")}}
+}
+
+// checkAddresses: reservedAddresses are addresses or CIDRs.
+func checkAddresses(path string, list []string) []problem {
+	var out []problem
+	for i, s := range list {
+		if _, err := parsePrefixOrAddr(s); err != nil {
+			out = append(out, problem{fmt.Sprintf("%s[%d]", path, i), fmt.Sprintf("%q is not an address or a CIDR", s), "write 192.0.2.10 or 192.0.2.0/24"})
+		}
+	}
+	return out
+}
+
+// checkDNSNames: reservedNames are DNS names.
+func checkDNSNames(path string, list []string) []problem {
+	var out []problem
+	for i, s := range list {
+		if errs := validation.IsDNS1123Subdomain(strings.ToLower(s)); len(errs) > 0 {
+			out = append(out, problem{fmt.Sprintf("%s[%d]", path, i), fmt.Sprintf("%q is not a DNS name: %s", s, strings.Join(errs, "; ")), ""})
+		}
+	}
+	return out
+}

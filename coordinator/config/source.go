@@ -1,0 +1,355 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Error is one problem in a configuration file: where it is (from the YAML
+// node), which key, what is wrong and what to do about it.
+type Error struct {
+	File         string
+	Line, Column int // 0 when the value is a default, not in the file
+	Path         string
+	Msg          string
+	Fix          string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	if e.File != "" {
+		b.WriteString(e.File + ":")
+	}
+	if e.Line > 0 {
+		fmt.Fprintf(&b, "%d:", e.Line)
+		if e.Column > 0 {
+			fmt.Fprintf(&b, "%d:", e.Column)
+		}
+	}
+	if b.Len() > 0 {
+		b.WriteString(" ")
+	}
+	if e.Path != "" {
+		b.WriteString(e.Path + ": ")
+	}
+	b.WriteString(e.Msg)
+	if e.Fix != "" {
+		b.WriteString("; " + e.Fix)
+	}
+	return b.String()
+}
+
+// Errors are all the problems in one file, in file order.
+type Errors []*Error
+
+func (es Errors) Error() string {
+	s := make([]string, len(es))
+	for i, e := range es {
+		s[i] = e.Error()
+	}
+	return strings.Join(s, "\n")
+}
+
+// setFile names the file in every error.
+func setFile(err error, file string) error {
+	var es Errors
+	if errors.As(err, &es) {
+		for _, e := range es {
+			e.File = file
+		}
+		return es
+	}
+	return fmt.Errorf("%s: %w", file, err)
+}
+
+// document is the configuration inside whatever file held it: a bare
+// configuration, the ConfigMap in coordinator/deploy (or `helm template`
+// output holding it), or the Helm chart's values file. Line and column
+// offsets map positions inside the embedded text back to the file.
+type document struct {
+	root         *yaml.Node // the configuration's mapping; nil when empty
+	line, column int        // added to positions inside root
+	positions    map[string]*yaml.Node
+}
+
+// The ConfigMap's key holding the configuration.
+const configMapKey = "coordinator.yaml"
+
+// readDocument finds the configuration in data.
+func readDocument(data []byte) (*document, error) {
+	var docs []*yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var n yaml.Node
+		err := dec.Decode(&n)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, Errors{syntaxError(err, 0, 0)}
+		}
+		docs = append(docs, &n)
+	}
+	var found []*document
+	var keyless *yaml.Node // a ConfigMap without our key
+	for _, d := range docs {
+		m := mapping(d)
+		if m == nil {
+			continue
+		}
+		// A ConfigMap: the configuration is data["coordinator.yaml"].
+		if v := lookup(m, "kind"); v != nil && v.Value == "ConfigMap" {
+			if cfg := lookup(lookup(m, "data"), configMapKey); cfg != nil {
+				doc, err := embedded(cfg, data)
+				if err != nil {
+					return nil, err
+				}
+				found = append(found, doc)
+			} else {
+				keyless = m
+			}
+			continue
+		}
+		if v := lookup(m, "kind"); v != nil {
+			continue // another object in `helm template` output
+		}
+		// The chart's values.yaml: the configuration is the string "config".
+		if v := lookup(m, "config"); v != nil && v.Kind == yaml.ScalarNode && v.Tag == "!!str" {
+			doc, err := embedded(v, data)
+			if err != nil {
+				return nil, err
+			}
+			found = append(found, doc)
+			continue
+		}
+		found = append(found, &document{root: m})
+	}
+	switch len(found) {
+	case 0:
+		if keyless != nil {
+			return nil, Errors{{Line: keyless.Line, Column: keyless.Column, Msg: "a ConfigMap without data." + configMapKey, Fix: "the coordinator reads its configuration from the key " + configMapKey}}
+		}
+		if len(docs) > 0 && mapping(docs[0]) == nil && docs[0].Content != nil && len(docs[0].Content) > 0 && docs[0].Content[0].Tag != "!!null" {
+			n := docs[0].Content[0]
+			return nil, Errors{{Line: n.Line, Column: n.Column, Msg: "the configuration is not a mapping of keys", Fix: "see coordinator/deploy/configmap.yaml for its shape"}}
+		}
+		return &document{}, nil
+	case 1:
+		found[0].index()
+		return found[0], nil
+	}
+	return nil, Errors{{Msg: fmt.Sprintf("%d configurations in one file", len(found)), Fix: "give the coordinator's ConfigMap or configuration alone"}}
+}
+
+// embedded parses a configuration held as a string in another YAML file.
+func embedded(n *yaml.Node, file []byte) (*document, error) {
+	line, column := n.Line-1, n.Column-1
+	if n.Style&(yaml.LiteralStyle|yaml.FoldedStyle) != 0 {
+		// A block scalar's text starts on the next line, indented.
+		line = n.Line
+		lines := strings.Split(string(file), "\n")
+		for i := n.Line; i < len(lines); i++ {
+			if t := strings.TrimLeft(lines[i], " "); t != "" {
+				column = len(lines[i]) - len(t)
+				break
+			}
+		}
+	}
+	var d yaml.Node
+	if err := yaml.Unmarshal([]byte(n.Value), &d); err != nil {
+		return nil, Errors{syntaxError(err, line, column)}
+	}
+	doc := &document{line: line, column: column}
+	if m := mapping(&d); m != nil {
+		doc.root = m
+	} else if len(d.Content) > 0 && d.Content[0].Tag != "!!null" {
+		return nil, Errors{{Line: n.Line, Column: n.Column, Msg: "the configuration is not a mapping of keys"}}
+	}
+	return doc, nil
+}
+
+func mapping(d *yaml.Node) *yaml.Node {
+	if d != nil && d.Kind == yaml.DocumentNode && len(d.Content) == 1 {
+		d = d.Content[0]
+	}
+	if d == nil || d.Kind != yaml.MappingNode {
+		return nil
+	}
+	return d
+}
+
+func lookup(m *yaml.Node, key string) *yaml.Node {
+	if m == nil || m.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return m.Content[i+1]
+		}
+	}
+	return nil
+}
+
+var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+)(?:, column (\d+))?: (.*)$`)
+
+// syntaxError turns the YAML library's "line N: …" into an Error.
+func syntaxError(err error, line, column int) *Error {
+	msg := err.Error()
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		l, _ := strconv.Atoi(m[1])
+		c, _ := strconv.Atoi(m[2])
+		if c > 0 {
+			c += column
+		}
+		return &Error{Line: l + line, Column: c, Msg: m[3]}
+	}
+	return &Error{Msg: msg}
+}
+
+// index records each key's value node by its path ("csr.maxDuration",
+// "grants.labels.allow[1]").
+func (d *document) index() {
+	d.positions = map[string]*yaml.Node{}
+	var walk func(path string, n *yaml.Node)
+	walk = func(path string, n *yaml.Node) {
+		if path != "" {
+			d.positions[path] = n
+		}
+		switch n.Kind {
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				p := n.Content[i].Value
+				if path != "" {
+					p = path + "." + p
+				}
+				walk(p, n.Content[i+1])
+			}
+		case yaml.SequenceNode:
+			for i, c := range n.Content {
+				walk(fmt.Sprintf("%s[%d]", path, i), c)
+			}
+		}
+	}
+	if d.root != nil {
+		walk("", d.root)
+	}
+}
+
+// present reports whether the file sets path.
+func (d *document) present(path string) bool { _, ok := d.positions[path]; return ok }
+
+// at places a problem: on its own path, or the nearest enclosing key.
+func (d *document) at(p problem) *Error { return d.atPath(p, p.path) }
+
+// atPath places a problem at where (or its nearest enclosing key).
+func (d *document) atPath(p problem, where string) *Error {
+	e := &Error{Path: p.path, Msg: p.msg, Fix: p.fix}
+	for path := where; path != ""; {
+		if n, ok := d.positions[path]; ok {
+			e.Line, e.Column = n.Line+d.line, n.Column+d.column
+			break
+		}
+		i := strings.LastIndexAny(path, ".[")
+		if i < 0 {
+			break
+		}
+		path = path[:i]
+	}
+	return e
+}
+
+// unknownKeys refuses keys the configuration does not have, suggesting the
+// nearest one.
+func (d *document) unknownKeys() []*Error {
+	var out []*Error
+	var walk func(path string, n *yaml.Node, t reflect.Type)
+	walk = func(path string, n *yaml.Node, t reflect.Type) {
+		if n.Kind != yaml.MappingNode {
+			return
+		}
+		fields := map[string]reflect.Type{}
+		var names []string
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			if name == "" || name == "-" || !f.IsExported() {
+				continue
+			}
+			fields[name] = f.Type
+			names = append(names, name)
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			p := k.Value
+			if path != "" {
+				p = path + "." + p
+			}
+			ft, ok := fields[k.Value]
+			if !ok {
+				e := &Error{Line: k.Line + d.line, Column: k.Column + d.column, Path: p, Msg: "unknown key"}
+				if near := nearest(k.Value, names); near != "" {
+					e.Fix = fmt.Sprintf("did you mean %q?", near)
+				} else {
+					sort.Strings(names)
+					e.Fix = "the keys here are " + strings.Join(names, ", ")
+				}
+				out = append(out, e)
+				continue
+			}
+			if ft.Kind() == reflect.Struct && ft != reflect.TypeFor[Duration]() {
+				walk(p, n.Content[i+1], ft)
+			}
+		}
+	}
+	if d.root != nil {
+		walk("", d.root, reflect.TypeFor[Config]())
+	}
+	return out
+}
+
+// nearest is the candidate closest to s in edit distance, if close enough
+// to be a typo.
+func nearest(s string, candidates []string) string {
+	best, bestD := "", 1<<30
+	for _, c := range candidates {
+		if strings.EqualFold(s, c) {
+			return c
+		}
+		if dist := editDistance(strings.ToLower(s), strings.ToLower(c)); dist < bestD {
+			best, bestD = c, dist
+		}
+	}
+	if bestD <= max(2, len(s)/3) {
+		return best
+	}
+	return ""
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
