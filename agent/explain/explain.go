@@ -33,6 +33,7 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/ipam"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/suggest"
 )
 
 // Input is one node's facts.
@@ -380,7 +381,7 @@ func checkKeys(m *yaml.Node, t reflect.Type) error {
 		if slices.Contains(known, k.Value) {
 			continue
 		}
-		near, dist := nearest(k.Value, known)
+		near, dist := suggest.Nearest(k.Value, known)
 		msg := fmt.Sprintf("line %d: unknown key %q; the nearest known key is %q", k.Line, k.Value, near)
 		if dist > 2 {
 			msg += "; known keys: " + strings.Join(known, ", ")
@@ -411,40 +412,6 @@ func yamlNames(t reflect.Type) []string {
 		names = append(names, name)
 	}
 	return names
-}
-
-// nearest returns the candidate closest to key by case-insensitive edit
-// distance, and that distance; the first wins a tie.
-func nearest(key string, candidates []string) (string, int) {
-	best, bestDist := "", -1
-	for _, c := range candidates {
-		if d := editDistance(strings.ToLower(key), strings.ToLower(c)); bestDist < 0 || d < bestDist {
-			best, bestDist = c, d
-		}
-	}
-	return best, bestDist
-}
-
-// editDistance is the Levenshtein distance between a and b, by rune.
-func editDistance(a, b string) int {
-	ra, rb := []rune(a), []rune(b)
-	prev := make([]int, len(rb)+1)
-	cur := make([]int, len(rb)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(ra); i++ {
-		cur[0] = i
-		for j := 1; j <= len(rb); j++ {
-			cost := 1
-			if ra[i-1] == rb[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(rb)]
 }
 
 // Outputs are several nodes' outputs.

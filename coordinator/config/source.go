@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/suggest"
 )
 
 // Error is one problem in a configuration file: where it is (from the YAML
@@ -296,7 +298,7 @@ func (d *document) unknownKeys() []*Error {
 			ft, ok := fields[k.Value]
 			if !ok {
 				e := &Error{Line: k.Line + d.line, Column: k.Column + d.column, Path: p, Msg: "unknown key"}
-				if near := nearest(k.Value, names); near != "" {
+				if near, ok := suggest.Typo(k.Value, names); ok {
 					e.Fix = fmt.Sprintf("did you mean %q?", near)
 				} else {
 					sort.Strings(names)
@@ -314,42 +316,4 @@ func (d *document) unknownKeys() []*Error {
 		walk("", d.root, reflect.TypeFor[Config]())
 	}
 	return out
-}
-
-// nearest is the candidate closest to s in edit distance, if close enough
-// to be a typo.
-func nearest(s string, candidates []string) string {
-	best, bestD := "", 1<<30
-	for _, c := range candidates {
-		if strings.EqualFold(s, c) {
-			return c
-		}
-		if dist := editDistance(strings.ToLower(s), strings.ToLower(c)); dist < bestD {
-			best, bestD = c, dist
-		}
-	}
-	if bestD <= max(2, len(s)/3) {
-		return best
-	}
-	return ""
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v4"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/suggest"
 )
 
 // The keys of each level of the file, in the order they are documented.
@@ -126,7 +128,7 @@ func (d *decoder) unknownKey(k *yaml.Node, path string, known []string) {
 		d.fail(k, path, msg, note)
 		return
 	}
-	if near, ok := nearest(k.Value, known); ok {
+	if near, ok := suggest.Typo(k.Value, known); ok {
 		d.fail(k, path, msg, fmt.Sprintf("did you mean %q?", near))
 		return
 	}

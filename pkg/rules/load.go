@@ -26,6 +26,7 @@ import (
 	"go.yaml.in/yaml/v4"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/suggest"
 )
 
 // File is the YAML document: Talos CCM's configuration format, a `global`
@@ -367,7 +368,7 @@ func compileRule(f File, i int, r Rule) (compiledRule, Problems) {
 		case corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
 		default:
 			fix := `write "value:Effect" or "Effect"`
-			if near, ok := nearest(effect, []string{"NoSchedule", "PreferNoSchedule", "NoExecute"}); ok {
+			if near, ok := suggest.Typo(effect, []string{"NoSchedule", "PreferNoSchedule", "NoExecute"}); ok {
 				fix = fmt.Sprintf("did you mean %q?", near)
 			}
 			fail(at, "", fix, "effect %q must be NoSchedule, PreferNoSchedule or NoExecute", effect)
@@ -392,7 +393,7 @@ func compileRule(f File, i int, r Rule) (compiledRule, Problems) {
 			fix := "the keys that can are: " + fieldNames(true)
 			if lk == "hostname" || lk == "platform" {
 				fix = "remove it (Talos CCM skipped it silently); select on it instead"
-			} else if near, ok := nearest(k, strings.Split(fieldNames(true), ", ")); ok {
+			} else if near, ok := suggest.Typo(k, strings.Split(fieldNames(true), ", ")); ok {
 				fix = fmt.Sprintf("did you mean %q? %s", near, fix)
 			}
 			fail(at, "", fix, "cannot be overridden")
@@ -487,13 +488,13 @@ func compileExpression(e Expression) (expression, string, error) {
 	}
 	fix := ""
 	if _, ok := fields[strings.ToLower(e.Key)]; !ok {
-		if near, ok := nearest(e.Key, strings.Split(fieldNames(false), ", ")); ok {
+		if near, ok := suggest.Typo(e.Key, strings.Split(fieldNames(false), ", ")); ok {
 			fix = fmt.Sprintf("did you mean %q?", near)
 		}
 	} else if e.Operator == "" {
 		fix = "add operator: one of " + strings.Join(operators, ", ")
 	} else if !slices.Contains(operators, e.Operator) {
-		if near, ok := nearest(e.Operator, operators); ok {
+		if near, ok := suggest.Typo(e.Operator, operators); ok {
 			fix = fmt.Sprintf("did you mean %q? (operators are case-sensitive)", near)
 		}
 	}

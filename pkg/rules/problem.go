@@ -62,37 +62,3 @@ func (ps Problems) InFile(name string) Problems {
 	}
 	return out
 }
-
-// nearest returns the candidate closest to key by case-insensitive edit
-// distance, if it is close enough to be a likely typo.
-func nearest(key string, candidates []string) (string, bool) {
-	best, bestDist := "", -1
-	for _, c := range candidates {
-		if d := editDistance(strings.ToLower(key), strings.ToLower(c)); bestDist < 0 || d < bestDist {
-			best, bestDist = c, d
-		}
-	}
-	return best, bestDist >= 0 && bestDist <= max(2, len(key)/3)
-}
-
-// editDistance is the Levenshtein distance between a and b, by rune.
-func editDistance(a, b string) int {
-	ra, rb := []rune(a), []rune(b)
-	prev := make([]int, len(rb)+1)
-	cur := make([]int, len(rb)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(ra); i++ {
-		cur[0] = i
-		for j := 1; j <= len(rb); j++ {
-			cost := 1
-			if ra[i-1] == rb[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(rb)]
-}
