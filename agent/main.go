@@ -15,7 +15,6 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/talos-nodeinit/talos-nodeinit/agent/controller"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/agentkey"
@@ -94,94 +93,67 @@ func parse(fs *flag.FlagSet, args []string) (int, bool) {
 
 func runAgent(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("run", "Usage: nodeinit-agent run [flags]\n\nWatch this node's facts and keep its Node object up to date.", stderr)
-	kubeconfig := fs.String("kubeconfig", "/etc/kubernetes/kubeconfig-kubelet", "the kubelet's kubeconfig (its client certificate may rotate)")
-	socket := fs.String("machined-socket", talos.DefaultSocket, "machined's API socket")
-	factsFrom := fs.String("facts", "machined", "where Talos facts come from: machined; auto (machined, and the kernel command line while machined refuses this process); or cmdline (degraded: platform and hostname from the kernel command line, for the static-pod fallback)")
-	cmdline := fs.String("cmdline-file", "/proc/cmdline", "kernel command line, with --facts=cmdline")
-	rulesFile := fs.String("rules-file", DefaultRulesFile, "the rules (Talos CCM transformations) file; a missing file at the default path means no rules")
-	keyFile := fs.String("key-file", agentkey.DefaultFile, "the agent's own ed25519 key, which signs its CSR attestations; created when missing, never replaced")
-	nodeName := fs.String("node-name", "", "node name (default: the kubelet's, from Talos)")
-	exclude := fs.String("exclude-links", "", "comma-separated link name patterns whose addresses are ignored, besides "+strings.Join(netaddr.DefaultExcludedLinks, ","))
-	netns := fs.String("netns", "", "read addresses from the network namespace at this `PATH` (default: the agent's own)")
-	policy := fs.String("provider-id-policy", string(desired.ProviderIDFromMetadata), "where spec.providerID may come from: metadata, talos-fallback (talos://<platform>/<nodeIP> where the platform has none) or never; it can never change once set")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	logFormat := fs.String("log-format", "text", "text or json")
-	metricsAddr := fs.String("metrics-addr", "", "serve /metrics, /healthz and /readyz on this `ADDRESS` (off when empty)")
-	credPoll := fs.Duration("credentials-poll", 2*time.Second, "how often the kubelet's kubeconfig and certificate files are checked for rotation")
+	f := addRunFlags(fs)
 	envflag.AddVersion(fs, stdout, version.String("nodeinit-agent"))
 	if code, stop := parse(fs, args); stop {
 		return code
 	}
 	// Values are checked before anything connects anywhere.
-	if *credPoll <= 0 {
-		return envflag.Fail(fs, fmt.Sprintf("--credentials-poll %v: want a positive duration", *credPoll))
+	if err := f.check(); err != nil {
+		return envflag.Fail(fs, err.Error())
 	}
-	if err := telemetry.CheckAddr(*metricsAddr); err != nil {
-		return envflag.Fail(fs, "--metrics-addr: "+err.Error())
-	}
-	log, err := telemetry.NewLogger(stderr, *logLevel, *logFormat)
+	log, err := telemetry.NewLogger(stderr, *f.logLevel, *f.logFormat)
 	if err != nil {
 		return envflag.Fail(fs, err.Error())
 	}
-	telemetry.RouteKlog(log) // from here on client-go logs too
-	pol, err := desired.ParseProviderIDPolicy(*policy)
-	if err != nil {
-		log.Error("invalid flag", "err", err)
-		return 2
-	}
-	rs, err := loadRules(*rulesFile, *rulesFile == DefaultRulesFile)
+	telemetry.RouteKlog(log)                           // from here on client-go logs too
+	pol, _ := desired.ParseProviderIDPolicy(*f.policy) // checked above
+	rs, err := loadRules(*f.rulesFile, *f.rulesFile == DefaultRulesFile)
 	if err != nil {
 		// Talos restarts the service; `talosctl logs ext-nodeinit-agent` shows this.
-		log.Error("invalid rules; not starting", "file", *rulesFile, "err", err)
+		log.Error("invalid rules; not starting", "file", *f.rulesFile, "err", err)
 		return 1
 	}
 	var reader *talos.Reader
 	var watchFacts func(context.Context, func(facts.Talos)) error
-	switch *factsFrom {
+	switch *f.facts {
 	case "machined", "auto":
-		reader = &talos.Reader{Socket: *socket, Log: log}
-		if *factsFrom == "auto" {
-			reader.Fallback = func() (facts.Talos, error) { return talos.FromCmdline(*cmdline) }
+		reader = &talos.Reader{Socket: *f.socket, Log: log}
+		if *f.facts == "auto" {
+			reader.Fallback = func() (facts.Talos, error) { return talos.FromCmdline(*f.cmdline) }
 		}
 		watchFacts = reader.Watch
 	case "cmdline":
-		if *nodeName == "" {
-			log.Error("--facts=cmdline needs --node-name (in a static pod, from the downward API)")
-			return 2
-		}
 		watchFacts = func(ctx context.Context, update func(facts.Talos)) error {
-			f, err := talos.FromCmdline(*cmdline)
+			tf, err := talos.FromCmdline(*f.cmdline)
 			if err != nil {
 				return err
 			}
-			update(f)
+			update(tf)
 			<-ctx.Done()
 			return nil
 		}
-	default:
-		log.Error("invalid flag", "err", fmt.Sprintf("--facts %q: want machined, auto or cmdline", *factsFrom))
-		return 2
 	}
 
-	key, created, err := agentkey.LoadOrCreate(*keyFile)
+	key, created, err := agentkey.LoadOrCreate(*f.keyFile)
 	if err != nil {
-		log.Error("no agent key; not starting", "file", *keyFile, "err", err)
+		log.Error("no agent key; not starting", "file", *f.keyFile, "err", err)
 		return 1
 	}
 	// The public half is public: the coordinator enrols it from the Node.
-	log.Info("agent key", "file", *keyFile, "created", created, "public-key", contract.EncodeAgentKey(key.Public().(ed25519.PublicKey)))
+	log.Info("agent key", "file", *f.keyFile, "created", created, "public-key", contract.EncodeAgentKey(key.Public().(ed25519.PublicKey)))
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	reg := telemetry.NewRegistry()
 	var extra []string
-	for p := range strings.SplitSeq(*exclude, ",") {
+	for p := range strings.SplitSeq(*f.exclude, ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			extra = append(extra, p)
 		}
 	}
 	agent, err := controller.New(controller.Config{
-		NodeName: *nodeName, Kubeconfig: *kubeconfig, CredentialsPoll: *credPoll, Facts: watchFacts, NetNS: *netns,
+		NodeName: *f.nodeName, Kubeconfig: *f.kubeconfig, CredentialsPoll: *f.credPoll, Facts: watchFacts, NetNS: *f.netns,
 		Rules: rs, Classifier: netaddr.NewClassifier(extra...), Policy: pol, Version: version.Version,
 		Key: key, Log: log, Metrics: controller.NewMetrics(reg),
 	})
@@ -192,8 +164,8 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	if reader != nil {
 		reader.Problem = agent.SetFactsProblem // shown by /readyz
 	}
-	if *metricsAddr != "" {
-		srv := &telemetry.Server{Addr: *metricsAddr, Registry: reg, Ready: agent.Ready, Log: log}
+	if *f.metricsAddr != "" {
+		srv := &telemetry.Server{Addr: *f.metricsAddr, Registry: reg, Ready: agent.Ready, Log: log}
 		addr, err := srv.Listen(ctx)
 		if err != nil {
 			log.Error("cannot serve metrics", "err", err)
@@ -201,7 +173,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		}
 		log.Info("serving metrics and health", "addr", addr)
 	}
-	log.Info("starting", "version", version.Version, "rules", rs.Names(), "provider-id-policy", pol, "facts", *factsFrom, "netns", *netns)
+	log.Info("starting", "version", version.Version, "rules", rs.Names(), "provider-id-policy", pol, "facts", *f.facts, "netns", *f.netns)
 	if err := agent.Run(ctx); err != nil {
 		log.Error("stopped", "err", err)
 		return 1

@@ -9,8 +9,10 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/envflag"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rulesource"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/suggest"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/talosccm"
 )
 
@@ -41,6 +43,14 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	rs, src, err := rulesource.LoadFile(file())
+	if envErr := environmentProblems(src.Environment).InFile(file()); len(envErr) > 0 {
+		var ps rules.Problems
+		if err != nil && !errors.As(err, &ps) {
+			fmt.Fprintf(stderr, "%s: invalid:\n%v\n", file(), err)
+			return 1
+		}
+		err = append(ps, envErr...)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: invalid:\n%v\n", file(), err)
 		if mentionsTalosCCM(err) {
@@ -113,4 +123,54 @@ func migrate(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// environmentProblems checks an ExtensionServiceConfig's environment as
+// `run` would read it: each NODEINIT_* entry must name one of run's flags
+// and hold a value it accepts, and together they must pass run's start
+// checks. Other variables are not the agent's and are left alone.
+func environmentProblems(env []rulesource.Env) rules.Problems {
+	if len(env) == 0 {
+		return nil
+	}
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	f := addRunFlags(fs)
+	var names []string
+	fs.VisitAll(func(fl *flag.Flag) { names = append(names, envflag.Name(envPrefix, fl.Name)) })
+	const where = "ExtensionServiceConfig nodeinit-agent: environment"
+	var ps rules.Problems
+	for _, e := range env {
+		name, value, ok := strings.Cut(e.Entry, "=")
+		switch {
+		case !ok:
+			ps = append(ps, rules.Problem{Pos: e.Pos, Rule: where, Msg: fmt.Sprintf("%q is not NAME=value", e.Entry)})
+			continue
+		case !strings.HasPrefix(name, envPrefix):
+			continue
+		}
+		fl := fs.Lookup(strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(name, envPrefix), "_", "-")))
+		if fl == nil {
+			p := rules.Problem{Pos: e.Pos, Rule: where, Msg: fmt.Sprintf("%s is not a setting of nodeinit-agent run, so it changes nothing", name)}
+			if near, ok := suggest.Typo(name, names); ok {
+				p.Fix = fmt.Sprintf("did you mean %s?", near)
+			} else {
+				p.Fix = "see nodeinit-agent run --help for the settings"
+			}
+			ps = append(ps, p)
+			continue
+		}
+		if err := fs.Set(fl.Name, value); err != nil {
+			ps = append(ps, rules.Problem{Pos: e.Pos, Rule: where, Msg: fmt.Sprintf("%s=%q: %v", name, value, err)})
+			continue
+		}
+		if fl.Name == "rules-file" && value != DefaultRulesFile {
+			ps = append(ps, rules.Problem{Pos: e.Pos, Rule: where, Msg: fmt.Sprintf("the agent would read its rules from %s, not from the configFiles entry at %s", value, DefaultRulesFile),
+				Fix: "remove " + name})
+		}
+	}
+	if err := f.check(); err != nil && len(ps) == 0 {
+		ps = append(ps, rules.Problem{Pos: env[0].Pos, Rule: where, Msg: "nodeinit-agent run would refuse to start: " + err.Error()})
+	}
+	return ps
 }

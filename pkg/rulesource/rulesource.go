@@ -59,6 +59,15 @@ type Source struct {
 	Root *yaml.Node
 	// Values is the whole Helm values document, for KindTalosCCMHelmValues.
 	Values *yaml.Node
+	// Environment is the ExtensionServiceConfig's environment: the agent's
+	// flags as NODEINIT_* variables, each where it is in the file.
+	Environment []Env
+}
+
+// Env is one NAME=value entry of an ExtensionServiceConfig's environment.
+type Env struct {
+	Entry string
+	Pos   rules.Pos
 }
 
 // Where maps a position in Content to the file's line and column.
@@ -183,6 +192,11 @@ func fromExtensionServiceConfig(data []byte, root *yaml.Node) (Source, *rules.Pr
 		}
 		s := embedded(data, c)
 		s.Kind = KindExtensionServiceConfig
+		if env := value(root, "environment"); env != nil && env.Kind == yaml.SequenceNode {
+			for _, e := range env.Content {
+				s.Environment = append(s.Environment, Env{Entry: str(e), Pos: pos(e)})
+			}
+		}
 		return s, nil
 	}
 	return Source{}, &rules.Problem{Pos: pos(files), Rule: "ExtensionServiceConfig " + ServiceName,
