@@ -7,8 +7,6 @@ import (
 	"os"
 	"strings"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/talos-nodeinit/talos-nodeinit/agent/explain"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/config"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
@@ -74,8 +72,8 @@ func explainCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	var cc *config.Config
 	if *coordFile != "" {
-		if cc, err = readCoordinatorConfig(*coordFile); err != nil {
-			return fail(fmt.Errorf("%s: %w", *coordFile, err))
+		if cc, err = config.Load(*coordFile); err != nil {
+			return fail(err)
 		}
 	}
 	var given []netip.Prefix
@@ -113,24 +111,4 @@ func explainCmd(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-// readCoordinatorConfig reads coordinator.yaml, or the ConfigMap holding it.
-func readCoordinatorConfig(path string) (*config.Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var cm struct {
-		Kind string            `yaml:"kind"`
-		Data map[string]string `yaml:"data"`
-	}
-	if yaml.Unmarshal(data, &cm) == nil && cm.Kind == "ConfigMap" {
-		content, ok := cm.Data["coordinator.yaml"]
-		if !ok {
-			return nil, fmt.Errorf("a ConfigMap without data.coordinator.yaml")
-		}
-		data = []byte(content)
-	}
-	return config.Parse(data)
 }
