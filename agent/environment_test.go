@@ -37,6 +37,9 @@ environment:
 		{"cmdline facts with a node name", []string{"NODEINIT_FACTS=cmdline", "NODEINIT_NODE_NAME=w1"}, nil},
 		{"rules read from elsewhere", []string{"NODEINIT_RULES_FILE=/etc/rules.yaml"}, []string{"would read its rules from /etc/rules.yaml", "remove NODEINIT_RULES_FILE"}},
 		{"not NAME=value", []string{"NODEINIT_LOG_FORMAT"}, []string{`"NODEINIT_LOG_FORMAT" is not NAME=value`}},
+		{"lower case is not read", []string{"NODEINIT_provider_id_policy=never"}, []string{"NODEINIT_provider_id_policy is not read: run reads exactly NODEINIT_PROVIDER_ID_POLICY"}},
+		{"dashes are not read", []string{"NODEINIT_METRICS-ADDR=127.0.0.1:9000"}, []string{"run reads exactly NODEINIT_METRICS_ADDR"}},
+		{"set twice", []string{"NODEINIT_LOG_FORMAT=json", "NODEINIT_LOG_FORMAT=text"}, []string{"NODEINIT_LOG_FORMAT is set twice (first at line 9)"}},
 	}
 	dir := t.TempDir()
 	for _, c := range cases {
@@ -65,8 +68,8 @@ environment:
 					t.Errorf("stderr lacks %q:\n%s", w, errOut)
 				}
 			}
-			if !strings.Contains(errOut, file+":9:") {
-				t.Errorf("the problem is not placed at the environment entry (%s:9:…):\n%s", file, errOut)
+			if !strings.Contains(errOut, file+":9:5: ") && !strings.Contains(errOut, file+":10:5: ") {
+				t.Errorf("the problem is not placed at its environment entry (%s:9:5 or :10:5):\n%s", file, errOut)
 			}
 		})
 	}

@@ -140,6 +140,7 @@ func environmentProblems(env []rulesource.Env) rules.Problems {
 	fs.VisitAll(func(fl *flag.Flag) { names = append(names, envflag.Name(envPrefix, fl.Name)) })
 	const where = "ExtensionServiceConfig nodeinit-agent: environment"
 	var ps rules.Problems
+	seen := map[string]rules.Pos{}
 	for _, e := range env {
 		name, value, ok := strings.Cut(e.Entry, "=")
 		switch {
@@ -150,6 +151,17 @@ func environmentProblems(env []rulesource.Env) rules.Problems {
 			continue
 		}
 		fl := fs.Lookup(strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(name, envPrefix), "_", "-")))
+		if fl != nil && name != envflag.Name(envPrefix, fl.Name) {
+			ps = append(ps, rules.Problem{Pos: e.Pos, Rule: where, Msg: fmt.Sprintf("%s is not read: run reads exactly %s", name, envflag.Name(envPrefix, fl.Name)),
+				Fix: "write " + envflag.Name(envPrefix, fl.Name)})
+			continue
+		}
+		if prev, twice := seen[name]; twice {
+			ps = append(ps, rules.Problem{Pos: e.Pos, Rule: where, Msg: fmt.Sprintf("%s is set twice (first at line %d); only one value reaches the agent", name, prev.Line),
+				Fix: "keep one"})
+			continue
+		}
+		seen[name] = e.Pos
 		if fl == nil {
 			p := rules.Problem{Pos: e.Pos, Rule: where, Msg: fmt.Sprintf("%s is not a setting of nodeinit-agent run, so it changes nothing", name)}
 			if near, ok := suggest.Typo(name, names); ok {

@@ -186,8 +186,18 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 			log.Error("cannot serve secure metrics", "err", err)
 			return 1
 		}
-		guard := &delegatedauth.Guard{Client: client, Log: log}
-		srv := &telemetry.Server{Addr: *secureAddr, Registry: reg, Ready: coord.Ready, Log: log, TLS: tlsCfg, Protect: guard.Wrap}
+		// The guard's reviews get a client and a rate limit of their own (as
+		// k8s.io/apiserver's delegated authentication, QPS 200 / burst 400):
+		// made-up tokens must never delay the Lease renewals or the syncs.
+		authCfg := rest.CopyConfig(restCfg)
+		authCfg.QPS, authCfg.Burst = 200, 400
+		authClient, err := kubernetes.NewForConfig(authCfg)
+		if err != nil {
+			log.Error("building the client", "err", err)
+			return 1
+		}
+		guard := &delegatedauth.Guard{Client: authClient, Log: log}
+		srv := &telemetry.Server{Addr: *secureAddr, Registry: reg, Ready: coord.Ready, Log: log, TLS: tlsCfg, Protect: guard.Wrap, Terse: true}
 		addr, err := srv.Listen(ctx)
 		if err != nil {
 			log.Error("cannot serve secure metrics", "err", err)

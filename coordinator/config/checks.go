@@ -77,6 +77,13 @@ func checkPatterns(path string, ps Patterns, taints bool) []problem {
 				out = append(out, problem{at, fmt.Sprintf("pattern %q: want an exact key or a prefix ending in a single trailing *", p), `write "example.com/role" or "example.com/*"`})
 				continue
 			}
+			// A pattern no key can match does nothing: a deny typo would
+			// silently deny nothing.
+			if why := patternShape(p); why != "" {
+				out = append(out, problem{at, fmt.Sprintf("pattern %q matches no %s key: %s", p, map[bool]string{true: "taint", false: "label"}[taints], why),
+					`keys are lower-case DNS names, "/", then letters, digits, "-", "_" or "."; write "example.com/role" or "example.com/*"`})
+				continue
+			}
 			if field != "allow" {
 				continue
 			}
@@ -86,6 +93,36 @@ func checkPatterns(path string, ps Patterns, taints bool) []problem {
 		}
 	}
 	return out
+}
+
+// patternShape says why a pattern can match no valid label or taint key
+// (k8s.io/apimachinery's IsQualifiedName: an optional lower-case DNS
+// prefix and "/", then a name); "" when it can.
+func patternShape(p string) string {
+	prefix, wild := strings.CutSuffix(p, "*")
+	if !wild {
+		if errs := validation.IsQualifiedName(p); len(errs) > 0 {
+			return strings.Join(errs, "; ")
+		}
+		return ""
+	}
+	domain, name, slash := strings.Cut(prefix, "/")
+	if !slash {
+		// Either a domain still being written, or a name without a domain.
+		if strings.Trim(domain, "abcdefghijklmnopqrstuvwxyz0123456789-.") == "" || strings.Trim(domain, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") == "" {
+			return ""
+		}
+		return "it holds characters no key has"
+	}
+	switch {
+	case domain == "":
+		return "it starts with /"
+	case len(validation.IsDNS1123Subdomain(domain)) > 0:
+		return "the part before / must be a lower-case DNS name"
+	case strings.Trim(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") != "":
+		return "the part after / holds characters no key has"
+	}
+	return ""
 }
 
 // neverGranted: for an exact key, why it is never granted; for a prefix,

@@ -615,13 +615,10 @@ func (g Grants) MayGrantLabel(key, value string) (bool, string) {
 	if err := contract.CheckLabel(key, value); err != nil {
 		return false, err.Error()
 	}
-	if prefix, _, ok := strings.Cut(key, "/"); ok && (prefix == "node-restriction.kubernetes.io" || strings.HasSuffix(prefix, ".node-restriction.kubernetes.io")) {
-		return false, "node-restriction.kubernetes.io labels exist so nodes cannot set them; never granted"
-	}
-	if key == "node-role.kubernetes.io/control-plane" || key == "node-role.kubernetes.io/master" {
-		// The coordinator trusts this label (it exempts a control-plane
-		// Node's own addresses from the API server's); it never sets it.
-		return false, key + " marks control-plane Nodes; never granted"
+	// The control-plane role is trusted (it exempts a control-plane Node's
+	// own addresses from the API server's): never set on request.
+	if why := neverGrantedLabel(key); why != "" {
+		return false, why + "; never granted"
 	}
 	return g.Labels.decide("label", key)
 }

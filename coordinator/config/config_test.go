@@ -41,7 +41,7 @@ func TestLabelGrants(t *testing.T) {
 	}{
 		{"node-role.kubernetes.io/web", "", true, ""},
 		{"node-role.kubernetes.io/worker", "true", true, ""},
-		{"node.cloudprovider.kubernetes.io/platform", "metal", true, ""},
+		{"node.cloudprovider.kubernetes.io/platform", "metal", false, "never granted"}, // the coordinator sets it from the metadata, never on request
 		{"node-role.kubernetes.io/control-plane", "", false, "never granted"},
 		{"node-role.kubernetes.io/master", "", false, "never granted"},
 		{"node-restriction.kubernetes.io/x", "", false, "never granted"},

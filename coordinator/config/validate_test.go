@@ -45,6 +45,12 @@ func TestRefused(t *testing.T) {
 		{`grants: {labels: {allow: ["node.cloudprovider.kubernetes.io/clustername"]}}`, []string{"grants.labels.allow[0]", "the coordinator's own"}},
 		{`grants: {taints: {allow: ["node.cloudprovider.kubernetes.io/uninitialized"]}}`, []string{"grants.taints.allow[0]", "never granted"}},
 		{`grants: {labels: {deny: ["a*b"]}}`, []string{"grants.labels.deny[0]", "single trailing *"}},
+		// A pattern no key can match: a deny typo would deny nothing.
+		{`grants: {labels: {allow: ["*"], deny: ["Node-Role.kubernetes.io/*"]}}`, []string{"grants.labels.deny[0]", "matches no label key", "lower-case DNS name"}},
+		{`grants: {labels: {deny: [" example.com/secure"]}}`, []string{"grants.labels.deny[0]", "matches no label key"}},
+		{`grants: {labels: {deny: ["example.com/a b"]}}`, []string{"grants.labels.deny[0]", "matches no label key"}},
+		{`grants: {labels: {deny: ["/x*"]}}`, []string{"grants.labels.deny[0]", "starts with /"}},
+		{`grants: {taints: {deny: ["example.com/no way"]}}`, []string{"grants.taints.deny[0]", "matches no taint key"}},
 		// Every other field.
 		{"nodeNetworks: [10.0.0.1/8]", []string{"1:16: nodeNetworks[0]: 10.0.0.1/8 has host bits set"}},
 		{"nodeNetworks: [x]", []string{"nodeNetworks[0]", "not a CIDR"}},
@@ -212,4 +218,19 @@ func FuzzParse(f *testing.F) {
 			_ = err.Error()
 		}
 	})
+}
+
+// Patterns any key can match pass: the refusals above are not too broad.
+func TestPatternsAccepted(t *testing.T) {
+	doc := `grants:
+  labels:
+    allow: ["*", "node-*", "node-role.kubernetes.io/*", "example.com/Role", "Web", "example.com/*", "example.com/a_b.c-d"]
+    deny: ["node-role.kubernetes.io/control-plane*", "team.example.com/*"]
+  taints:
+    allow: ["*"]
+    deny: ["node.kubernetes.io/*", "dedicated"]
+`
+	if _, err := Parse([]byte(doc)); err != nil {
+		t.Errorf("Parse refused valid patterns: %v", err)
+	}
 }

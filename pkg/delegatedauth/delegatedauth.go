@@ -30,19 +30,35 @@ import (
 // delegating authenticator and authorizer cache theirs (10s).
 const DefaultTTL = 10 * time.Second
 
+// Limits on what unauthenticated callers can make the API server do: at
+// most DefaultMaxInFlight reviews at once (more are answered 429 without
+// asking), each given ReviewTimeout, and at most MaxCached decisions kept.
+const (
+	DefaultMaxInFlight = 32
+	ReviewTimeout      = 5 * time.Second
+	MaxCached          = 4096
+)
+
 // Guard admits a request only when the API server authenticates its
 // bearer token and authorizes its user to use the path with the request's
 // method (GET is the verb get).
 type Guard struct {
+	// Client asks the API server. Give it its own rate limiter (a clientset
+	// of its own), so that a flood of made-up tokens never delays the
+	// component's own requests, such as its Lease renewals.
 	Client kubernetes.Interface
 	// TTL caches decisions per token, path and verb (default DefaultTTL).
 	TTL time.Duration
-	Log *slog.Logger
+	// MaxInFlight bounds the reviews under way (default DefaultMaxInFlight).
+	MaxInFlight int
+	Log         *slog.Logger
 	// now is time.Now; tests move it.
 	now func() time.Time
 
-	mu    sync.Mutex
-	cache map[[sha256.Size]byte]decision
+	mu       sync.Mutex
+	cache    map[[sha256.Size]byte]decision
+	inFlight int
+	lastWarn time.Time
 }
 
 type decision struct {
@@ -53,8 +69,9 @@ type decision struct {
 }
 
 // Decide authenticates and authorizes one request: 200 to serve it, 401
-// when the caller is not authenticated, 403 when it may not, 503 when the
-// API server could not be asked (not cached).
+// when the caller is not authenticated, 403 when it may not, 429 when too
+// many reviews are under way, 503 when the API server could not be asked
+// (neither cached).
 func (g *Guard) Decide(ctx context.Context, r *http.Request) (status int, user, reason string) {
 	token, ok := bearerToken(r)
 	if !ok {
@@ -69,13 +86,25 @@ func (g *Guard) Decide(ctx context.Context, r *http.Request) (status int, user, 
 	if g.now != nil {
 		now = g.now
 	}
+	limit := g.MaxInFlight
+	if limit <= 0 {
+		limit = DefaultMaxInFlight
+	}
 	g.mu.Lock()
 	if d, ok := g.cache[key]; ok && now().Before(d.expires) {
 		g.mu.Unlock()
 		return d.status, d.user, d.reason
 	}
+	if g.inFlight >= limit {
+		g.mu.Unlock()
+		return http.StatusTooManyRequests, "", fmt.Sprintf("%d reviews already under way", limit)
+	}
+	g.inFlight++
 	g.mu.Unlock()
+	defer func() { g.mu.Lock(); g.inFlight--; g.mu.Unlock() }()
 
+	ctx, cancel := context.WithTimeout(ctx, ReviewTimeout)
+	defer cancel()
 	d, err := g.ask(ctx, token, r.URL.Path, verb)
 	if err != nil {
 		return http.StatusServiceUnavailable, "", err.Error()
@@ -89,12 +118,16 @@ func (g *Guard) Decide(ctx context.Context, r *http.Request) (status int, user, 
 	if g.cache == nil {
 		g.cache = map[[sha256.Size]byte]decision{}
 	}
-	for k, old := range g.cache { // a scraper's token changes rarely; keep the map small
-		if !now().Before(old.expires) {
-			delete(g.cache, k)
+	if len(g.cache) >= MaxCached/2 { // a scraper's token changes rarely; keep the map small
+		for k, old := range g.cache {
+			if !now().Before(old.expires) {
+				delete(g.cache, k)
+			}
 		}
 	}
-	g.cache[key] = d
+	if len(g.cache) < MaxCached { // full of live entries: answer without caching
+		g.cache[key] = d
+	}
 	g.mu.Unlock()
 	return d.status, d.user, d.reason
 }
@@ -139,10 +172,8 @@ func (g *Guard) Wrap(next http.Handler) http.Handler {
 			return
 		case http.StatusUnauthorized:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="nodeinit"`)
-		case http.StatusServiceUnavailable:
-			if g.Log != nil {
-				g.Log.Warn("cannot check a metrics request", "path", r.URL.Path, "err", reason)
-			}
+		case http.StatusServiceUnavailable, http.StatusTooManyRequests:
+			g.warn("cannot check a metrics request", "path", r.URL.Path, "status", status, "err", reason)
 		}
 		if g.Log != nil && status == http.StatusForbidden {
 			g.Log.Debug("metrics request refused", "user", user, "path", r.URL.Path, "reason", reason)
@@ -158,4 +189,22 @@ func bearerToken(r *http.Request) (string, bool) {
 		return "", false
 	}
 	return token, true
+}
+
+// warn logs at most one line every 10 s: a flood of requests must not
+// become a flood of log lines.
+func (g *Guard) warn(msg string, args ...any) {
+	if g.Log == nil {
+		return
+	}
+	g.mu.Lock()
+	now := time.Now()
+	quiet := now.Sub(g.lastWarn) < 10*time.Second
+	if !quiet {
+		g.lastWarn = now
+	}
+	g.mu.Unlock()
+	if !quiet {
+		g.Log.Warn(msg, args...)
+	}
 }

@@ -1,8 +1,11 @@
 package delegatedauth
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -90,5 +93,67 @@ func TestWrap(t *testing.T) {
 	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	if w.Code != http.StatusUnauthorized || w.Header().Get("WWW-Authenticate") == "" || w.Body.String() == "metrics" {
 		t.Errorf("no token: %d %q %q", w.Code, w.Header(), w.Body.String())
+	}
+}
+
+// A flood of made-up tokens costs the API server at most MaxInFlight
+// reviews at a time (the rest are told 429 without asking), and the cache
+// stays bounded.
+func TestFloodIsBounded(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	active, peak := 0, 0
+	cs := fake.NewClientset()
+	cs.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		active++
+		peak = max(peak, active)
+		mu.Unlock()
+		<-release
+		mu.Lock()
+		active--
+		mu.Unlock()
+		return true, a.(k8stesting.CreateAction).GetObject(), nil // not authenticated
+	})
+	g := &Guard{Client: cs, MaxInFlight: 8}
+	const callers = 50
+	codes := make(chan int, callers)
+	for i := range callers {
+		go func() {
+			r := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+			r.Header.Set("Authorization", fmt.Sprintf("Bearer made-up-%d", i))
+			code, _, _ := g.Decide(context.Background(), r)
+			codes <- code
+		}()
+	}
+	// The callers beyond the limit are answered at once.
+	tooMany := 0
+	for range callers - 8 {
+		if c := <-codes; c == http.StatusTooManyRequests {
+			tooMany++
+		}
+	}
+	close(release)
+	for range 8 {
+		if c := <-codes; c != http.StatusUnauthorized {
+			t.Errorf("a reviewed made-up token got %d, want 401", c)
+		}
+	}
+	if peak > 8 || tooMany != callers-8 {
+		t.Errorf("peak %d reviews at once (limit 8), %d callers told 429 (want %d)", peak, tooMany, callers-8)
+	}
+
+	// Every made-up token is a new cache entry; the cache stops growing.
+	var reviews int
+	var sars []authorizationv1.NonResourceAttributes
+	now := time.Unix(1000, 0)
+	g = &Guard{Client: fakeAPI(&reviews, &sars), now: func() time.Time { return now }}
+	for i := range MaxCached + 100 {
+		r := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+		r.Header.Set("Authorization", fmt.Sprintf("Bearer made-up-%d", i))
+		g.Decide(context.Background(), r)
+	}
+	if n := len(g.cache); n > MaxCached {
+		t.Errorf("%d cached decisions, limit %d", n, MaxCached)
 	}
 }

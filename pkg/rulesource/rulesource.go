@@ -192,9 +192,17 @@ func fromExtensionServiceConfig(data []byte, root *yaml.Node) (Source, *rules.Pr
 		}
 		s := embedded(data, c)
 		s.Kind = KindExtensionServiceConfig
-		if env := value(root, "environment"); env != nil && env.Kind == yaml.SequenceNode {
+		env := value(root, "environment")
+		if env != nil && env.Kind == yaml.AliasNode {
+			env = env.Alias
+		}
+		if env != nil && env.Kind == yaml.SequenceNode {
 			for _, e := range env.Content {
-				s.Environment = append(s.Environment, Env{Entry: str(e), Pos: pos(e)})
+				at := pos(e)
+				if e.Kind == yaml.AliasNode {
+					e = e.Alias
+				}
+				s.Environment = append(s.Environment, Env{Entry: str(e), Pos: at})
 			}
 		}
 		return s, nil

@@ -48,7 +48,7 @@ func TestConvertPublishedExamples(t *testing.T) {
 				"Helm values image, logVerbosityLevel, daemonSet, tolerations are Talos CCM's Deployment settings"}, "", nil},
 		{"testdata/helm-values-no-ipam.yaml", []string{"transformations[0] (workers)"}, []string{"enabledControllers has no node-ipam-controller: the coordinator's ipam is off too"}, "", nil},
 		{"testdata/clustername.yaml", []string{"transformations[0] (cp)"}, []string{`line 4: global.clusterName "prod" moved`, "line 12: platformMetadata.hostname dropped",
-			"label node-role.kubernetes.io/control-plane: node-role.kubernetes.io/control-plane marks control-plane Nodes; never granted"}, "prod", nil},
+			"label node-role.kubernetes.io/control-plane: node-role.kubernetes.io/control-plane marks control-plane Nodes, which the coordinator trusts; never granted"}, "prod", nil},
 	}
 	for _, c := range cases {
 		t.Run(c.file, func(t *testing.T) {

@@ -90,6 +90,11 @@ type Server struct {
 	// Protect, when set, guards /metrics (delegatedauth.Guard.Wrap);
 	// /healthz and /readyz stay open, as kubelet probes carry no token.
 	Protect func(http.Handler) http.Handler
+	// Terse, for a listener others can reach: /readyz says only "not
+	// ready", not why (the reason is in the log and on the loopback one).
+	Terse bool
+	// IdleTimeout closes a keep-alive connection idle this long (default 90s).
+	IdleTimeout time.Duration
 }
 
 // CheckAddr refuses a listen address that cannot be bound, before
@@ -133,13 +138,25 @@ func (s *Server) Listen(ctx context.Context) (string, error) {
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if s.Ready != nil {
 			if err := s.Ready(); err != nil {
-				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				msg := "not ready: " + err.Error()
+				if s.Terse {
+					msg = "not ready"
+				}
+				http.Error(w, msg, http.StatusServiceUnavailable)
 				return
 			}
 		}
 		io.WriteString(w, "ok\n")
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	// Every connection ends: a header within 5 s, a request within 10 s,
+	// an answer within 30 s, an idle keep-alive after 90 s (as Kubernetes
+	// components), and headers (a bearer token) of 64 KiB at most.
+	idle := s.IdleTimeout
+	if idle <= 0 {
+		idle = 90 * time.Second
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: idle, MaxHeaderBytes: 64 << 10}
 	go func() {
 		<-ctx.Done()
 		shutdown, cancel := context.WithTimeout(context.Background(), 2*time.Second)
