@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -171,7 +172,10 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 			log.Error("cannot serve metrics", "err", err)
 			return 1
 		}
-		log.Info("serving metrics and health", "addr", addr)
+		log.Info("serving metrics and health", "addr", addr, "authentication", "none")
+		if ap, err := netip.ParseAddrPort(addr); err == nil && !ap.Addr().IsLoopback() {
+			log.Warn("metrics are served without authentication beyond loopback", "addr", addr)
+		}
 	}
 	log.Info("starting", "version", version.Version, "rules", rs.Names(), "provider-id-policy", pol, "facts", *f.facts, "netns", *f.netns)
 	if err := agent.Run(ctx); err != nil {
