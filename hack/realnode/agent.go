@@ -1,6 +1,7 @@
 package realnode
 
 import (
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/daemon"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/spawn"
 
 	"context"
@@ -48,26 +49,26 @@ func (n *Node) startAgent(ctx context.Context) error {
 			return fmt.Errorf("publishing the node's facts in machined: %w", err)
 		}
 	}
-	n.agent = &process{name: "nodeinit-agent", logPath: filepath.Join(n.Dir, "agent.log"),
-		argv: []string{"unshare", "--mount", "--propagation", "unchanged", "--", n.AgentBin, "run",
+	n.agent = &daemon.Process{Name: "nodeinit-agent", LogPath: filepath.Join(n.Dir, "agent.log"),
+		Argv: []string{"unshare", "--mount", "--propagation", "unchanged", "--", n.AgentBin, "run",
 			"--kubeconfig", n.Identity.Kubeconfig, "--machined-socket", md.Socket, "--netns", n.NodeNS.Path,
 			"--key-file", filepath.Join(n.Dir, "agent", "agent.key")}}
-	if err := n.agent.start(); err != nil {
+	if err := n.agent.Start(); err != nil {
 		return err
 	}
 	// unshare execs the agent in place (same PID) once its mount namespace
 	// exists: register the PID only then, or the host's namespace would be
 	// admitted with it.
 	self, _ := os.Readlink("/proc/self/ns/mnt")
-	pid := n.agent.cmd.Process.Pid
+	pid := n.agent.Pid()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ns, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid))
 		if ns != "" && ns != self {
 			break
 		}
-		if n.agent.exited() || time.Now().After(deadline) {
-			return fmt.Errorf("nodeinit-agent did not start in a mount namespace of its own:\n%s", n.agent.tail(20))
+		if n.agent.Exited() || time.Now().After(deadline) {
+			return fmt.Errorf("nodeinit-agent did not start in a mount namespace of its own:\n%s", n.agent.Report(20))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

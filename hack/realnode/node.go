@@ -27,6 +27,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/talos-nodeinit/talos-nodeinit/hack/internal/ociimage"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/daemon"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/machined"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testcluster"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr/netnstest"
@@ -83,10 +84,10 @@ type Node struct {
 	Machined *machined.Node
 
 	cgroupRoot string // the kubelet's --cgroup-root, under every hierarchy
-	holder     *process
-	containerd *process
-	kubelet    *process
-	agent      *process
+	holder     *daemon.Process
+	containerd *daemon.Process
+	kubelet    *daemon.Process
+	agent      *daemon.Process
 	forwarders []*Forwarder
 
 	machined    *machined.Process
@@ -197,22 +198,22 @@ func (n *Node) network(t *testing.T, cluster *testcluster.Cluster) {
 // the node's mount namespace those /proc/sys files are bind mounts of
 // ordinary files, so the kubelet's writes stay on the node.
 func (n *Node) mountNamespace() error {
-	n.holder = &process{name: "mount-namespace holder", logPath: filepath.Join(n.Dir, "holder.log"),
-		argv: []string{"unshare", "--mount", "--propagation", "private", "--", "sleep", "infinity"}}
-	if err := n.holder.start(); err != nil {
+	n.holder = &daemon.Process{Name: "mount-namespace holder", LogPath: filepath.Join(n.Dir, "holder.log"),
+		Argv: []string{"unshare", "--mount", "--propagation", "private", "--", "sleep", "infinity"}}
+	if err := n.holder.Start(); err != nil {
 		return err
 	}
 	// unshare execs sleep once the namespace exists.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		self, _ := os.Readlink("/proc/self/ns/mnt")
-		its, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", n.holder.cmd.Process.Pid))
-		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", n.holder.cmd.Process.Pid))
+		its, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", n.holder.Pid()))
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", n.holder.Pid()))
 		if err == nil && its != self && strings.HasSuffix(exe, "/sleep") {
 			break
 		}
-		if time.Now().After(deadline) || n.holder.exited() {
-			return fmt.Errorf("the mount namespace holder did not start: %s", n.holder.tail(10))
+		if time.Now().After(deadline) || n.holder.Exited() {
+			return fmt.Errorf("the mount namespace holder did not start: %s", n.holder.Report(10))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -250,7 +251,7 @@ func (n *Node) mountNamespace() error {
 	return nil
 }
 
-func (n *Node) mountNS() string { return fmt.Sprintf("/proc/%d/ns/mnt", n.holder.cmd.Process.Pid) }
+func (n *Node) mountNS() string { return fmt.Sprintf("/proc/%d/ns/mnt", n.holder.Pid()) }
 
 // inNode is argv run inside the node's network and mount namespaces.
 func (n *Node) inNode(argv ...string) []string {
@@ -316,9 +317,9 @@ func (n *Node) startContainerd(ctx context.Context) error {
 	if err := os.WriteFile(cfg, []byte(containerdConfig(n.Dir, n.Socket)), 0o644); err != nil {
 		return err
 	}
-	n.containerd = &process{name: "containerd", logPath: filepath.Join(n.Dir, "containerd.log"),
-		argv: n.inNode("containerd", "--config", cfg)}
-	if err := n.containerd.start(); err != nil {
+	n.containerd = &daemon.Process{Name: "containerd", LogPath: filepath.Join(n.Dir, "containerd.log"),
+		Argv: n.inNode("containerd", "--config", cfg)}
+	if err := n.containerd.Start(); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -327,8 +328,8 @@ func (n *Node) startContainerd(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
-		if n.containerd.exited() || time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("containerd did not answer on %s: %v\n%s", n.Socket, err, n.containerd.tail(30))
+		if n.containerd.Exited() || time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("containerd did not answer on %s: %v\n%s", n.Socket, err, n.containerd.Report(30))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -397,8 +398,8 @@ func (n *Node) startKubelet(cluster *testcluster.Cluster, id *testcluster.NodeId
 			return err
 		}
 	}
-	n.kubelet = &process{name: "kubelet", logPath: filepath.Join(n.Dir, "kubelet.log"),
-		argv: n.inNode(n.KubeletBin,
+	n.kubelet = &daemon.Process{Name: "kubelet", LogPath: filepath.Join(n.Dir, "kubelet.log"),
+		Argv: n.inNode(n.KubeletBin,
 			"--config="+cfg,
 			"--kubeconfig="+kubeconfig,
 			"--root-dir="+filepath.Join(n.Dir, "kubelet"),
@@ -410,7 +411,7 @@ func (n *Node) startKubelet(cluster *testcluster.Cluster, id *testcluster.NodeId
 			"--rotate-server-certificates",
 			"--v=2",
 		)}
-	return n.kubelet.start()
+	return n.kubelet.Start()
 }
 
 // kubeletKubeconfig points the kubelet at the control-plane namespace's
@@ -475,15 +476,15 @@ nodeStatusUpdateFrequency: 5s
 // LogTails is the end of every daemon's log.
 func (n *Node) LogTails(lines int) string {
 	var b strings.Builder
-	for _, p := range []*process{n.containerd, n.kubelet, n.agent} {
+	for _, p := range []*daemon.Process{n.containerd, n.kubelet, n.agent} {
 		if p != nil {
-			b.WriteString(p.tail(lines))
+			b.WriteString(p.Report(lines))
 		}
 	}
 	// And every container's log (the kubelet's podLogsDir).
 	logs, _ := filepath.Glob(filepath.Join(n.Dir, "pod-logs", "*", "*", "*.log"))
 	for _, l := range logs {
-		b.WriteString((&process{name: "container", logPath: l}).tail(lines))
+		b.WriteString((&daemon.Process{Name: "container", LogPath: l}).Report(lines))
 	}
 	return b.String()
 }
@@ -493,19 +494,19 @@ func (n *Node) LogTails(lines int) string {
 // namespace (containerd's shims, containerd, the holder), then the cgroups.
 // The node's mounts vanish with its mount namespace.
 func (n *Node) stop(t *testing.T) {
-	n.agent.stop(5 * time.Second)
+	n.agent.Stop(syscall.SIGTERM, 5*time.Second)
 	if n.machined != nil {
 		n.machined.Close()
 		n.machinedLog.Close()
 	}
-	n.kubelet.stop(10 * time.Second)
+	n.kubelet.Stop(syscall.SIGTERM, 10*time.Second)
 	hs, _ := hierarchies()
 	for range 20 {
 		killed := 0
 		for _, h := range hs {
 			killed += killCgroupTree(filepath.Join(h, n.cgroupRoot))
 		}
-		if n.holder != nil && n.holder.cmd != nil {
+		if n.holder != nil && n.holder.Pid() != 0 {
 			killed += killMountNamespace(n.mountNS())
 		}
 		if killed == 0 {
@@ -513,8 +514,8 @@ func (n *Node) stop(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	n.containerd.stop(time.Second)
-	n.holder.stop(time.Second)
+	n.containerd.Stop(syscall.SIGTERM, time.Second)
+	n.holder.Stop(syscall.SIGTERM, time.Second)
 	for _, h := range hs {
 		removeCgroupTree(filepath.Join(h, n.cgroupRoot))
 	}
@@ -599,9 +600,9 @@ func goarch() string {
 
 // Failed reports a daemon of the node that exited, with its log.
 func (n *Node) Failed() error {
-	for _, p := range []*process{n.containerd, n.kubelet, n.agent} {
-		if p != nil && p.exited() {
-			return fmt.Errorf("%s exited:\n%s", p.name, p.tail(40))
+	for _, p := range []*daemon.Process{n.containerd, n.kubelet, n.agent} {
+		if p != nil && p.Exited() {
+			return fmt.Errorf("%s exited:\n%s", p.Name, p.Report(40))
 		}
 	}
 	return nil

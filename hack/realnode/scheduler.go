@@ -2,9 +2,11 @@ package realnode
 
 import (
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/daemon"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testcluster"
 )
 
@@ -12,16 +14,16 @@ import (
 // admin kubeconfig, serving nothing (it is only a client here).
 func StartScheduler(t *testing.T, cluster *testcluster.Cluster, bin string) {
 	t.Helper()
-	p := &process{name: "kube-scheduler", logPath: filepath.Join(cluster.Dir(), "kube-scheduler.log"),
-		argv: []string{bin, "--kubeconfig=" + cluster.AdminKubeconfig(), "--leader-elect=false",
+	p := &daemon.Process{Name: "kube-scheduler", LogPath: filepath.Join(cluster.Dir(), "kube-scheduler.log"),
+		Argv: []string{bin, "--kubeconfig=" + cluster.AdminKubeconfig(), "--leader-elect=false",
 			"--bind-address=127.0.0.1", "--secure-port=0"}}
-	if err := p.start(); err != nil {
+	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Log(p.tail(30))
+			t.Log(p.Report(30))
 		}
-		p.stop(5 * time.Second)
+		p.Stop(syscall.SIGTERM, 5*time.Second)
 	})
 }

@@ -24,6 +24,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/daemon"
 )
 
 // Options select what a cluster runs.
@@ -67,9 +69,9 @@ type Cluster struct {
 	log  io.Writer
 
 	host      string // https://127.0.0.1:port
-	etcd      *process
-	apiserver *process
-	kcm       *process
+	etcd      *daemon.Process
+	apiserver *daemon.Process
+	kcm       *daemon.Process
 	admin     *rest.Config
 
 	mu        sync.Mutex
@@ -172,9 +174,9 @@ func (c *Cluster) startEtcd(ctx context.Context, bins string) error {
 		clientPort, peerPort := freePort(), freePort()
 		client := "http://127.0.0.1:" + strconv.Itoa(clientPort)
 		peer := "http://127.0.0.1:" + strconv.Itoa(peerPort)
-		c.etcd = &process{
-			name: "etcd", bin: filepath.Join(bins, "etcd"), logPath: c.path("etcd.log"),
-			args: []string{
+		c.etcd = &daemon.Process{
+			Name: "etcd", LogPath: c.path("etcd.log"),
+			Argv: []string{filepath.Join(bins, "etcd"),
 				"--name=default", "--data-dir=" + c.path("etcd-data"),
 				"--listen-client-urls=" + client, "--advertise-client-urls=" + client,
 				"--listen-peer-urls=" + peer, "--initial-advertise-peer-urls=" + peer,
@@ -182,7 +184,7 @@ func (c *Cluster) startEtcd(ctx context.Context, bins string) error {
 				"--unsafe-no-fsync", "--log-level=warn", "--quota-backend-bytes=8589934592",
 			},
 		}
-		if lastErr = c.etcd.start(); lastErr != nil {
+		if lastErr = c.etcd.Start(); lastErr != nil {
 			return lastErr
 		}
 		lastErr = waitFor(ctx, 30*time.Second, c.etcd, func() error {
@@ -199,13 +201,13 @@ func (c *Cluster) startEtcd(ctx context.Context, bins string) error {
 		if lastErr == nil {
 			return nil
 		}
-		c.etcd.stop(syscall.SIGKILL, time.Second)
+		c.etcd.Stop(syscall.SIGKILL, time.Second)
 	}
 	return fmt.Errorf("etcd did not become healthy: %w", lastErr)
 }
 
 func (c *Cluster) etcdURL() string {
-	for _, a := range c.etcd.args {
+	for _, a := range c.etcd.Argv[1:] {
 		if v, ok := strings.CutPrefix(a, "--listen-client-urls="); ok {
 			return v
 		}
@@ -241,17 +243,17 @@ func (c *Cluster) startAPIServer(ctx context.Context, bins string) error {
 				"--audit-log-format=json", "--audit-log-maxbackup=0")
 		}
 		args = append(args, c.opts.ExtraAPIServerArgs...)
-		c.apiserver = &process{name: "kube-apiserver", bin: filepath.Join(bins, "kube-apiserver"), logPath: c.path("kube-apiserver.log"), args: args}
+		c.apiserver = &daemon.Process{Name: "kube-apiserver", Argv: append([]string{filepath.Join(bins, "kube-apiserver")}, args...), LogPath: c.path("kube-apiserver.log")}
 		if err := c.writeAdminKubeconfig(); err != nil {
 			return err
 		}
-		if lastErr = c.apiserver.start(); lastErr != nil {
+		if lastErr = c.apiserver.Start(); lastErr != nil {
 			return lastErr
 		}
 		if lastErr = c.waitReady(ctx, 60*time.Second); lastErr == nil {
 			return nil
 		}
-		c.apiserver.stop(syscall.SIGKILL, time.Second)
+		c.apiserver.Stop(syscall.SIGKILL, time.Second)
 	}
 	return fmt.Errorf("kube-apiserver did not become ready: %w", lastErr)
 }
@@ -279,11 +281,11 @@ func (c *Cluster) startControllerManager(bins string) error {
 	if len(c.opts.Controllers) > 0 {
 		args = append(args, "--root-ca-file="+c.path("ca.crt"), "--service-account-private-key-file="+c.path("sa.key"))
 	}
-	c.kcm = &process{
-		name: "kube-controller-manager", bin: filepath.Join(bins, "kube-controller-manager"),
-		logPath: c.path("kube-controller-manager.log"), args: args,
+	c.kcm = &daemon.Process{
+		Name: "kube-controller-manager", Argv: append([]string{filepath.Join(bins, "kube-controller-manager")}, args...),
+		LogPath: c.path("kube-controller-manager.log"),
 	}
-	return c.kcm.start()
+	return c.kcm.Start()
 }
 
 func (c *Cluster) writeAdminKubeconfig() error {
@@ -325,30 +327,30 @@ func (c *Cluster) Dir() string { return c.dir }
 
 // StopAPIServer stops kube-apiserver (SIGTERM); StartAPIServer brings it back
 // on the same port. Together they inject an API server restart.
-func (c *Cluster) StopAPIServer() { c.apiserver.stop(syscall.SIGTERM, 20*time.Second) }
+func (c *Cluster) StopAPIServer() { c.apiserver.Stop(syscall.SIGTERM, 20*time.Second) }
 
 // StartAPIServer restarts a stopped kube-apiserver and waits for /readyz.
 func (c *Cluster) StartAPIServer(ctx context.Context) error {
-	if err := c.apiserver.start(); err != nil {
+	if err := c.apiserver.Start(); err != nil {
 		return err
 	}
 	return c.waitReady(ctx, 60*time.Second)
 }
 
 // StopEtcd stops etcd; StartEtcd brings it back with the same data.
-func (c *Cluster) StopEtcd() { c.etcd.stop(syscall.SIGTERM, 20*time.Second) }
+func (c *Cluster) StopEtcd() { c.etcd.Stop(syscall.SIGTERM, 20*time.Second) }
 
 // StartEtcd restarts a stopped etcd.
-func (c *Cluster) StartEtcd() error { return c.etcd.start() }
+func (c *Cluster) StartEtcd() error { return c.etcd.Start() }
 
 // LogTails returns the last n lines of every component's log.
 func (c *Cluster) LogTails(n int) string {
 	var b strings.Builder
-	for _, p := range []*process{c.etcd, c.apiserver, c.kcm} {
+	for _, p := range []*daemon.Process{c.etcd, c.apiserver, c.kcm} {
 		if p == nil {
 			continue
 		}
-		fmt.Fprintf(&b, "===== last %d lines of %s (%s)\n%s\n", n, p.name, p.logPath, p.tail(n))
+		b.WriteString(p.Report(n))
 	}
 	return b.String()
 }
@@ -363,9 +365,9 @@ func (c *Cluster) Close() {
 	}
 	c.closed = true
 	c.mu.Unlock()
-	for _, p := range []*process{c.kcm, c.apiserver, c.etcd} {
+	for _, p := range []*daemon.Process{c.kcm, c.apiserver, c.etcd} {
 		if p != nil {
-			p.stop(syscall.SIGTERM, 10*time.Second)
+			p.Stop(syscall.SIGTERM, 10*time.Second)
 		}
 	}
 	if os.Getenv("TESTCLUSTER_KEEP_DIR") == "" {
@@ -375,7 +377,7 @@ func (c *Cluster) Close() {
 
 // waitFor polls check until it succeeds, the timeout passes, or the process
 // exits (then there is nothing to wait for).
-func waitFor(ctx context.Context, timeout time.Duration, p *process, check func() error) error {
+func waitFor(ctx context.Context, timeout time.Duration, p *daemon.Process, check func() error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var err error
@@ -383,8 +385,8 @@ func waitFor(ctx context.Context, timeout time.Duration, p *process, check func(
 		if err = check(); err == nil {
 			return nil
 		}
-		if p.exited() {
-			return fmt.Errorf("%s exited: %w", p.name, err)
+		if p.Exited() {
+			return fmt.Errorf("%s exited: %w", p.Name, err)
 		}
 		select {
 		case <-ctx.Done():
@@ -409,9 +411,9 @@ func freePort() int {
 // kube-apiserver, kube-controller-manager), for measuring their CPU.
 func (c *Cluster) PIDs() map[string]int {
 	out := map[string]int{}
-	for _, p := range []*process{c.etcd, c.apiserver, c.kcm} {
-		if p != nil && p.pid() != 0 {
-			out[p.name] = p.pid()
+	for _, p := range []*daemon.Process{c.etcd, c.apiserver, c.kcm} {
+		if p != nil && p.Pid() != 0 {
+			out[p.Name] = p.Pid()
 		}
 	}
 	return out

@@ -1,0 +1,59 @@
+package daemon
+
+import (
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestProcess(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "d.log")
+	p := &Process{Name: "sleeper", LogPath: log, Argv: []string{"sh", "-c", "echo hello; trap 'echo bye; exit 0' TERM; while :; do sleep 0.05; done"}}
+	if !p.Exited() || p.Pid() != 0 {
+		t.Fatal("a process never started counts as running")
+	}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(); err == nil {
+		t.Error("a second Start of a running process succeeded")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(p.Tail(5), "hello") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no output in the log: %q", p.Tail(5))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if p.Exited() || p.Pid() == 0 {
+		t.Fatal("a running process counts as exited")
+	}
+	p.Stop(syscall.SIGTERM, 5*time.Second)
+	if !p.Exited() || !strings.Contains(p.Tail(5), "bye") {
+		t.Errorf("after SIGTERM: exited %v, log %q", p.Exited(), p.Tail(5))
+	}
+	p.Stop(syscall.SIGTERM, time.Second) // nothing to stop
+	// It restarts, and the log keeps both runs.
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p.Stop(syscall.SIGKILL, time.Second)
+	if n := strings.Count(p.Tail(100), "--- sleeper starting at"); n != 2 {
+		t.Errorf("%d start lines in the log, want 2", n)
+	}
+	if r := p.Report(1); !strings.HasPrefix(r, "===== last 1 lines of sleeper ("+log+")\n") {
+		t.Errorf("Report = %q", r)
+	}
+	// A process that ignores SIGTERM is killed after the grace period.
+	stubborn := &Process{Name: "stubborn", LogPath: log, Argv: []string{"sh", "-c", "trap '' TERM; while :; do sleep 0.05; done"}}
+	if err := stubborn.Start(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	stubborn.Stop(syscall.SIGTERM, 300*time.Millisecond)
+	if !stubborn.Exited() || time.Since(start) > 3*time.Second {
+		t.Errorf("stubborn: exited %v after %v", stubborn.Exited(), time.Since(start))
+	}
+}
