@@ -96,6 +96,7 @@ type Coordinator struct {
 	pools          []netip.Prefix        // the configured pod pools: node addresses there are never reserved
 	allocUID       map[string]types.UID  // the Node object each allocation belongs to
 	reviewAsked    map[string]time.Time  // when this replica asked (or first saw it asked) for each CSR's review
+	decidedAt      map[string]string     // CSRs this replica approved or denied, at the resourceVersion it decided on
 	waitingNodes   map[string]string     // uninitialized Nodes waiting for their agent, at which resourceVersion
 	sceAdded       map[netip.Prefix]bool // ServiceCIDR objects' ranges added to the allocator
 	apiSANsRead    bool                  // the API server's certificate SANs are in cfg (read or given)
@@ -181,7 +182,7 @@ func New(cfg Config) (*Coordinator, error) {
 	c := &Coordinator{
 		cfg: cfg, client: cfg.Client, settings: cfg.Settings, log: cfg.Log, m: cfg.Metrics, policy: policy,
 		records: records.NewStore(cfg.Dynamic), facts: newClusterFacts(cfg.Client), observer: newObserver(cfg.Settings.MaxNodeAddresses),
-		networks: networks, configReserved: cfg.Settings.Reserved(), reservedBy: map[netip.Addr]int{}, unadopted: map[string]bool{}, pools: pools, apiSANsRead: cfg.APIServerNames != nil || cfg.APIServerIPs != nil, allocUID: map[string]types.UID{}, reviewAsked: map[string]time.Time{}, waitingNodes: map[string]string{}, sceAdded: map[netip.Prefix]bool{},
+		networks: networks, configReserved: cfg.Settings.Reserved(), reservedBy: map[netip.Addr]int{}, unadopted: map[string]bool{}, pools: pools, apiSANsRead: cfg.APIServerNames != nil || cfg.APIServerIPs != nil, allocUID: map[string]types.UID{}, reviewAsked: map[string]time.Time{}, decidedAt: map[string]string{}, waitingNodes: map[string]string{}, sceAdded: map[netip.Prefix]bool{},
 		lastSaid: map[string]string{}, ready: errors.New("starting"),
 		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes"}),
@@ -255,6 +256,7 @@ func New(cfg Config) (*Coordinator, error) {
 				c.forget("csr", key)
 				c.mu.Lock()
 				delete(c.reviewAsked, key)
+				delete(c.decidedAt, key)
 				c.mu.Unlock()
 			}
 		},

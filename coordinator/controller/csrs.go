@@ -40,7 +40,16 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 		return nil
 	}
 	if err != nil || !pending(csr) {
+		if err == nil {
+			c.setDecided(name, "")
+		}
 		return err
+	}
+	if c.decidedOn(name, csr.ResourceVersion) {
+		// This replica decided it; the cache has not seen its condition yet.
+		// The update's event syncs it again: deciding twice would only be
+		// refused as a conflict, one more write.
+		return nil
 	}
 	in, node := c.approvalInput(csr, time.Now())
 	nodeName := csrcheck.NodeName(csr.Spec.Username)
@@ -288,6 +297,27 @@ func (c *Coordinator) reviewRequested(csr string) time.Time {
 
 // setReviewRequested records that csr's review was asked for at t (again,
 // for a stale attestation: the timeout starts over).
+// setDecided remembers that this replica decided csr when it was at
+// resourceVersion ("": forget it, the cache has caught up).
+func (c *Coordinator) setDecided(csr, resourceVersion string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if resourceVersion == "" {
+		delete(c.decidedAt, csr)
+		return
+	}
+	c.decidedAt[csr] = resourceVersion
+}
+
+// decidedOn: this replica already decided csr when it was at this
+// resourceVersion, so the cached copy is older than its own decision.
+func (c *Coordinator) decidedOn(csr, resourceVersion string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rv, ok := c.decidedAt[csr]
+	return ok && rv == resourceVersion
+}
+
 func (c *Coordinator) setReviewRequested(csr string, t time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -345,6 +375,7 @@ func (c *Coordinator) decide(ctx context.Context, csr *certificatesv1.Certificat
 		}
 		return fmt.Errorf("%s CSR %s: %w", d.Action, csr.Name, err)
 	}
+	c.setDecided(csr.Name, csr.ResourceVersion)
 	c.m.NodeWrites.WithLabelValues("approval", "ok").Inc()
 	c.m.CSRDecisions.WithLabelValues(string(d.Action), d.Category).Inc()
 	if d.Action == approval.Deny {
