@@ -27,7 +27,6 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck/csrtest"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeapply"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeletsim"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testcluster"
 )
@@ -317,17 +316,7 @@ func honestJoin(t *testing.T, name, ip string, labels map[string]string) *actor 
 
 func startAttackedCoordinator(t *testing.T) {
 	t.Helper()
-	if err := kubeapply.Files(t.Context(), cluster.Admin(), "deploy/noderecords.yaml", "deploy/rbac.yaml"); err != nil {
-		t.Fatal(err)
-	}
-	sa, err := cluster.ServiceAccountIdentity(t.Context(), "kube-system", "nodeinit-coordinator")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := cluster.WriteKubeconfig("coordinator-attacked", sa)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kc := coordinatorKubeconfig(t, "coordinator-attacked")
 	cfg := filepath.Join(t.TempDir(), "coordinator.yaml")
 	if err := os.WriteFile(cfg, []byte(attackConfig), 0o600); err != nil {
 		t.Fatal(err)

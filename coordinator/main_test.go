@@ -203,17 +203,7 @@ func waitAll(t *testing.T, cs kubernetes.Interface, prefix string, want int, tim
 // and every node finishes. Then a fresh process rebuilds from Nodes alone.
 func TestFailoverAndRestart(t *testing.T) {
 	admin := kubernetes.NewForConfigOrDie(cluster.Admin())
-	if err := kubeapply.Files(t.Context(), cluster.Admin(), "deploy/noderecords.yaml", "deploy/rbac.yaml"); err != nil {
-		t.Fatal(err)
-	}
-	sa, err := cluster.ServiceAccountIdentity(t.Context(), "kube-system", "nodeinit-coordinator")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := cluster.WriteKubeconfig("coordinator", sa)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kc := coordinatorKubeconfig(t, "coordinator")
 	cfg := filepath.Join(t.TempDir(), "coordinator.yaml")
 	if err := os.WriteFile(cfg, []byte("ipam:\n  ipv4Pool: 10.244.0.0/16\n  ipv6Pool: fd00:10:244::/64\n  serviceCIDRs: [10.96.0.0/16]\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -365,17 +355,7 @@ func unstructuredStrings(obj map[string]any, key string) ([]string, bool, error)
 // With --log-format json every line is JSON, client-go's own (klog) lines
 // included: leader election logs through klog.
 func TestJSONLogsIncludeClientGo(t *testing.T) {
-	if err := kubeapply.Files(t.Context(), cluster.Admin(), "deploy/noderecords.yaml", "deploy/rbac.yaml"); err != nil {
-		t.Fatal(err)
-	}
-	sa, err := cluster.ServiceAccountIdentity(t.Context(), "kube-system", "nodeinit-coordinator")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := cluster.WriteKubeconfig("coordinator-json", sa)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kc := coordinatorKubeconfig(t, "coordinator-json")
 	cfg := filepath.Join(t.TempDir(), "coordinator.yaml")
 	if err := os.WriteFile(cfg, []byte("ipam: {ipv4Pool: 10.244.0.0/16}\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -400,4 +380,22 @@ func TestJSONLogsIncludeClientGo(t *testing.T) {
 			t.Errorf("not JSON: %s", line)
 		}
 	}
+}
+
+// coordinatorKubeconfig applies the shipped RBAC and NodeRecord resource
+// and writes a kubeconfig for the coordinator's ServiceAccount under name.
+func coordinatorKubeconfig(t *testing.T, name string) string {
+	t.Helper()
+	if err := kubeapply.Files(t.Context(), cluster.Admin(), "deploy/noderecords.yaml", "deploy/rbac.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := cluster.ServiceAccountIdentity(t.Context(), "kube-system", "nodeinit-coordinator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := cluster.WriteKubeconfig(name, sa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kc
 }

@@ -18,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeapply"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/syncbuf"
 )
 
@@ -38,17 +37,7 @@ func freeAddr(t *testing.T) string {
 // do; /healthz and /readyz stay open there for the kubelet's probes.
 func TestSecureMetrics(t *testing.T) {
 	admin := kubernetes.NewForConfigOrDie(cluster.Admin())
-	if err := kubeapply.Files(t.Context(), cluster.Admin(), "deploy/noderecords.yaml", "deploy/rbac.yaml"); err != nil {
-		t.Fatal(err)
-	}
-	sa, err := cluster.ServiceAccountIdentity(t.Context(), "kube-system", "nodeinit-coordinator")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := cluster.WriteKubeconfig("coordinator-secure-metrics", sa)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kc := coordinatorKubeconfig(t, "coordinator-secure-metrics")
 	// A scraper bound to the shipped reader role, and one bound to nothing.
 	scraper, err := cluster.ServiceAccountIdentity(t.Context(), "monitoring", "prometheus")
 	if err != nil {
