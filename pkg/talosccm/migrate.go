@@ -159,14 +159,8 @@ func (m *migration) global(root *yaml.Node) string {
 	} else {
 		m.note(nil, "Talos CCM took the cluster name from Talos when global.clusterName was unset; set clusterName in the coordinator's configuration to keep %s", contract.LabelClusterName)
 	}
-	if pk, _ := entry(g, "PreferIPv6"); pk != nil {
-		m.note(pk, "global.PreferIPv6 dropped: Talos CCM's keys are case-sensitive, so it ignored this spelling (from its docs) and never preferred IPv6; write preferIPv6: true if you want that")
-		remove(g, "PreferIPv6")
-	}
-	if ek, _ := entry(g, "endpoints"); ek != nil {
-		m.note(ek, "global.endpoints dropped: the agent reads its own node's machined socket, no Talos API endpoints")
-		remove(g, "endpoints")
-	}
+	m.drop(g, "PreferIPv6", "global.PreferIPv6 dropped: Talos CCM's keys are case-sensitive, so it ignored this spelling (from its docs) and never preferred IPv6; write preferIPv6: true if you want that")
+	m.drop(g, "endpoints", "global.endpoints dropped: the agent reads its own node's machined socket, no Talos API endpoints")
 	if pk, pv := entry(g, "preferIPv6"); pk != nil {
 		m.note(pk, "global.preferIPv6: %s kept: the agent orders InternalIP and ExternalIP addresses by family as Talos CCM did (it lists every address, where Talos CCM kept one per family)", pv.Value)
 	}
@@ -191,14 +185,8 @@ func (m *migration) transformations(root *yaml.Node) {
 			continue
 		}
 		if fk, fv := entry(t, "features"); fk != nil && fv.Kind == yaml.MappingNode {
-			if k, _ := entry(fv, "publicIPDiscovery"); k != nil {
-				m.note(k, "features.publicIPDiscovery dropped: the agent reports the public addresses on the node's interfaces and Talos's external addresses as ExternalIP on every platform")
-				remove(fv, "publicIPDiscovery")
-			}
-			if k, _ := entry(fv, "publicIPPredict"); k != nil {
-				m.note(k, "features.publicIPPredict dropped: Talos CCM has no such feature (its code ignores the key)")
-				remove(fv, "publicIPPredict")
-			}
+			m.drop(fv, "publicIPDiscovery", "features.publicIPDiscovery dropped: the agent reports the public addresses on the node's interfaces and Talos's external addresses as ExternalIP on every platform")
+			m.drop(fv, "publicIPPredict", "features.publicIPPredict dropped: Talos CCM has no such feature (its code ignores the key)")
 			if len(fv.Content) == 0 {
 				remove(t, "features")
 			}
@@ -348,6 +336,15 @@ func setValue(m *yaml.Node, key string, v *yaml.Node) {
 		if m.Content[i].Value == key {
 			m.Content[i+1] = v
 		}
+	}
+}
+
+// drop removes key from the mapping n, when it is there, with a note at
+// the key saying why.
+func (m *migration) drop(n *yaml.Node, key, why string) {
+	if k, _ := entry(n, key); k != nil {
+		m.note(k, "%s", why)
+		remove(n, key)
 	}
 }
 
