@@ -107,7 +107,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return envflag.Fail(fs, err.Error())
 	}
-	telemetry.RouteKlog(log)                           // from here on client-go logs too
+	defer telemetry.RouteKlog(log)()                   // from here on client-go logs too, until run returns
 	pol, _ := desired.ParseProviderIDPolicy(*f.policy) // checked above
 	rs, err := loadRules(*f.rulesFile, *f.rulesFile == DefaultRulesFile)
 	if err != nil {

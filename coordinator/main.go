@@ -127,7 +127,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return envflag.Fail(fs, err.Error())
 	}
-	telemetry.RouteKlog(log) // from here on client-go logs too
+	defer telemetry.RouteKlog(log)() // from here on client-go logs too, until run returns
 	settings, err := loadConfig(*configFile)
 	if err != nil {
 		log.Error("invalid configuration; not starting", "file", *configFile, "err", err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,18 +39,18 @@ func TestJSONDurations(t *testing.T) {
 // the logger's own (JSON here), at the matching level, and klog's
 // verbosity follows --log-level: V(4) lines only with debug.
 func TestKlogGoesThroughSlog(t *testing.T) {
-	defer klog.ClearLogger()
 	for _, level := range []string{"info", "debug"} {
 		var buf bytes.Buffer
 		log, err := NewLogger(&buf, level, "json")
 		if err != nil {
 			t.Fatal(err)
 		}
-		RouteKlog(log)
+		restore := RouteKlog(log)
 		klog.InfoS("successfully acquired lease", "lease", "kube-system/nodeinit-coordinator", "after", 3*time.Second)
 		klog.ErrorS(errors.New("boom"), "error retrieving resource lock")
 		klog.V(4).InfoS("a verbose reflector line")
 		klog.Flush()
+		restore()
 		var lines []map[string]any
 		for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
 			var m map[string]any
@@ -73,3 +74,60 @@ func TestKlogGoesThroughSlog(t *testing.T) {
 		}
 	}
 }
+
+// A command run in-process (a test calling run) routes klog only while it
+// runs: klog's globals are written once, client-go goroutines left over
+// from other tests may log at any moment (go test -race checks this), and
+// after restore the command's logger receives nothing more.
+func TestKlogRouteIsScopedAndRaceFree(t *testing.T) {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // a leftover client-go goroutine
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				klog.InfoS("reflector line")
+				klog.V(4).InfoS("verbose line")
+			}
+		}
+	}()
+	var bufs [4]syncbuf
+	finished := make(chan struct{})
+	for i := range bufs {
+		go func() {
+			defer func() { finished <- struct{}{} }()
+			for range 50 {
+				log, _ := NewLogger(&bufs[i], []string{"info", "debug"}[i%2], "json")
+				restore := RouteKlog(log)
+				klog.InfoS("mine", "i", i)
+				restore()
+			}
+		}()
+	}
+	for range bufs {
+		<-finished
+	}
+	close(stop)
+	<-done
+	var after syncbuf
+	log, _ := NewLogger(&after, "info", "json")
+	RouteKlog(log)() // routed and restored at once
+	n := after.Len()
+	klog.InfoS("after every command returned")
+	klog.Flush()
+	if after.Len() != n {
+		t.Errorf("a restored route still received: %s", after.String())
+	}
+}
+
+type syncbuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncbuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *syncbuf) Len() int                    { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Len() }
+func (s *syncbuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }

@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,7 +20,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"k8s.io/klog/v2"
 )
 
 // NewLogger returns a logger for --log-level (debug, info, warn, error) and
@@ -48,26 +46,6 @@ func readableDurations(_ []string, a slog.Attr) slog.Attr {
 		return slog.String(a.Key, a.Value.Duration().String())
 	}
 	return a
-}
-
-// klogDebugVerbosity is the klog -v that --log-level debug turns on:
-// client-go's requests, reflectors and leader-election attempts.
-const klogDebugVerbosity = "4"
-
-// RouteKlog sends client-go's own logs (klog: leader election, reflectors,
-// the certificate manager) through log, so --log-format json holds for
-// every line the process writes (with a logger set, klog writes nothing
-// itself). klog's own verbosity follows log's level (its flags are never
-// registered): V(4) and below with debug, none else.
-func RouteKlog(log *slog.Logger) {
-	klog.SetSlogLogger(log)
-	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(fs)
-	v := "0"
-	if log.Enabled(context.Background(), slog.LevelDebug) {
-		v = klogDebugVerbosity
-	}
-	_ = fs.Set("v", v)
 }
 
 // NewRegistry returns a registry with the Go runtime and process collectors.
