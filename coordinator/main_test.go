@@ -2,6 +2,7 @@ package main
 
 import (
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/syncbuf"
+	"k8s.io/klog/v2"
 
 	"bytes"
 	"encoding/json"
@@ -398,4 +399,33 @@ func coordinatorKubeconfig(t *testing.T, name string) string {
 		t.Fatal(err)
 	}
 	return kc
+}
+
+// run, called in-process as the tests here call it, must not write
+// process-wide state another goroutine reads: client-go goroutines other
+// tests left behind (a certificate manager, a reflector) log through klog
+// at any moment. go test -race fails this on a run that sets klog's logger
+// unsynchronized.
+func TestRunInProcessLeavesKlogToOthers(t *testing.T) {
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() { // what a leftover client-go goroutine does
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				klog.InfoS("certificate rotation: waiting")
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	_ = os.WriteFile(bad, []byte("ipam: {ipv4Pool: nonsense}\n"), 0o600)
+	for range 3 {
+		if code, _, errOut := runCmd("run", "--config", bad, "--metrics-addr", ""); code != 1 || !strings.Contains(errOut, "invalid configuration") {
+			t.Fatalf("run with an invalid config: exit %d, %q", code, errOut)
+		}
+	}
 }

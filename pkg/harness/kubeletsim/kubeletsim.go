@@ -57,6 +57,7 @@ type Kubelet struct {
 	changed   chan struct{} // closed and replaced on every issuance
 
 	stop    context.CancelFunc
+	watch   sync.WaitGroup // the Node watch
 	manager certificate.Manager
 }
 
@@ -126,7 +127,7 @@ func (k *Kubelet) StartServing(ctx context.Context) error {
 			UpdateFunc: func(_, n any) { k.observe(n) },
 		},
 	})
-	go informer.RunWithContext(ctx)
+	k.watch.Go(func() { informer.RunWithContext(ctx) })
 
 	m, err := certificate.NewManager(&certificate.Config{
 		Name:             "kubelet-serving",
@@ -227,7 +228,9 @@ func (k *Kubelet) WaitForCertificate(ctx context.Context, n int) (*x509.Certific
 	}
 }
 
-// Stop stops the certificate manager and the Node watch.
+// Stop stops the certificate manager and the Node watch, and waits for the
+// watch. client-go's certificate manager offers no wait: its goroutines end
+// on their own once stopped, as its context cancels every request and wait.
 func (k *Kubelet) Stop() {
 	if k.manager != nil {
 		k.manager.Stop()
@@ -235,6 +238,7 @@ func (k *Kubelet) Stop() {
 	if k.stop != nil {
 		k.stop()
 	}
+	k.watch.Wait()
 }
 
 // notifyingStore records each certificate the manager stores, which happens
