@@ -34,7 +34,7 @@ import (
 var cluster *testcluster.Cluster
 
 func TestMain(m *testing.M) {
-	os.Exit(testcluster.Main(m, &cluster, testcluster.Options{}))
+	os.Exit(testcluster.Main(m, &cluster, testcluster.Options{AfterTests: testnode.Close}))
 }
 
 func runCmd(args ...string) (int, string, string) {

@@ -41,7 +41,7 @@ import (
 var cluster *testcluster.Cluster
 
 func TestMain(m *testing.M) {
-	os.Exit(testcluster.Main(m, &cluster, testcluster.Options{AuditLog: true}))
+	os.Exit(testcluster.Main(m, &cluster, testcluster.Options{AuditLog: true, AfterTests: testnode.Close}))
 }
 
 // The rules of the Talos CCM documentation (reference/000), plus a label in

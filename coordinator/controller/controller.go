@@ -190,10 +190,6 @@ func New(cfg Config) (*Coordinator, error) {
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "csrs"}),
 	}
 
-	broadcaster := record.NewBroadcaster()
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.Client.CoreV1().Events("")})
-	c.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: FieldManager, Host: cfg.Identity})
-
 	c.factory = informers.NewSharedInformerFactory(cfg.Client, 0)
 	c.csrFactory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", certificatesv1.KubeletServingSignerName).String()
@@ -460,6 +456,12 @@ func (c *Coordinator) waitForAPI(ctx context.Context) error {
 // Run keeps the informers warm, campaigns for the lease, and leads until
 // ctx ends (nil) or the lease is lost (ErrLostLeadership).
 func (c *Coordinator) Run(ctx context.Context) error {
+	// The Event pipeline lives as long as Run, and is shut down last: after
+	// the workers drained, with the Events they emitted flushed.
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	defer broadcaster.Shutdown()
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.client.CoreV1().Events("")})
+	c.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: FieldManager, Host: c.cfg.Identity})
 	defer c.nodeQueue.ShutDown()
 	defer c.csrQueue.ShutDown()
 	if err := c.waitForAPI(ctx); err != nil {

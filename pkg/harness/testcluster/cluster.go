@@ -56,6 +56,9 @@ type Options struct {
 	ExtraAPIServerArgs []string
 	// Log receives progress lines; nil means stderr.
 	Log io.Writer
+	// AfterTests, for Main, stops what the package's tests share besides
+	// the cluster (testnode.Close), before goroutines are checked.
+	AfterTests func()
 }
 
 // DefaultServiceCIDRs is the service range a cluster uses unless told otherwise.

@@ -29,6 +29,9 @@ func Main(m *testing.M, cluster **Cluster, opts Options) int {
 		fmt.Fprint(os.Stderr, c.LogTails(40))
 	}
 	c.Close()
+	if opts.AfterTests != nil {
+		opts.AfterTests()
+	}
 	if err := leakcheck.Find(); err != nil {
 		// Every test stops and waits for what it started.
 		fmt.Fprintf(os.Stderr, "testcluster: %v\n", err)
