@@ -57,6 +57,7 @@ csr:
   minAddressAge: 1s
   allowedDNSNames: ["{node}.nodes.example.com", "*.lb.example.com"]
   reservedAddresses: [10.0.7.201]
+  reservedNames: [vault.example.com]
 `
 
 // actor is one node: its kubelet credential (self), and the key its agent

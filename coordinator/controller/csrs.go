@@ -114,7 +114,7 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 	in.Facts = csrcheck.Facts{Reserved: c.reservedFor(self), Claims: map[netip.Addr]string{}, Seen: c.observer.seen(self.Name, self.UID, now)}
 	if parsed, err := csrcheck.Parse(csr.Spec.Request); err == nil {
 		in.Facts.Names, in.Facts.Hostnames = c.names(parsed.DNSNames, self.Name)
-		in.Facts.ReservedNames = c.reservedNames(self)
+		in.Facts.ReservedNames, in.Facts.APIServerNames, in.Facts.ControlPlane = c.settings.CSR.ReservedNames, c.cfg.APIServerNames, c.controlPlane(self)
 		for _, raw := range parsed.IPAddresses {
 			ip, ok := netip.AddrFromSlice(raw)
 			if !ok {
@@ -124,8 +124,11 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 			if owner := c.records.Owner(ip); owner != "" {
 				in.Facts.Claims[ip] = owner
 			}
-			if holder, cidr := c.podCIDRHolder(ip); holder != "" {
-				in.Facts.Reserved = append(in.Facts.Reserved, csrcheck.Reserved{Prefix: cidr, Why: "Node " + holder + "'s pod CIDR"})
+			if holder, _ := c.podCIDRHolder(ip); holder != "" {
+				if in.Facts.PodCIDROf == nil {
+					in.Facts.PodCIDROf = map[netip.Addr]string{}
+				}
+				in.Facts.PodCIDROf[ip] = holder
 			}
 		}
 	}
@@ -388,15 +391,4 @@ func (c *Coordinator) decide(ctx context.Context, csr *certificatesv1.Certificat
 	}
 	c.log.Info("CSR decided", "csr", csr.Name, "requestor", csr.Spec.Username, "decision", d.Action, "reason", d.Reason)
 	return nil
-}
-
-// reservedNames are the names node may not certify: the admin's, and the API
-// server's certificate names unless node is a control-plane Node (Talos
-// puts control-plane hostnames in the API server's certificate).
-func (c *Coordinator) reservedNames(node *corev1.Node) []string {
-	out := c.settings.CSR.ReservedNames
-	if !c.controlPlane(node) {
-		out = append(slices.Clone(out), c.cfg.APIServerNames...)
-	}
-	return out
 }

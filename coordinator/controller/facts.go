@@ -125,17 +125,11 @@ func (f *clusterFacts) apiServerAddresses() []netip.Addr {
 
 // reservedFor are the ranges node may never claim or certify: the
 // configured service CIDRs, pod pools and reserved addresses, the
-// ServiceCIDR objects, and the API server's own addresses (its endpoints
-// and its serving certificate's IP SANs: a Talos VIP, a load balancer)
-// unless node is a control-plane Node, whose own addresses they may be.
+// ServiceCIDR objects, and the API server's addresses as
+// csrcheck.APIServerAddresses decides them for node.
 func (c *Coordinator) reservedFor(node *corev1.Node) []csrcheck.Reserved {
-	out := slices.Concat(c.configReserved, c.facts.serviceRanges())
-	if node == nil || !c.controlPlane(node) {
-		for _, ip := range slices.Concat(c.facts.apiServerAddresses(), c.cfg.APIServerIPs) {
-			out = append(out, csrcheck.Reserved{Prefix: netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen()), Why: "an address of the API server; only control-plane Nodes may name it"})
-		}
-	}
-	return out
+	return slices.Concat(c.configReserved, c.facts.serviceRanges(),
+		csrcheck.APIServerAddresses(c.facts.apiServerAddresses(), c.cfg.APIServerIPs, node != nil && c.controlPlane(node)))
 }
 
 // controlPlane reports whether node is a control-plane Node: it carries the

@@ -74,9 +74,9 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 		prev = rec.Spec
 		if prev.NodeUID != "" && prev.NodeUID != string(node.UID) {
 			// The Node was re-created: what was recorded for the old object
-			// (grants, claims, the last certificate) is gone with it. The
-			// enrolled key stays: it belongs to the machine, not the object.
-			prev = records.Spec{AgentKey: prev.AgentKey, AgentKeyEnrolled: prev.AgentKeyEnrolled}
+			// (grants, claims) is gone with it. What belongs to the machine
+			// and the name stays (records.Survives).
+			prev = records.Survives(prev)
 		}
 	}
 	// Claims are decided and written under the addresses' locks: two
@@ -150,7 +150,10 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 			c.log.Info("enrolled the node agent's key", "node", name, "key", next.AgentKey, "adopted", next.Adopted)
 		}
 	}
-	if review != "" && initialize {
+	if review != "" && initialize && (prev.Serving == nil || now.After(prev.Serving.ValidUntil)) {
+		// Recorded with the initializing write, so the approval costs none;
+		// never over a valid certificate of an earlier object of this name,
+		// which the renewal rule compares the request with.
 		next.Serving = c.servingUnderReview(review)
 	}
 	if rec == nil || !next.Equal(rec.Spec) {
@@ -250,8 +253,9 @@ func grantedNow(prev, want []string, present func(string) bool) []string {
 }
 
 // nodeGone releases a deleted Node's pod CIDRs and its record's claims and
-// grants; the record itself (with the enrolled key) stays, so a node that
-// deletes and re-creates its Node object does not get a fresh enrolment.
+// grants; the record itself stays with what survives the object
+// (records.Survives), so a node that deletes and re-creates its Node object
+// gets neither a fresh enrolment nor a fresh renewal memory.
 func (c *Coordinator) nodeGone(ctx context.Context, name string) error {
 	c.setWaiting(name, "", false)
 	c.mu.Lock()
@@ -268,10 +272,11 @@ func (c *Coordinator) nodeGone(ctx context.Context, name string) error {
 	if err != nil || rec == nil {
 		return err
 	}
-	if len(rec.Spec.Addresses) == 0 && len(rec.Spec.GrantedLabels) == 0 && len(rec.Spec.GrantedTaints) == 0 && rec.Spec.Serving == nil {
+	kept := records.Survives(rec.Spec)
+	kept.NodeUID = rec.Spec.NodeUID
+	if kept.Equal(rec.Spec) {
 		return nil
 	}
-	kept := records.Spec{NodeUID: rec.Spec.NodeUID, AgentKey: rec.Spec.AgentKey, AgentKeyEnrolled: rec.Spec.AgentKeyEnrolled}
 	if _, err := c.records.Put(ctx, &records.Record{Name: name, ResourceVersion: rec.ResourceVersion, Spec: kept}); err != nil {
 		c.m.NodeWrites.WithLabelValues("record", "error").Inc()
 		if apierrors.IsNotFound(err) {

@@ -137,3 +137,14 @@ func FromUnstructured(u *unstructured.Unstructured) (*Record, error) {
 	}
 	return r, nil
 }
+
+// Survives is what a record keeps when its Node object is deleted or
+// re-created under the same name: what belongs to the machine and the
+// name, not to one object. The enrolled agent key (a re-registration is
+// no first use), and the serving certificate last approved (invariant:
+// while a certificate the coordinator approved for a name is valid, one
+// with other names is held, whatever happened to the Node object). Claims
+// and grants belong to the object and go with it.
+func Survives(s Spec) Spec {
+	return Spec{AgentKey: s.AgentKey, AgentKeyEnrolled: s.AgentKeyEnrolled, Serving: s.Serving}
+}

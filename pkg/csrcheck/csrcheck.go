@@ -91,9 +91,22 @@ type Facts struct {
 	// is never certified. Hostnames maps another Node's Hostname to it: a
 	// name another Node lists is held pending, never decided on.
 	Names, Hostnames map[string]string
-	// ReservedNames are names no node may certify but its own: the API
-	// server's certificate names and the admin's reserved names.
+	// ReservedNames are names no certificate ever carries, whoever asks,
+	// even as a node's own name: the admin's csr.reservedNames.
 	ReservedNames []string
+	// APIServerNames are the DNS names in the API server's serving
+	// certificate (the cluster endpoint, a load balancer's name, and the
+	// control-plane hostnames Talos adds). Only a control-plane Node may
+	// carry one, and only its own name.
+	APIServerNames []string
+	// PodCIDROf maps an address inside an allocated pod CIDR to the Node
+	// holding that CIDR: never certified for anyone while it does; a
+	// requester other than the holder waits (first claim holds), never
+	// is denied for it.
+	PodCIDROf map[netip.Addr]string
+	// ControlPlane says the requesting Node carries the control-plane role
+	// label, which no node can set on itself and the coordinator never grants.
+	ControlPlane bool
 }
 
 // Policy holds the operator's limits.
@@ -474,25 +487,26 @@ func CheckPattern(pattern, clusterDomain string) error {
 }
 
 // CheckDNSSAN says whether one DNS SAN may be certified for node. It decides
-// from the policy and from Node names only, never from the node's own
-// status: the node's name, or a name matching an admin pattern, and never a
-// cluster-internal name or another Node's name or hostname.
+// from the policy, the API server's certificate and Node names only, never
+// from the node's own status.
+//
+// Invariant: no certificate ever carries a reserved name, whoever asks. The
+// reserved-name checks (ReservedName) run before anything can accept a
+// name, the node's own name included: a Node *named* like the API server's
+// endpoint gets no certificate for it.
 func CheckDNSSAN(name, node string, facts Facts, policy Policy) error {
 	if err := checkDNSSyntax(name); err != nil {
 		return err
 	}
 	lower := strings.ToLower(name)
-	if why := ClusterInternal(lower, policy.ClusterDomain); why != "" {
-		return fmt.Errorf("DNS SAN %q %s", name, why)
+	if err := ReservedName(name, node, facts, policy); err != nil {
+		return err
 	}
 	if owner := facts.Names[lower]; owner != "" && owner != node {
 		return fmt.Errorf("DNS SAN %q is Node %s's name", name, owner)
 	}
 	if lower == strings.ToLower(node) {
 		return nil
-	}
-	if slices.Contains(facts.ReservedNames, lower) {
-		return fmt.Errorf("DNS SAN %q is a name of the API server (or reserved by csr.reservedNames)", name)
 	}
 	if owner := facts.Hostnames[lower]; owner != "" && owner != node {
 		return retryError{msg: fmt.Sprintf("DNS SAN %q is also Node %s's Hostname; it stays pending", name, owner), conflict: true}
@@ -503,6 +517,25 @@ func CheckDNSSAN(name, node string, facts Facts, policy Policy) error {
 		}
 	}
 	return fmt.Errorf("DNS SAN %q is not the node's name and matches no allowed pattern (csr.allowedDNSNames)", name)
+}
+
+// ReservedName refuses a DNS name no certificate for node may
+// carry, whoever asks and whatever the node is named: cluster-internal
+// names, the admin's reserved names, and the API server's certificate
+// names, of which a control-plane Node may carry only its own name (Talos
+// puts each control-plane hostname in the API server's certificate).
+func ReservedName(name, node string, facts Facts, policy Policy) error {
+	lower := strings.ToLower(name)
+	if why := ClusterInternal(lower, policy.ClusterDomain); why != "" {
+		return fmt.Errorf("DNS SAN %q %s", name, why)
+	}
+	if slices.Contains(facts.ReservedNames, lower) {
+		return fmt.Errorf("DNS SAN %q is reserved by csr.reservedNames: no certificate carries it", name)
+	}
+	if slices.Contains(facts.APIServerNames, lower) && !(facts.ControlPlane && lower == strings.ToLower(node)) {
+		return fmt.Errorf("DNS SAN %q is a name of the API server: only a control-plane Node of that name may carry it", name)
+	}
+	return nil
 }
 
 func checkDNSNames(in input) error {
@@ -585,6 +618,40 @@ func Certifiable(ip netip.Addr, networks []netip.Prefix, reserved []Reserved) er
 	return nil
 }
 
+// APIServerAddresses are the API server's addresses as reserved ranges for
+// one requester. Invariant: no certificate ever carries a shared API-server
+// address, whoever asks: an address in the API server's certificate that
+// is not one API server's own endpoint (a Talos shared VIP, a load
+// balancer) is reserved for everyone, control-plane Nodes included. The
+// endpoints of the kubernetes Service (each API server's advertised
+// address, written by the API server itself) are reserved for every Node
+// but a control-plane one, whose own addresses they are.
+func APIServerAddresses(endpoints, certIPs []netip.Addr, controlPlane bool) []Reserved {
+	var out []Reserved
+	one := func(ip netip.Addr, why string) {
+		ip = ip.Unmap()
+		p := netip.PrefixFrom(ip, ip.BitLen())
+		if !slices.ContainsFunc(out, func(r Reserved) bool { return r.Prefix == p }) {
+			out = append(out, Reserved{Prefix: p, Why: why})
+		}
+	}
+	eps := make([]netip.Addr, 0, len(endpoints))
+	for _, ip := range endpoints {
+		eps = append(eps, ip.Unmap())
+	}
+	for _, ip := range certIPs {
+		if !slices.Contains(eps, ip.Unmap()) {
+			one(ip, "a shared address of the API server (in its certificate, not one API server's endpoint): never certified for any node")
+		}
+	}
+	if !controlPlane {
+		for _, ip := range eps {
+			one(ip, "an address of the API server; only control-plane Nodes may name it")
+		}
+	}
+	return out
+}
+
 // CheckIP says whether one IP SAN may be certified for node: certifiable,
 // one of the node's addresses, recorded by the coordinator as this node's
 // (an address another Node claimed first stays that Node's), and observed
@@ -596,6 +663,12 @@ func CheckIP(ip netip.Addr, node string, nodeIPs []netip.Addr, facts Facts, poli
 	}
 	if !slices.Contains(nodeIPs, ip) {
 		return fmt.Errorf("IP SAN %s is not an address of Node %s", ip, node)
+	}
+	switch holder := facts.PodCIDROf[ip]; {
+	case holder == node:
+		return fmt.Errorf("IP SAN %s is inside this Node's own pod CIDR (a pod's address)", ip)
+	case holder != "":
+		return retryError{msg: fmt.Sprintf("IP SAN %s is inside Node %s's pod CIDR; it stays pending while %s holds it", ip, holder, holder), conflict: true}
 	}
 	switch owner := facts.Claims[ip]; {
 	case owner == "":

@@ -189,6 +189,12 @@ func TestCheck(t *testing.T) {
 		}, want: Deny, check: "usages", inReason: "server auth"},
 		{name: "IP recorded for another node stays pending", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a"}, ips: []string{"2001:db8::a"}}) },
 			facts: &Facts{Claims: map[netip.Addr]string{netip.MustParseAddr("2001:db8::a"): "node-b"}}, want: Retry, check: "ip-addresses", inReason: "recorded as Node node-b's address"},
+		// Class 9: an honest node whose address falls inside another
+		// node's carved pod segment waits; it is not denied for it.
+		{name: "IP inside another node's pod CIDR stays pending", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a"}, ips: []string{"2001:db8::a"}}) },
+			facts: &Facts{Claims: factsA.Claims, Seen: factsA.Seen, PodCIDROf: map[netip.Addr]string{netip.MustParseAddr("2001:db8::a"): "node-b"}}, want: Retry, check: "ip-addresses", inReason: "inside Node node-b's pod CIDR"},
+		{name: "IP inside its own pod CIDR", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a"}, ips: []string{"2001:db8::a"}}) },
+			facts: &Facts{Claims: factsA.Claims, Seen: factsA.Seen, PodCIDROf: map[netip.Addr]string{netip.MustParseAddr("2001:db8::a"): "node-a"}}, want: Deny, check: "ip-addresses", inReason: "own pod CIDR"},
 		{name: "IP not on the node", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a"}, ips: []string{"192.0.2.99"}}) }, want: Deny, check: "ip-addresses", inReason: "192.0.2.99"},
 		{name: "loopback the node claims", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a"}, ips: []string{"127.0.0.1"}}) }, want: Deny, check: "ip-addresses", inReason: "not a routable"},
 		{name: "IP outside the node networks", req: func() Request { return goodRequest(t, good) },

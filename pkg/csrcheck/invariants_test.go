@@ -1,0 +1,128 @@
+package csrcheck
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// Invariant (SECURITY.md, class 1): no certificate ever carries a reserved
+// name, whoever asks. Reserved: cluster-internal names, csr.reservedNames,
+// and the API server's certificate names, of which a control-plane Node
+// may carry only its own name. The requester's own name grants nothing:
+// every row here is also tried with the node *named* like the SAN, in
+// either case, with a pattern that would match it, on a worker and on a
+// control-plane node.
+var (
+	reservedNames  = []string{"vault.example.com", "registry.internal"}
+	apiServerNames = []string{"api.example.com", "localhost", "kubernetes.default.svc", "cp-1", "cp-2.example.com"}
+)
+
+// nameAllowed is the invariant, stated independently of CheckDNSSAN: may a
+// certificate for node (a control-plane Node or not) carry name at all?
+func nameAllowed(name, node string, controlPlane bool) bool {
+	n := strings.ToLower(name)
+	switch {
+	case ClusterInternal(n, "cluster.local") != "", slices.Contains(reservedNames, n):
+		return false
+	case slices.Contains(apiServerNames, n):
+		return controlPlane && n == strings.ToLower(node)
+	}
+	return true
+}
+
+func checkReservedInvariant(t *testing.T, name, node string, controlPlane bool) {
+	t.Helper()
+	facts := Facts{ReservedNames: reservedNames, APIServerNames: apiServerNames, ControlPlane: controlPlane,
+		Names: map[string]string{strings.ToLower(node): node}}
+	policy := Policy{ClusterDomain: "cluster.local", DNSPatterns: []string{"*.example.com", "{node}.nodes.example.com", "*.internal"}}
+	err := CheckDNSSAN(name, node, facts, policy)
+	if err == nil && !nameAllowed(name, node, controlPlane) {
+		t.Errorf("node %q (control plane: %v) may carry %q, a reserved name", node, controlPlane, name)
+	}
+}
+
+func TestNoReservedNameWhoeverAsks(t *testing.T) {
+	var names []string
+	for _, n := range slices.Concat(reservedNames, apiServerNames, []string{"kubernetes", "x.svc", "a.cluster.local", "cp-1.example.com", "node-a"}) {
+		names = append(names, n, strings.ToUpper(n))
+	}
+	for _, name := range names {
+		for _, node := range []string{strings.ToLower(name), "node-a", "cp-1", "cp-2.example.com"} {
+			for _, cp := range []bool{false, true} {
+				checkReservedInvariant(t, name, node, cp)
+			}
+		}
+	}
+	// What the exemption still allows: a control-plane Node its own name,
+	// which Talos puts in the API server's certificate.
+	if err := CheckDNSSAN("cp-1", "cp-1", Facts{APIServerNames: apiServerNames, ControlPlane: true}, Policy{}); err != nil {
+		t.Errorf("control-plane node cp-1 refused its own name: %v", err)
+	}
+	for _, c := range []struct{ name, node string }{{"api.example.com", "api.example.com"}, {"cp-1", "cp-1"}, {"vault.example.com", "vault.example.com"}} {
+		if err := CheckDNSSAN(c.name, c.node, Facts{ReservedNames: reservedNames, APIServerNames: apiServerNames}, Policy{}); err == nil {
+			t.Errorf("a worker named %q was allowed its own name, which is reserved", c.node)
+		}
+	}
+}
+
+func FuzzReservedNames(f *testing.F) {
+	f.Add("api.example.com", "api.example.com", false)
+	f.Add("CP-1", "cp-1", false)
+	f.Add("vault.example.com", "vault.example.com", true)
+	f.Fuzz(func(t *testing.T, name, node string, cp bool) {
+		checkReservedInvariant(t, name, node, cp)
+	})
+}
+
+// Invariant (class 2): no certificate ever carries a shared API-server
+// address (in its certificate but no API server's own endpoint: a VIP, a
+// load balancer), whoever asks, control-plane Nodes included; an endpoint
+// only a control-plane Node. Property over random addresses and sets.
+func TestNoSharedAPIServerAddress(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	networks := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8::/32")}
+	addr := func() netip.Addr {
+		if rng.IntN(2) == 0 {
+			return netip.AddrFrom4([4]byte{10, 0, byte(rng.IntN(4)), byte(1 + rng.IntN(8))})
+		}
+		var b [16]byte
+		copy(b[:], netip.MustParseAddr("2001:db8::").AsSlice())
+		b[15] = byte(1 + rng.IntN(8))
+		return netip.AddrFrom16(b)
+	}
+	for i := range 2000 {
+		var eps, cert []netip.Addr
+		for range rng.IntN(4) {
+			eps = append(eps, addr())
+		}
+		for range rng.IntN(5) {
+			cert = append(cert, addr())
+		}
+		cert = append(cert, eps[:rng.IntN(len(eps)+1)]...) // Talos puts the endpoints in the certificate too
+		for _, cp := range []bool{false, true} {
+			reserved := APIServerAddresses(eps, cert, cp)
+			for _, ip := range slices.Concat(eps, cert) {
+				shared := slices.Contains(cert, ip) && !slices.Contains(eps, ip)
+				endpoint := slices.Contains(eps, ip)
+				err := Certifiable(ip, networks, reserved)
+				switch {
+				case shared && err == nil:
+					t.Fatalf("case %d: shared API-server address %s certifiable (control plane %v; endpoints %v, certificate %v)", i, ip, cp, eps, cert)
+				case endpoint && !cp && err == nil:
+					t.Fatalf("case %d: API-server endpoint %s certifiable for a worker", i, ip)
+				case endpoint && cp && err != nil:
+					t.Fatalf("case %d: a control-plane Node refused endpoint %s: %v", i, ip, err)
+				}
+			}
+		}
+	}
+	// IPv4-mapped spellings are the same address.
+	mapped := netip.AddrFrom16(netip.MustParseAddr("10.0.7.200").As16())
+	if err := Certifiable(mapped, networks, APIServerAddresses(nil, []netip.Addr{netip.MustParseAddr("10.0.7.200")}, true)); err == nil {
+		t.Error(fmt.Sprintf("the VIP as %s is certifiable", mapped))
+	}
+}
