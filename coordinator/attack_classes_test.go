@@ -11,7 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeletsim"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testcluster"
@@ -69,6 +71,46 @@ func TestAttackClasses(t *testing.T) {
 		cp.csr("cp-own", []string{"cp-attacked"}, "10.0.8.10")
 		cp.agentAttests("cp-own")
 		issued(t, "cp-own") // its own address and name: the exemption still holds
+	})
+
+	// Class 4: "first use" means first. A Node initialized before the
+	// coordinator kept records (adoptExisting off: left alone) is deleted
+	// by an admin, and its name registered again by a stolen credential
+	// with the thief's own agent key. The key is not enrolled: it waits in
+	// the record, written only by the coordinator, for an admin's one
+	// command; its CSR is held, never approved, until then.
+	t.Run("enrolment of a node the coordinator never adopted", func(t *testing.T) {
+		legacy := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "legacy-1"}}
+		if _, err := adminClient().CoreV1().Nodes().Create(t.Context(), legacy, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		until(t, 20*time.Second, "the coordinator remembers legacy-1", func() bool {
+			u, err := dynamic.NewForConfigOrDie(cluster.Admin()).Resource(records.GVR).Get(t.Context(), "legacy-1", metav1.GetOptions{})
+			return err == nil && u.Object["spec"].(map[string]any)["notAdopted"] == true
+		})
+		if err := adminClient().CoreV1().Nodes().Delete(t.Context(), "legacy-1", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		until(t, 10*time.Second, "legacy-1 is gone", func() bool {
+			_, err := adminClient().CoreV1().Nodes().Get(t.Context(), "legacy-1", metav1.GetOptions{})
+			return err != nil
+		})
+		thief := honestJoin(t, "legacy-1", "10.0.8.30", nil) // its kubelet registers, its agent (the thief's) reports its key
+		time.Sleep(time.Second)
+		thief.csr("legacy-1-serving", []string{"legacy-1"}, "10.0.8.30")
+		thief.attest("legacy-1-serving", thief.key)
+		t.Logf("legacy-1-serving: %s", heldWith(t, "legacy-1-serving", "NoEnrolledAgentKey"))
+		rec := nodeRecord(t, "legacy-1")
+		if rec.Spec.AgentKey != "" || rec.Spec.PendingAgentKey != contract.EncodeAgentKey(thief.key.Public().(ed25519.PublicKey)) {
+			t.Fatalf("record: agentKey %q (want none), pendingAgentKey %q (want the published key)", rec.Spec.AgentKey, rec.Spec.PendingAgentKey)
+		}
+		// The admin's one command, copying from where only the coordinator writes.
+		copyKey := []byte(`[{"op":"copy","from":"/spec/pendingAgentKey","path":"/spec/agentKey"}]`)
+		if _, err := dynamic.NewForConfigOrDie(cluster.Admin()).Resource(records.GVR).Patch(t.Context(), "legacy-1", types.JSONPatchType, copyKey, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		thief.attest("legacy-1-serving", thief.key)
+		issued(t, "legacy-1-serving")
 	})
 
 	// Class 6: renewal memory survives the Node object. A certificate is

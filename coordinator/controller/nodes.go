@@ -53,10 +53,12 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 		return c.releaseWithdrawn(ctx, node, rec)
 	}
 	uninitialized := finalize.Uninitialized(node)
-	if rec == nil && !uninitialized && !c.settings.AdoptExisting {
+	unrecorded := rec == nil || rec.Spec.NotAdopted && rec.Spec.NodeUID == string(node.UID)
+	if unrecorded && !uninitialized && !c.settings.AdoptExisting {
 		c.notAdopted(name, true)
-		return nil
+		return c.rememberName(ctx, node, rec)
 	}
+	adopting := unrecorded && !uninitialized
 	c.notAdopted(name, false)
 	var waiting []string
 	if uninitialized {
@@ -134,7 +136,11 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 
 	next := prev
 	next.NodeUID = string(node.UID)
-	next.Adopted = prev.Adopted || (rec == nil && !uninitialized)
+	next.Adopted = prev.Adopted || adopting
+	next.NotAdopted = false
+	if rec == nil && records.MayEnrolOnFirstUse(nil, string(node.UID), uninitialized, adopting) {
+		next.EnrolUID = string(node.UID)
+	}
 	next.Addresses = claims
 	next.GrantedLabels = grantedNow(prev.GrantedLabels, plan.Granted, func(k string) bool {
 		v, ok := node.Labels[k]
@@ -143,11 +149,20 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	next.GrantedTaints = grantedNow(prev.GrantedTaints, plan.GrantedTaints, func(k string) bool {
 		return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return finalize.TaintKey(t.Key, t.Effect) == k })
 	})
-	if next.AgentKey == "" && (initialize || next.Adopted && rec == nil) && rep.Metadata != nil && rep.Metadata.AgentKey != "" {
-		if _, err := contract.DecodeAgentKey(rep.Metadata.AgentKey); err == nil {
-			// Trust on first use: the key is enrolled on the node's first join.
-			next.AgentKey, next.AgentKeyEnrolled = rep.Metadata.AgentKey, &now
-			c.log.Info("enrolled the node agent's key", "node", name, "key", next.AgentKey, "adopted", next.Adopted)
+	if rep.Metadata != nil && rep.Metadata.AgentKey != "" {
+		if key, err := contract.DecodeAgentKey(rep.Metadata.AgentKey); err == nil {
+			published := contract.EncodeAgentKey(key) // re-encoded: nothing node-written is kept verbatim
+			switch {
+			case published == next.AgentKey:
+				next.PendingAgentKey = ""
+			case next.AgentKey == "" && (initialize || adopting) && records.MayEnrolOnFirstUse(rec, string(node.UID), uninitialized, adopting):
+				// Trust on first use: the first Node object of this name, at its join.
+				next.AgentKey, next.AgentKeyEnrolled, next.PendingAgentKey = published, &now, ""
+				c.log.Info("enrolled the node agent's key", "node", name, "key", next.AgentKey, "adopted", next.Adopted)
+			default:
+				// No first use left: an admin enrols it from the record.
+				next.PendingAgentKey = published
+			}
 		}
 	}
 	if review != "" && initialize && (prev.Serving == nil || now.After(prev.Serving.ValidUntil)) {
@@ -166,7 +181,7 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 			return err
 		}
 		c.m.NodeWrites.WithLabelValues("record", "ok").Inc()
-		if rec == nil && next.Adopted {
+		if adopting {
 			c.recorder.Eventf(node, corev1.EventTypeNormal, "Adopted", "adopted: recorded addresses %v; labels and taints set by others are never removed", records.ClaimedIPs(claims))
 		}
 	}
@@ -429,4 +444,20 @@ func (c *Coordinator) WaitingAt(name string) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.waitingNodes[name]
+}
+
+// rememberName records that a Node of this name existed, initialized, when
+// the coordinator first saw it and left it alone (adoptExisting off): no
+// later Node object of the name enrols a key on first use. One write per
+// such Node, once.
+func (c *Coordinator) rememberName(ctx context.Context, node *corev1.Node, rec *records.Record) error {
+	if rec != nil {
+		return nil
+	}
+	if _, err := c.records.Put(ctx, &records.Record{Name: node.Name, Spec: records.Spec{NodeUID: string(node.UID), NotAdopted: true}}); err != nil {
+		c.m.NodeWrites.WithLabelValues("record", "error").Inc()
+		return err
+	}
+	c.m.NodeWrites.WithLabelValues("record", "ok").Inc()
+	return nil
 }

@@ -67,3 +67,75 @@ func TestNextClaims(t *testing.T) {
 		})
 	}
 }
+
+// The enrolment invariant as a property over orders of join, delete and
+// re-create: only the first Node object ever seen under a name enrols on
+// first use, and only at a join the coordinator saw or an adoption the
+// admin asked for. Each step is one sync of a Node object (a fresh UID per
+// registration) or a deletion; a record outlives its Node (Survives).
+func TestOnlyTheFirstObjectEnrols(t *testing.T) {
+	type step struct {
+		uid           string
+		uninitialized bool
+		adopt         bool // adoptExisting on at this sync
+		deleted       bool
+	}
+	for _, c := range []struct {
+		name  string
+		steps []step
+		want  []bool // per step: may enrol
+	}{
+		{"first join", []step{{uid: "a", uninitialized: true}}, []bool{true}},
+		{"re-created after delete", []step{{uid: "a", uninitialized: true}, {deleted: true}, {uid: "b", uninitialized: true}}, []bool{true, false, false}},
+		{"never adopted, deleted, re-registered by a thief", []step{{uid: "a"}, {deleted: true}, {uid: "b", uninitialized: true}}, []bool{false, false, false}},
+		{"never adopted, then adopted on the admin's word", []step{{uid: "a"}, {uid: "a", adopt: true}}, []bool{false, true}},
+		{"adopted at first sight", []step{{uid: "a", adopt: true}}, []bool{true}},
+		{"re-created without a delete seen", []step{{uid: "a", uninitialized: true}, {uid: "b", uninitialized: true}}, []bool{true, false}},
+		{"the same object again", []step{{uid: "a", uninitialized: true}, {uid: "a", uninitialized: true}}, []bool{true, true}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var rec *Record
+			for i, s := range c.steps {
+				if s.deleted {
+					if rec != nil {
+						kept := Survives(rec.Spec)
+						kept.NodeUID = rec.Spec.NodeUID
+						rec = &Record{Spec: kept}
+					}
+					if c.want[i] {
+						t.Fatal("bad table")
+					}
+					continue
+				}
+				unrecorded := rec == nil || rec.Spec.NotAdopted && rec.Spec.NodeUID == s.uid
+				adopting := unrecorded && !s.uninitialized && s.adopt
+				if unrecorded && !s.uninitialized && !s.adopt {
+					// The coordinator leaves it alone and remembers the name.
+					if rec == nil {
+						rec = &Record{Spec: Spec{NodeUID: s.uid, NotAdopted: true}}
+					}
+					if c.want[i] {
+						t.Errorf("step %d: a Node left alone may not enrol", i)
+					}
+					continue
+				}
+				got := MayEnrolOnFirstUse(rec, s.uid, s.uninitialized, adopting)
+				if got != c.want[i] {
+					t.Errorf("step %d (%+v): may enrol %v, want %v", i, s, got, c.want[i])
+				}
+				next := Spec{NodeUID: s.uid}
+				if rec != nil {
+					next = rec.Spec
+					if rec.Spec.NodeUID != s.uid {
+						next = Survives(rec.Spec)
+					}
+				}
+				if rec == nil && MayEnrolOnFirstUse(nil, s.uid, s.uninitialized, adopting) {
+					next.EnrolUID = s.uid
+				}
+				next.NodeUID, next.NotAdopted = s.uid, false
+				rec = &Record{Spec: next}
+			}
+		})
+	}
+}

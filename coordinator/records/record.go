@@ -44,6 +44,16 @@ type Spec struct {
 	// initialized when the coordinator first saw it: it granted nothing
 	// before, so it removes nothing it did not set since.
 	Adopted bool `json:"adopted,omitempty"`
+	// NotAdopted marks a record written only to remember the name: the
+	// Node was initialized before the coordinator kept records, and
+	// adoptExisting is off.
+	NotAdopted bool `json:"notAdopted,omitempty"`
+	// EnrolUID is the one Node object that may enrol an agent key on first
+	// use: the first object seen under this name, seen at its join.
+	EnrolUID string `json:"enrolUID,omitempty"`
+	// PendingAgentKey is a key the agent publishes that was not enrolled
+	// (no first use left): an admin copies it to AgentKey to enrol it.
+	PendingAgentKey string `json:"pendingAgentKey,omitempty"`
 	// AgentKey is the agent's public key enrolled on first join (trust on
 	// first use), and AgentKeyEnrolled when.
 	AgentKey         string     `json:"agentKey,omitempty"`
@@ -146,5 +156,27 @@ func FromUnstructured(u *unstructured.Unstructured) (*Record, error) {
 // with other names is held, whatever happened to the Node object). Claims
 // and grants belong to the object and go with it.
 func Survives(s Spec) Spec {
-	return Spec{AgentKey: s.AgentKey, AgentKeyEnrolled: s.AgentKeyEnrolled, Serving: s.Serving}
+	return Spec{AgentKey: s.AgentKey, AgentKeyEnrolled: s.AgentKeyEnrolled, Serving: s.Serving, EnrolUID: s.EnrolUID, PendingAgentKey: s.PendingAgentKey}
+}
+
+// MayEnrolOnFirstUse is the enrolment invariant: only the first Node object
+// ever seen under a name enrols an agent key without an admin, and only if
+// the coordinator saw it join (uninitialized) or adopts it now on the
+// admin's adoptExisting. rec is the name's record before this sync (nil:
+// the name was never seen). A record outlives its Node (records.Survives),
+// so a Node deleted and registered again under the name, by its machine or
+// by a stolen credential, never counts as a first use; nor does one the
+// coordinator saw and left alone (NotAdopted).
+func MayEnrolOnFirstUse(rec *Record, nodeUID string, uninitialized, adopting bool) bool {
+	switch {
+	case rec == nil:
+		return uninitialized || adopting
+	case rec.Spec.EnrolUID != "":
+		return rec.Spec.EnrolUID == nodeUID
+	case rec.Spec.NotAdopted:
+		return adopting && rec.Spec.NodeUID == nodeUID
+	}
+	// A record without EnrolUID (written before it existed, or after the
+	// first use was spent) enrols nothing more without an admin.
+	return false
 }
