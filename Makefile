@@ -44,6 +44,7 @@ test-compat: ## on Kubernetes 1.31 (the oldest Talos 1.13 supports): the node-id
 fuzz: ## run every fuzz target for FUZZTIME each (default 10s), from its seed corpus
 	$(GO) test -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME) ./pkg/csrcheck
 	$(GO) test -run '^$$' -fuzz '^FuzzLoadEvaluate$$' -fuzztime $(FUZZTIME) ./pkg/rules
+	$(GO) test -run '^$$' -fuzz '^FuzzGrantOwnership$$' -fuzztime $(FUZZTIME) ./coordinator/finalize
 
 bench-units: kube-tools ## component benchmarks that print figures: allocator, agent binary size and RSS
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/ipam
