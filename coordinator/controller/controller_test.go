@@ -29,6 +29,7 @@ import (
 
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/config"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/controller"
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck/csrtest"
@@ -401,6 +402,78 @@ func TestGrants(t *testing.T) {
 		_, ok := get(t, n.name).Labels["node-role.kubernetes.io/web"]
 		return !ok
 	})
+}
+
+// Grants are owned by value: once an admin changes a granted label or
+// taint, the coordinator never rewrites or removes it, and a withdrawn
+// request removes only the exact label or taint the coordinator wrote.
+func TestGrantsOwnedByValue(t *testing.T) {
+	startCoordinator(t, "grants-by-value", ipamSettings)
+	n := register(t, "grant-value-node", "10.0.2.7")
+	const role = "node-role.kubernetes.io/web"
+	granted := corev1.Taint{Key: "dedicated", Value: "web", Effect: corev1.TaintEffectNoSchedule}
+	n.publish(t, report{providerID: "talos://metal/10.0.2.7", requested: map[string]string{role: "a"},
+		taints: []contract.Taint{{Key: granted.Key, Value: granted.Value, Effect: granted.Effect}}})
+	waitFor(t, 10*time.Second, "initialized with the granted label and taint", func() bool {
+		node := get(t, n.name)
+		return initialized(node) && node.Labels[role] == "a" && hasTaint(node, granted)
+	})
+	waitFor(t, 5*time.Second, "the record holding the grants by value", func() bool {
+		labels, taints := recordedGrants(t, n.name)
+		return slices.Contains(labels, role+"=a") && slices.Contains(taints, "dedicated=web:NoSchedule")
+	})
+
+	// During an incident an admin takes the label over and quarantines the
+	// node on the same taint key with another effect.
+	quarantine := corev1.Taint{Key: "dedicated", Value: "quarantine", Effect: corev1.TaintEffectNoExecute}
+	node := get(t, n.name)
+	node.Labels[role] = "admin"
+	node.Spec.Taints = append(node.Spec.Taints, quarantine)
+	if _, err := admin().CoreV1().Nodes().Update(t.Context(), node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the label relinquished in the record", func() bool {
+		labels, _ := recordedGrants(t, n.name)
+		return !slices.ContainsFunc(labels, func(e string) bool { return strings.HasPrefix(e, role+"=") })
+	})
+	if got := get(t, n.name).Labels[role]; got != "admin" {
+		t.Fatalf("the admin's label %s=admin was rewritten to %q", role, got)
+	}
+
+	// The node withdraws its requests: only the taint the coordinator wrote goes.
+	n.publish(t, report{providerID: "talos://metal/10.0.2.7"})
+	waitFor(t, 10*time.Second, "the granted taint removed", func() bool { return !hasTaint(get(t, n.name), granted) })
+	node = get(t, n.name)
+	if !hasTaint(node, quarantine) {
+		t.Errorf("the admin's quarantine taint was removed: %v", node.Spec.Taints)
+	}
+	if node.Labels[role] != "admin" {
+		t.Errorf("the admin's label %s=admin was touched: %q", role, node.Labels[role])
+	}
+	labels, taints := recordedGrants(t, n.name)
+	if slices.ContainsFunc(labels, func(e string) bool { return strings.HasPrefix(e, role) }) || len(taints) != 0 {
+		t.Errorf("record still holds grants %v %v", labels, taints)
+	}
+}
+
+func hasTaint(node *corev1.Node, want corev1.Taint) bool {
+	return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool {
+		return t.Key == want.Key && t.Value == want.Value && t.Effect == want.Effect
+	})
+}
+
+// recordedGrants reads the NodeRecord's grants as an admin would.
+func recordedGrants(t testing.TB, name string) (labels, taints []string) {
+	t.Helper()
+	u, err := dynamic.NewForConfigOrDie(cluster.Admin()).Resource(records.GVR).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := records.FromUnstructured(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Spec.GrantedLabels, r.Spec.GrantedTaints
 }
 
 func TestExhaustedPool(t *testing.T) {

@@ -142,13 +142,9 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 		next.EnrolUID = string(node.UID)
 	}
 	next.Addresses = claims
-	next.GrantedLabels = grantedNow(prev.GrantedLabels, plan.Granted, func(k string) bool {
-		v, ok := node.Labels[k]
-		return ok && v == plan.Want[k]
-	})
-	next.GrantedTaints = grantedNow(prev.GrantedTaints, plan.GrantedTaints, func(k string) bool {
-		return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return finalize.TaintKey(t.Key, t.Effect) == k })
-	})
+	// The record holds, by value, what the patch rewrites or removes until
+	// the patch is applied (grants are owned by value: finalize.Owned).
+	next.GrantedLabels, next.GrantedTaints = plan.Holding.Labels, plan.Holding.Taints
 	if rep.Metadata != nil && rep.Metadata.AgentKey != "" {
 		if key, err := contract.DecodeAgentKey(rep.Metadata.AgentKey); err == nil {
 			published := contract.EncodeAgentKey(key) // re-encoded: nothing node-written is kept verbatim
@@ -171,12 +167,13 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 		// which the renewal rule compares the request with.
 		next.Serving = c.servingUnderReview(review)
 	}
+	written := rec
 	if rec == nil || !next.Equal(rec.Spec) {
 		put := &records.Record{Name: name, Spec: next}
 		if rec != nil {
 			put.ResourceVersion = rec.ResourceVersion
 		}
-		if _, err := c.records.Put(ctx, put); err != nil {
+		if written, err = c.records.Put(ctx, put); err != nil {
 			c.m.NodeWrites.WithLabelValues("record", "error").Inc()
 			return err
 		}
@@ -196,6 +193,9 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 		return fmt.Errorf("patching node %s: %w", name, err)
 	}
 	c.m.NodeWrites.WithLabelValues("finalize", "ok").Inc()
+	if err := c.releaseRewritten(ctx, written, plan.Owns); err != nil {
+		return err
+	}
 	if review != "" && (node.Annotations[contract.AnnotationCSRReview] != review || stale) {
 		c.m.NodeWrites.WithLabelValues("review", "ok").Inc()
 		c.setReviewRequested(review, time.Now())
@@ -253,18 +253,22 @@ func (c *Coordinator) reconcileCIDRs(node *corev1.Node, existing []netip.Prefix)
 	c.poolMetrics()
 }
 
-// grantedNow is what the record says the coordinator set after this sync:
-// what it recorded before and still wants, plus what it wants and is not
-// already on the Node (present reports whether the Node has it as wanted).
-// A label an admin set before is therefore never recorded, and never removed.
-func grantedNow(prev, want []string, present func(string) bool) []string {
-	var out []string
-	for _, k := range want {
-		if slices.Contains(prev, k) || !present(k) {
-			out = append(out, k)
-		}
+// releaseRewritten writes the record down to what the coordinator owns once
+// its patch applied: the values it rewrote or removed are no longer its
+// own, so an admin who sets one of them again is never overridden. Only a
+// patch that rewrote or removed a grant costs this second write.
+func (c *Coordinator) releaseRewritten(ctx context.Context, rec *records.Record, owns finalize.Grants) error {
+	if rec == nil || slices.Equal(rec.Spec.GrantedLabels, owns.Labels) && slices.Equal(rec.Spec.GrantedTaints, owns.Taints) {
+		return nil
 	}
-	return out
+	next := rec.Spec
+	next.GrantedLabels, next.GrantedTaints = owns.Labels, owns.Taints
+	if _, err := c.records.Put(ctx, &records.Record{Name: rec.Name, ResourceVersion: rec.ResourceVersion, Spec: next}); err != nil {
+		c.m.NodeWrites.WithLabelValues("record", "error").Inc()
+		return err
+	}
+	c.m.NodeWrites.WithLabelValues("record", "ok").Inc()
+	return nil
 }
 
 // nodeGone releases a deleted Node's pod CIDRs and its record's claims and

@@ -167,8 +167,9 @@ type Inputs struct {
 	// it is of an earlier request under Review's name, and the agent
 	// attests again once it is gone.
 	ClearAttestation bool
-	// PreviousLabels and PreviousTaints are what the coordinator's own
-	// record says it set before: only those are ever removed.
+	// PreviousLabels and PreviousTaints are the grants the coordinator's own
+	// record holds (Grants entries, legacy key-only ones included): only
+	// those Owned finds unchanged on the Node are ever removed or rewritten.
 	PreviousLabels, PreviousTaints []string
 }
 
@@ -178,11 +179,15 @@ type Plan struct {
 	Patch   []byte
 	Refused []string
 	// Granted are the label keys, and GrantedTaints the taints
-	// ("key:effect"), the coordinator now owns on the Node: its record
-	// must say so before the patch is written.
+	// ("key:effect"), the coordinator wants on the Node and may set.
 	Granted, GrantedTaints []string
 	// Want are the labels (and values) the coordinator wants on the Node.
 	Want map[string]string
+	// Owns is what the record says once the patch is applied: the exact
+	// labels and taints the coordinator wrote and holds. Holding is what it
+	// must say before the patch is written: Owns and the values the patch
+	// rewrites or removes, so that a patch that fails leaves them held.
+	Owns, Holding Grants
 }
 
 // coordinatorLabels are set from the coordinator's configuration and the
@@ -193,51 +198,18 @@ var coordinatorLabels = []string{contract.LabelClusterName, contract.LabelPlatfo
 func TaintKey(key string, effect corev1.TaintEffect) string { return key + ":" + string(effect) }
 
 // Compute returns the one patch that brings the Node to what the
-// coordinator wants. Labels and taints its record says it granted earlier
-// and it no longer wants are removed; nothing else is touched.
+// coordinator wants. It adds what is absent; it removes or rewrites only
+// what Owned says it wrote and still holds; nothing else is touched.
 func Compute(node *corev1.Node, r Reported, in Inputs) (Plan, error) {
 	var plan Plan
-	want := map[string]string{}
-	if md := r.Metadata; md != nil {
-		if md.Platform != "" && contract.CheckLabel(contract.LabelPlatform, md.Platform) == nil {
-			want[contract.LabelPlatform] = md.Platform
-		}
-		if md.Spot {
-			want[contract.LabelLifecycle] = "spot"
-		}
+	wantLabels := plan.labelsWanted(r, in)
+	wantTaints := plan.taintsWanted(r, in)
+	taintValues := make(map[string]string, len(wantTaints))
+	for _, t := range wantTaints {
+		taintValues[TaintKey(t.Key, t.Effect)] = t.Value
 	}
-	if in.ClusterName != "" && contract.CheckLabel(contract.LabelClusterName, in.ClusterName) == nil {
-		want[contract.LabelClusterName] = in.ClusterName
-	}
-	for _, k := range slices.Sorted(maps.Keys(r.RequestedLabels)) {
-		if slices.Contains(coordinatorLabels, k) {
-			plan.Refused = append(plan.Refused, fmt.Sprintf("label %s is set by the coordinator from its configuration and the platform metadata; a node may not request it", k))
-			continue
-		}
-		if cur, set := node.Labels[k]; set && cur != r.RequestedLabels[k] && !slices.Contains(in.PreviousLabels, k) {
-			plan.Refused = append(plan.Refused, fmt.Sprintf("label %s is already set (to %q) by someone else; the coordinator does not overwrite it", k, cur))
-			continue
-		}
-		if ok, why := in.Grants.MayGrantLabel(k, r.RequestedLabels[k]); ok {
-			want[k] = r.RequestedLabels[k]
-		} else {
-			plan.Refused = append(plan.Refused, why)
-		}
-	}
-	labels := map[string]any{}
-	for k, v := range want {
-		if cur, ok := node.Labels[k]; !ok || cur != v {
-			labels[k] = v
-		}
-	}
-	for _, k := range in.PreviousLabels {
-		if _, still := want[k]; !still {
-			if _, present := node.Labels[k]; present {
-				labels[k] = nil
-			}
-		}
-	}
-	plan.Granted, plan.Want = slices.Sorted(maps.Keys(want)), want
+	ownLabels, ownTaints := Owned(node, Grants{Labels: in.PreviousLabels, Taints: in.PreviousTaints}, wantLabels, taintValues)
+	labels := plan.grantLabels(node, wantLabels, ownLabels)
 	metadata := map[string]any{}
 	if len(labels) > 0 {
 		metadata["labels"] = labels
@@ -268,25 +240,8 @@ func Compute(node *corev1.Node, r Reported, in Inputs) (Plan, error) {
 		taints = slices.DeleteFunc(taints, func(t corev1.Taint) bool { return t.Key == contract.TaintUninitialized })
 		changed = len(taints) != len(node.Spec.Taints)
 	}
-	wantTaints := map[string]bool{}
-	for _, t := range r.RequestedTaints {
-		if ok, why := in.Grants.MayGrantTaint(t); !ok {
-			plan.Refused = append(plan.Refused, why)
-			continue
-		}
-		wantTaints[TaintKey(t.Key, t.Effect)] = true
-		if !slices.ContainsFunc(taints, func(x corev1.Taint) bool { return x.Key == t.Key && x.Effect == t.Effect }) {
-			taints, changed = append(taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect}), true
-		}
-	}
-	for _, k := range in.PreviousTaints {
-		if !wantTaints[k] {
-			before := len(taints)
-			taints = slices.DeleteFunc(taints, func(x corev1.Taint) bool { return TaintKey(x.Key, x.Effect) == k })
-			changed = changed || len(taints) != before
-		}
-	}
-	plan.GrantedTaints = slices.Sorted(maps.Keys(wantTaints))
+	taints, changed = plan.grantTaints(taints, wantTaints, ownTaints, changed)
+	plan.Holding = holding(plan.Owns, ownLabels, ownTaints)
 	if changed {
 		spec["taints"] = taints
 	}
@@ -304,4 +259,122 @@ func Compute(node *corev1.Node, r Reported, in Inputs) (Plan, error) {
 	var err error
 	plan.Patch, err = json.Marshal(patch)
 	return plan, err
+}
+
+// labelsWanted are the labels the coordinator would set: the platform's and
+// its configuration's, and the requests its grant policy allows.
+func (plan *Plan) labelsWanted(r Reported, in Inputs) map[string]string {
+	want := map[string]string{}
+	if md := r.Metadata; md != nil {
+		if md.Platform != "" && contract.CheckLabel(contract.LabelPlatform, md.Platform) == nil {
+			want[contract.LabelPlatform] = md.Platform
+		}
+		if md.Spot {
+			want[contract.LabelLifecycle] = "spot"
+		}
+	}
+	if in.ClusterName != "" && contract.CheckLabel(contract.LabelClusterName, in.ClusterName) == nil {
+		want[contract.LabelClusterName] = in.ClusterName
+	}
+	for _, k := range slices.Sorted(maps.Keys(r.RequestedLabels)) {
+		if slices.Contains(coordinatorLabels, k) {
+			plan.Refused = append(plan.Refused, fmt.Sprintf("label %s is set by the coordinator from its configuration and the platform metadata; a node may not request it", k))
+			continue
+		}
+		if ok, why := in.Grants.MayGrantLabel(k, r.RequestedLabels[k]); ok {
+			want[k] = r.RequestedLabels[k]
+		} else {
+			plan.Refused = append(plan.Refused, why)
+		}
+	}
+	return want
+}
+
+// grantLabels returns the labels part of the patch: each wanted label the
+// Node lacks is added, one the coordinator holds with another value is
+// rewritten, one someone else holds with another value is refused; each it
+// holds and no longer wants is removed.
+func (plan *Plan) grantLabels(node *corev1.Node, want, own map[string]string) map[string]any {
+	patch := map[string]any{}
+	plan.Want = map[string]string{}
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		v := want[k]
+		cur, set := node.Labels[k]
+		_, ours := own[k]
+		switch {
+		case set && cur != v && !ours:
+			plan.Refused = append(plan.Refused, fmt.Sprintf("label %s is already set (to %q) by someone else; the coordinator does not overwrite it", k, cur))
+			continue
+		case !set || cur != v:
+			patch[k] = v
+			plan.Owns.Labels = append(plan.Owns.Labels, LabelGrant(k, v))
+		case ours:
+			plan.Owns.Labels = append(plan.Owns.Labels, LabelGrant(k, v))
+		}
+		plan.Want[k] = v
+	}
+	for k := range own {
+		if _, still := plan.Want[k]; !still {
+			patch[k] = nil
+		}
+	}
+	slices.Sort(plan.Owns.Labels)
+	plan.Granted = slices.Sorted(maps.Keys(plan.Want))
+	return patch
+}
+
+// taintsWanted are the requested taints the grant policy allows, one per
+// key and effect (a taint's identity on a Node).
+func (plan *Plan) taintsWanted(r Reported, in Inputs) []contract.Taint {
+	var want []contract.Taint
+	for _, t := range r.RequestedTaints {
+		if ok, why := in.Grants.MayGrantTaint(t); !ok {
+			plan.Refused = append(plan.Refused, why)
+			continue
+		}
+		if slices.ContainsFunc(want, func(x contract.Taint) bool { return x.Key == t.Key && x.Effect == t.Effect }) {
+			plan.Refused = append(plan.Refused, fmt.Sprintf("taint %s is requested with two values; the first is used", TaintKey(t.Key, t.Effect)))
+			continue
+		}
+		want = append(want, t)
+	}
+	return want
+}
+
+// grantTaints brings taints (the Node's, being patched) to what is wanted:
+// a wanted taint the Node lacks is added, one the coordinator holds with
+// another value is rewritten, one someone else holds with another value is
+// refused; each it holds and no longer wants is removed, that exact
+// key=value:effect only.
+func (plan *Plan) grantTaints(taints []corev1.Taint, want []contract.Taint, own map[string]string, changed bool) ([]corev1.Taint, bool) {
+	wanted := map[string]bool{}
+	for _, t := range want {
+		id := TaintKey(t.Key, t.Effect)
+		i := slices.IndexFunc(taints, func(x corev1.Taint) bool { return x.Key == t.Key && x.Effect == t.Effect })
+		_, ours := own[id]
+		switch {
+		case i >= 0 && taints[i].Value != t.Value && !ours:
+			plan.Refused = append(plan.Refused, fmt.Sprintf("taint %s is already set (value %q) by someone else; the coordinator does not overwrite it", id, taints[i].Value))
+			continue
+		case i < 0:
+			taints, changed = append(taints, corev1.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect}), true
+			plan.Owns.Taints = append(plan.Owns.Taints, TaintGrant(t.Key, t.Value, t.Effect))
+		case taints[i].Value != t.Value:
+			taints[i].Value, changed = t.Value, true
+			plan.Owns.Taints = append(plan.Owns.Taints, TaintGrant(t.Key, t.Value, t.Effect))
+		case ours:
+			plan.Owns.Taints = append(plan.Owns.Taints, TaintGrant(t.Key, t.Value, t.Effect))
+		}
+		wanted[id] = true
+	}
+	for id, v := range own {
+		if !wanted[id] {
+			before := len(taints)
+			taints = slices.DeleteFunc(taints, func(x corev1.Taint) bool { return TaintKey(x.Key, x.Effect) == id && x.Value == v })
+			changed = changed || len(taints) != before
+		}
+	}
+	slices.Sort(plan.Owns.Taints)
+	plan.GrantedTaints = slices.Sorted(maps.Keys(wanted))
+	return taints, changed
 }

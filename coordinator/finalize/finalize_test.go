@@ -115,7 +115,7 @@ func TestNothingToDoIsNoPatch(t *testing.T) {
 func TestRemovesOnlyLabelsItGranted(t *testing.T) {
 	node := reportedNode(t, map[string]string{}, nil)
 	node.Labels = map[string]string{"node-role.kubernetes.io/web": "", "node-role.kubernetes.io/db": "", contract.LabelPlatform: "metal", contract.LabelLifecycle: "spot"}
-	plan, err := Compute(node, Read(node), Inputs{Grants: grants(t), PreviousLabels: []string{"node-role.kubernetes.io/web", contract.LabelPlatform, contract.LabelLifecycle}})
+	plan, err := Compute(node, Read(node), Inputs{Grants: grants(t), PreviousLabels: []string{"node-role.kubernetes.io/web=", contract.LabelPlatform, contract.LabelLifecycle}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func TestNodeWrittenBookkeepingIsIgnored(t *testing.T) {
 func TestRemovesOnlyTaintsItGranted(t *testing.T) {
 	node := reportedNode(t, nil, nil)
 	node.Spec.Taints = []corev1.Taint{{Key: "dedicated", Effect: corev1.TaintEffectNoSchedule}, {Key: "admin", Effect: corev1.TaintEffectNoExecute}}
-	plan, err := Compute(node, Read(node), Inputs{Grants: grants(t), PreviousTaints: []string{"dedicated:NoSchedule"}})
+	plan, err := Compute(node, Read(node), Inputs{Grants: grants(t), PreviousTaints: []string{"dedicated=:NoSchedule"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,8 +58,11 @@ type Spec struct {
 	// first use), and AgentKeyEnrolled when.
 	AgentKey         string     `json:"agentKey,omitempty"`
 	AgentKeyEnrolled *time.Time `json:"agentKeyEnrolled,omitempty"`
-	// GrantedLabels and GrantedTaints are what the coordinator set on the
-	// Node; only these are ever removed.
+	// GrantedLabels ("key=value") and GrantedTaints ("key=value:effect")
+	// are what the coordinator wrote on the Node, by value: it removes or
+	// rewrites only a grant the Node still holds with exactly that value,
+	// and forgets one someone else changed (finalize.Owned). Entries
+	// without "=" are from records that kept keys only.
 	GrantedLabels []string `json:"grantedLabels,omitempty"`
 	GrantedTaints []string `json:"grantedTaints,omitempty"`
 	// Addresses are the addresses recorded as this Node's, first claim
