@@ -133,7 +133,8 @@ func Decide(in Input) Decision {
 	}
 	if in.EnrolledKey == nil {
 		return Decision{Action: Hold, Category: "no-enrolled-key",
-			Reason: "no agent key is enrolled for this node (its agent does not publish one, or the node is not initialized yet)"}
+			Reason: "no agent key is enrolled for this node (its agent does not publish one, the node is not initialized yet, or this Node object is not the first of its name: " +
+				"then the key waits in its NodeRecord's spec.pendingAgentKey, and once checked against the agent's log it is enrolled with: " + EnrolCommand(in.Node.Name) + ")"}
 	}
 	if a := in.Attestation; a != nil && a.CSR == in.CSR.Name {
 		err := a.Verify(csrcheck.NodeName(in.CSR.Username), in.EnrolledKey, sans)
@@ -143,11 +144,13 @@ func Decide(in Input) Decision {
 			if perr != nil {
 				return decideWithout(in, "attestation-invalid", fmt.Sprintf("ignored an attestation not signed by the enrolled agent key (%v); the node publishes an unreadable key", err))
 			}
-			key := contract.EncodeAgentKey(published) // re-encoded: nothing node-written reaches the command verbatim
+			// The command copies the key from the record, where only the
+			// coordinator writes: nothing in an Event (which any node can
+			// forge) is pasted into the enrolment. The key shown is for
+			// comparing with the agent's log on the node.
 			return Decision{Action: Hold, Category: "agent-key-changed",
 				Reason: fmt.Sprintf("the node's agent now publishes key %s, not the enrolled one (%v). If the node was reinstalled, "+
-					"check the key against the agent's log on the node, then re-enrol it: "+
-					"kubectl patch noderecord %s --type=merge -p '{\"spec\":{\"agentKey\":\"%s\"}}'", key, err, in.Node.Name, key)}
+					"compare it with the public-key the agent logs at start on the node, then enrol the key the coordinator recorded: %s", contract.EncodeAgentKey(published), err, EnrolCommand(in.Node.Name))}
 		case err != nil:
 			// Whoever wrote it does not hold the agent key: it changes nothing.
 			return decideWithout(in, "attestation-invalid", fmt.Sprintf("ignored an attestation not signed by the enrolled agent key (%v)", err))
@@ -197,4 +200,11 @@ func decideWithout(in Input, category, note string) Decision {
 		return with(Decision{Action: RequestReview, Reason: "static checks passed; asking the node's agent to attest", Category: "review"})
 	}
 	return with(Decision{Action: Wait, After: in.Timeout - elapsed, Reason: "waiting for the node's attestation", Category: "wait"})
+}
+
+// EnrolCommand is the one command that enrols the key a node's record holds
+// pending: a JSON patch copying spec.pendingAgentKey, which only the
+// coordinator writes, to spec.agentKey.
+func EnrolCommand(node string) string {
+	return fmt.Sprintf(`kubectl patch noderecord %s --type=json -p '[{"op":"copy","from":"/spec/pendingAgentKey","path":"/spec/agentKey"}]'`, node)
 }
