@@ -111,7 +111,7 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 	if md, err := contract.DecodeMetadata(self.Annotations[contract.AnnotationMetadata]); err == nil {
 		in.PublishedKey = md.AgentKey
 	}
-	in.Facts = csrcheck.Facts{Reserved: c.reservedFor(self), Claims: map[netip.Addr]string{}, Seen: c.observer.seen(self.Name, self.UID, now)}
+	in.Facts = csrcheck.Facts{Reserved: c.reservedFor(self), Claims: map[netip.Addr]string{}, PodCIDROf: map[netip.Addr]string{}, Seen: c.observer.seen(self.Name, self.UID, now)}
 	if parsed, err := csrcheck.Parse(csr.Spec.Request); err == nil {
 		in.Facts.Names, in.Facts.Hostnames = c.names(parsed.DNSNames, self.Name)
 		in.Facts.ReservedNames, in.Facts.APIServerNames, in.Facts.ControlPlane = c.settings.CSR.ReservedNames, c.cfg.APIServerNames, c.controlPlane(self)
@@ -124,10 +124,7 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 			if owner := c.records.Owner(ip); owner != "" {
 				in.Facts.Claims[ip] = owner
 			}
-			if holder, _ := c.podCIDRHolder(ip); holder != "" {
-				if in.Facts.PodCIDROf == nil {
-					in.Facts.PodCIDROf = map[netip.Addr]string{}
-				}
+			if holder := c.podCIDRHolder(ip); holder != "" {
 				in.Facts.PodCIDROf[ip] = holder
 			}
 		}
@@ -217,13 +214,14 @@ func (c *Coordinator) pendingCount() (count, limit int) {
 const pendingTTL = 500 * time.Millisecond
 
 // podCIDRHolder is the Node whose allocated pod CIDR holds ip.
-func (c *Coordinator) podCIDRHolder(ip netip.Addr) (string, netip.Prefix) {
+func (c *Coordinator) podCIDRHolder(ip netip.Addr) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.alloc == nil {
-		return "", netip.Prefix{}
+		return ""
 	}
-	return c.alloc.Holder(ip)
+	holder, _ := c.alloc.Holder(ip)
+	return holder
 }
 
 // servingUnderReview is the record of the certificate the initializing
