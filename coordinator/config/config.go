@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -42,9 +43,22 @@ type Config struct {
 	// ClusterDomain is the cluster's DNS domain (default cluster.local):
 	// no serving certificate names anything under it.
 	ClusterDomain string `yaml:"clusterDomain,omitempty"`
-	IPAM          IPAM   `yaml:"ipam"`
-	Grants        Grants `yaml:"grants"`
-	CSR           CSR    `yaml:"csr"`
+	// Inventory binds node names to the networks their addresses come
+	// from, for clusters that want more than first claim: an address inside
+	// a bound network is recorded (certified, used for pod prefixes) only
+	// for a Node whose name the binding lists, whoever listed it first.
+	// Addresses outside every binding go to their first claimant.
+	Inventory []Binding `yaml:"inventory,omitempty"`
+	IPAM      IPAM      `yaml:"ipam"`
+	Grants    Grants    `yaml:"grants"`
+	CSR       CSR       `yaml:"csr"`
+}
+
+// Binding is one inventory entry: Nodes named like one of Nodes (shell
+// patterns: "web-*", "cp-[0-9]") own the addresses of Networks.
+type Binding struct {
+	Nodes    []string `yaml:"nodes"`
+	Networks []string `yaml:"networks"`
 }
 
 // IPAM configures pod-CIDR allocation.
@@ -66,6 +80,11 @@ type IPAM struct {
 	// ServiceCIDRs are never handed out. A family that is on and has no
 	// range listed gets Talos's default service subnet for it.
 	ServiceCIDRs []string `yaml:"serviceCIDRs,omitempty"`
+	// SharedPrefixes are IPv6 networks in which several Nodes may each carve
+	// a pod segment from the same node prefix (a /64 shared on one link).
+	// Elsewhere a node prefix is carved for one Node only: the first to
+	// claim an address in it.
+	SharedPrefixes []string `yaml:"sharedPrefixes,omitempty"`
 	// defaultedServices are the ServiceCIDRs defaults() added, for errors.
 	defaultedServices []string
 }
@@ -131,7 +150,20 @@ type CSR struct {
 	ReservedNames     []string `yaml:"reservedNames,omitempty"`
 	// AllowedIPRanges was replaced by the top-level nodeNetworks.
 	AllowedIPRanges []string `yaml:"allowedIPRanges,omitempty"`
+	// Enrolment is how a node agent's key is first trusted: firstUse
+	// (default) enrols the key the first Node object of a name publishes
+	// at its join; approve holds every new key in its NodeRecord until an
+	// admin enrols it with one command.
+	Enrolment EnrolmentPolicy `yaml:"enrolment,omitempty"`
 }
+
+// EnrolmentPolicy says how agent keys are first trusted.
+type EnrolmentPolicy string
+
+const (
+	EnrolFirstUse EnrolmentPolicy = "firstUse"
+	EnrolApprove  EnrolmentPolicy = "approve"
+)
 
 // RenewalPolicy says how a Node with a valid serving certificate renews.
 type RenewalPolicy string
@@ -323,6 +355,9 @@ func (c *Config) defaults() {
 	if c.CSR.Renewals == "" {
 		c.CSR.Renewals = RenewSameNames
 	}
+	if c.CSR.Enrolment == "" {
+		c.CSR.Enrolment = EnrolFirstUse
+	}
 }
 
 // validate runs every check over the defaulted configuration and places
@@ -344,6 +379,12 @@ func (c *Config) validate(doc *document, raw *Config) Errors {
 	ps = append(ps, checkMaskSize("ipam.ipv4MaskSize", c.IPAM.IPv4MaskSize, set("ipam.ipv4MaskSize") || c.IPAM.IPv4MaskSize != 0, c.IPAM.IPv4Pool, 32)...)
 	ps = append(ps, checkMaskSize("ipam.ipv6MaskSize", c.IPAM.IPv6MaskSize, set("ipam.ipv6MaskSize") || c.IPAM.IPv6MaskSize != 0, c.IPAM.IPv6Pool, 128)...)
 	ps = append(ps, checkPrefixes("ipam.serviceCIDRs", c.IPAM.ServiceCIDRs)...)
+	ps = append(ps, checkPrefixes("ipam.sharedPrefixes", c.IPAM.SharedPrefixes)...)
+	for i, p := range c.IPAM.SharedPrefixes {
+		if pp, err := netip.ParsePrefix(p); err == nil && !pp.Addr().Is6() {
+			ps = append(ps, problem{fmt.Sprintf("ipam.sharedPrefixes[%d]", i), p + " is not IPv6", "pod segments are carved from IPv6 node prefixes only"})
+		}
+	}
 	var out Errors
 	if len(ps) == ipamOK {
 		// Families, overlaps and what ipam itself refuses.
@@ -362,6 +403,19 @@ func (c *Config) validate(doc *document, raw *Config) Errors {
 	ps = append(ps, checkDuration("csr.minAddressAge", raw.CSR.MinAddressAge.Duration, set("csr.minAddressAge"), 0)...)
 	ps = append(ps, checkEnum("csr.onTimeout", c.CSR.OnTimeout, StayPending, ApproveOnChecks)...)
 	ps = append(ps, checkEnum("csr.renewals", c.CSR.Renewals, RenewSameNames, RenewOnChecks)...)
+	ps = append(ps, checkEnum("csr.enrolment", c.CSR.Enrolment, EnrolFirstUse, EnrolApprove)...)
+	for i, b := range c.Inventory {
+		at := fmt.Sprintf("inventory[%d]", i)
+		if len(b.Nodes) == 0 || len(b.Networks) == 0 {
+			ps = append(ps, problem{at, "lists no nodes or no networks", "each binding names node patterns and the networks they own"})
+		}
+		for j, pat := range b.Nodes {
+			if _, err := path.Match(pat, ""); err != nil || pat == "" {
+				ps = append(ps, problem{fmt.Sprintf("%s.nodes[%d]", at, j), fmt.Sprintf("%q is not a name pattern", pat), `a node name or a shell pattern, e.g. "web-*"`})
+			}
+		}
+		ps = append(ps, checkPrefixes(at+".networks", b.Networks)...)
+	}
 	if c.CSR.MaxPending < 0 {
 		ps = append(ps, problem{"csr.maxPending", fmt.Sprintf("%d is negative", c.CSR.MaxPending), "want 0 (automatic: the number of Nodes + 100) or more"})
 	}
@@ -546,6 +600,22 @@ func (c *Config) CSRPolicy() (csrcheck.Policy, error) {
 		p.DNSPatterns = append(p.DNSPatterns, strings.ToLower(pat))
 	}
 	return p, errors.Join(errs...)
+}
+
+// SharedPrefixesParsed parses ipam.sharedPrefixes (validated at load).
+func (c *Config) SharedPrefixesParsed() []netip.Prefix { return parsedPrefixes(c.IPAM.SharedPrefixes) }
+
+// InventoryNetworks parses one binding's networks (validated at load).
+func (b Binding) InventoryNetworks() []netip.Prefix { return parsedPrefixes(b.Networks) }
+
+func parsedPrefixes(list []string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range list {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
 }
 
 // Networks parses nodeNetworks.

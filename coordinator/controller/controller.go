@@ -90,6 +90,8 @@ type Coordinator struct {
 	facts          *clusterFacts
 	observer       *observer
 	networks       []netip.Prefix
+	shared         []netip.Prefix    // ipam.sharedPrefixes
+	inventory      []records.Binding // the admin's bindings of names to networks
 	configReserved []csrcheck.Reserved
 	reservedBy     map[netip.Addr]int    // observed Node addresses reserved in the allocator, by how many Nodes
 	unadopted      map[string]bool       // initialized Nodes without a record, left alone
@@ -179,7 +181,12 @@ func New(cfg Config) (*Coordinator, error) {
 			pools = append(pools, pp.Masked())
 		}
 	}
+	var inventory []records.Binding
+	for _, b := range cfg.Settings.Inventory {
+		inventory = append(inventory, records.Binding{Names: b.Nodes, Networks: b.InventoryNetworks()})
+	}
 	c := &Coordinator{
+		shared: cfg.Settings.SharedPrefixesParsed(), inventory: inventory,
 		cfg: cfg, client: cfg.Client, settings: cfg.Settings, log: cfg.Log, m: cfg.Metrics, policy: policy,
 		records: records.NewStore(cfg.Dynamic), facts: newClusterFacts(cfg.Client), observer: newObserver(cfg.Settings.MaxNodeAddresses),
 		networks: networks, configReserved: cfg.Settings.Reserved(), reservedBy: map[netip.Addr]int{}, unadopted: map[string]bool{}, pools: pools, apiSANsRead: cfg.APIServerNames != nil || cfg.APIServerIPs != nil, allocUID: map[string]types.UID{}, reviewAsked: map[string]time.Time{}, decidedAt: map[string]string{}, waitingNodes: map[string]string{}, sceAdded: map[netip.Prefix]bool{},
@@ -704,7 +711,7 @@ func work(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], s
 
 // say records an Event unless the same reason and message were said last
 // time for this object: a persisting condition is one Event, not a stream.
-func (c *Coordinator) say(obj runtime.Object, kind, name, typ, reason, msg string) {
+func (c *Coordinator) say(obj runtime.Object, kind, name, typ, reason, msg string) (said bool) {
 	key := kind + "/" + name + "/" + reason
 	c.mu.Lock()
 	same := c.lastSaid[key] == msg
@@ -713,6 +720,7 @@ func (c *Coordinator) say(obj runtime.Object, kind, name, typ, reason, msg strin
 	if !same {
 		c.recorder.Event(obj, typ, reason, msg)
 	}
+	return !same
 }
 
 func (c *Coordinator) forget(kind, name string) {

@@ -20,6 +20,7 @@ type Metrics struct {
 	NotAdopted       prometheus.Gauge
 	PodCIDRConflicts prometheus.Counter
 	NodesWaiting     prometheus.Gauge
+	Contested        *prometheus.CounterVec
 }
 
 // NewMetrics registers the series with reg (nil: unregistered).
@@ -69,10 +70,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		NodesWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "nodeinit_coordinator_nodes_waiting", Help: "Uninitialized Nodes the coordinator has looked at and that still wait for their agent's report (or providerID): nothing is written to them yet.",
 		}),
+		Contested: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodeinit_coordinator_contested_claims_total",
+			Help: "Times a Node was refused an address or node prefix because another Node holds it (kind: address, prefix); the victim's Node carries an Event naming the holder.",
+		}, []string{"kind"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Leader, m.Allocations, m.PoolSegments, m.CSRDecisions, m.GrantsRefused, m.NodeInitTime, m.NodeWrites, m.RebuildSeconds,
-			m.MalformedReports, m.AddressesRefused, m.FloodGuard, m.PendingCSRs, m.NotAdopted, m.PodCIDRConflicts, m.NodesWaiting)
+			m.MalformedReports, m.AddressesRefused, m.FloodGuard, m.PendingCSRs, m.NotAdopted, m.PodCIDRConflicts, m.NodesWaiting, m.Contested)
 	}
 	return m
 }

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"net/netip"
 	"slices"
 	"strings"
@@ -13,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/approval"
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/config"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/finalize"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
@@ -93,6 +96,12 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 		c.say(node, "node", name, corev1.EventTypeWarning, "AddressNotRecorded",
 			"not recorded as this Node's (never certified, never used for its pod CIDRs): "+strings.Join(refused, "; "))
 	}
+	if contested := contestedBy(others, claims); contested != "" {
+		if c.say(node, "node", name, corev1.EventTypeWarning, "AddressHeldByOtherNode", "held by another Node, so never certified for this one nor used for its pod CIDRs: "+contested+
+			". If that Node is not entitled to them, delete it (its record releases them) or bind their network to this Node's name in the coordinator's inventory") {
+			c.m.Contested.WithLabelValues("address").Inc()
+		}
+	}
 	if len(others) > 0 {
 		// Another Node holds some of its addresses: look again later, as
 		// well as when that Node's record releases them.
@@ -101,6 +110,7 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 
 	var cidrs []netip.Prefix
 	req := finalize.Request(records.ClaimedIPs(claims), rep, c.networks, c.hasV4, c.hasV6)
+	prefix := c.nodePrefix(node, &req, claims, prev.Prefix, existing)
 	if c.settings.IPAMEnabled() && len(existing) == 0 && len(waiting) == 0 {
 		// Every observed Node address (this one's too) was reserved by
 		// nodeChanged before this sync could run.
@@ -142,6 +152,7 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 		next.EnrolUID = string(node.UID)
 	}
 	next.Addresses = claims
+	next.Prefix = prefix
 	// The record holds, by value, what the patch rewrites or removes until
 	// the patch is applied (grants are owned by value: finalize.Owned).
 	next.GrantedLabels, next.GrantedTaints = plan.Holding.Labels, plan.Holding.Taints
@@ -151,7 +162,8 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 			switch {
 			case published == next.AgentKey:
 				next.PendingAgentKey = ""
-			case next.AgentKey == "" && (initialize || adopting) && records.MayEnrolOnFirstUse(rec, string(node.UID), uninitialized, adopting):
+			case next.AgentKey == "" && (initialize || adopting) && c.settings.CSR.Enrolment != config.EnrolApprove &&
+				records.MayEnrolOnFirstUse(rec, string(node.UID), uninitialized, adopting):
 				// Trust on first use: the first Node object of this name, at its join.
 				next.AgentKey, next.AgentKeyEnrolled, next.PendingAgentKey = published, &now, ""
 				c.log.Info("enrolled the node agent's key", "node", name, "key", next.AgentKey, "adopted", next.Adopted)
@@ -178,6 +190,11 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 			return err
 		}
 		c.m.NodeWrites.WithLabelValues("record", "ok").Inc()
+		if next.PendingAgentKey != "" && next.PendingAgentKey != prev.PendingAgentKey {
+			c.recorder.Eventf(node, corev1.EventTypeWarning, "AgentKeyNotEnrolled",
+				"the node's agent publishes key %s, which is not enrolled (csr.enrolment: %s; a first use already happened for this name, or none is allowed): its serving CSRs wait. Compare it with the public-key the agent logs at start on the node, then: %s",
+				next.PendingAgentKey, c.settings.CSR.Enrolment, approval.EnrolCommand(name))
+		}
 		if adopting {
 			c.recorder.Eventf(node, corev1.EventTypeNormal, "Adopted", "adopted: recorded addresses %v; labels and taints set by others are never removed", records.ClaimedIPs(claims))
 		}
@@ -218,6 +235,46 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 		c.log.Info("node updated", "node", name, "patch", string(plan.Patch))
 	}
 	return nil
+}
+
+// contestedBy lists the addresses another Node holds ("ip: Node x"),
+// sorted, "" when none.
+func contestedBy(others map[netip.Addr]string, claims []records.Claim) string {
+	var out []string
+	for ip, owner := range others {
+		if !slices.ContainsFunc(claims, func(c records.Claim) bool { return c.IP == ip.String() }) {
+			out = append(out, fmt.Sprintf("%s: Node %s", ip, owner))
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
+}
+
+// nodePrefix decides, under the /64's lock, whether the Node may carve its
+// IPv6 pod segment from the node prefix req names (records.NodePrefix) and
+// returns the prefix its record holds after this sync. A prefix another
+// Node holds is taken out of req (the IPv6 pool serves, when there is
+// one), with a PrefixHeldByOtherNode Event naming the holder.
+func (c *Coordinator) nodePrefix(node *corev1.Node, req *ipam.Request, claims []records.Claim, held string, existing []netip.Prefix) string {
+	if !req.IPv6Prefix.IsValid() {
+		return held
+	}
+	set, _, err := ipam.SegmentFor(req.IPv6Prefix, req.IPv6Addr)
+	if err != nil {
+		return held // Allocate reports it
+	}
+	prefix, holder := records.NodePrefix(node.Name, set, claims, held, c.records.Near(set), c.shared, existing)
+	if holder == "" || len(existing) > 0 {
+		return prefix
+	}
+	if c.say(node, "node", node.Name, corev1.EventTypeWarning, "PrefixHeldByOtherNode", fmt.Sprintf(
+		"node prefix %s is Node %s's (it claimed an address in it first, or carves from it): no pod segment is carved from it for this Node. "+
+			"If %s is not entitled to it, delete that Node or bind the network to this Node's name in the coordinator's inventory; if the prefix is shared on one link, list it in ipam.sharedPrefixes",
+		set, holder, holder)) {
+		c.m.Contested.WithLabelValues("prefix").Inc()
+	}
+	req.IPv6Prefix, req.IPv6Addr, req.IPv6 = netip.Prefix{}, netip.Addr{}, c.hasV6
+	return prefix
 }
 
 // reconcileCIDRs accounts for the pod CIDRs the Node has, whoever wrote
@@ -320,6 +377,9 @@ func (c *Coordinator) otherOwners(node string, current []netip.Addr) map[netip.A
 	out := map[netip.Addr]string{}
 	for _, ip := range current {
 		owner := c.records.Owner(ip)
+		if owner == "" && ip.Is6() {
+			owner = records.InPrefix(node, ip, c.records.Near(netip.PrefixFrom(ip, 128)))
+		}
 		if owner == "" {
 			owner = c.observer.earlier(ip, node)
 		}
@@ -330,14 +390,23 @@ func (c *Coordinator) otherOwners(node string, current []netip.Addr) map[netip.A
 	return out
 }
 
-// lockAddrs locks the stripes of ips in order and returns the unlock.
+// lockAddrs locks the stripes of ips, and of the /64 of each IPv6 one
+// (node prefixes are decided under it), in order and returns the unlock.
 func (c *Coordinator) lockAddrs(ips []netip.Addr) func() {
 	var idx []int
-	for _, ip := range ips {
-		b := ip.As16()
-		i := int(b[15]^b[14]^b[13]^b[12]) % len(c.claimLocks)
-		if !slices.Contains(idx, i) {
+	add := func(a netip.Addr) {
+		h := fnv.New32a()
+		b := a.As16()
+		h.Write(b[:])
+		if i := int(h.Sum32() % uint32(len(c.claimLocks))); !slices.Contains(idx, i) {
 			idx = append(idx, i)
+		}
+	}
+	for _, ip := range ips {
+		add(ip)
+		if ip.Is6() {
+			p, _ := ip.Prefix(64)
+			add(p.Addr())
 		}
 	}
 	slices.Sort(idx)
@@ -376,7 +445,7 @@ func (c *Coordinator) releaseWithdrawn(ctx context.Context, node *corev1.Node, r
 }
 
 func (c *Coordinator) claimPolicy(node *corev1.Node) records.ClaimPolicy {
-	return records.ClaimPolicy{Networks: c.networks, Reserved: c.reservedFor(node), Max: c.settings.MaxNodeAddresses}
+	return records.ClaimPolicy{Networks: c.networks, Reserved: c.reservedFor(node), Max: c.settings.MaxNodeAddresses, Node: node.Name, Inventory: c.inventory}
 }
 
 // retryWaitingForCIDRs requeues the Nodes still without pod CIDRs: freed

@@ -3,6 +3,7 @@ package records
 import (
 	"fmt"
 	"net/netip"
+	"path"
 	"slices"
 	"time"
 
@@ -17,6 +18,126 @@ type ClaimPolicy struct {
 	Reserved []csrcheck.Reserved
 	// Max caps a Node's recorded addresses.
 	Max int
+	// Node is the Node the claims are for, and Inventory the admin's
+	// bindings of node names to networks: an address inside a bound
+	// network is recorded only for a Node whose name the binding lists,
+	// whoever listed it first.
+	Node      string
+	Inventory []Binding
+}
+
+// Binding gives the addresses of Networks to the Nodes whose names match
+// one of Names (path.Match patterns: "web-*", "cp-[0-9]").
+type Binding struct {
+	Names    []string
+	Networks []netip.Prefix
+}
+
+// Bound is the inventory invariant: an address inside a network the
+// inventory binds belongs only to Nodes whose name that binding lists
+// (when several bindings hold it, any one of them may list the Node); an
+// address no binding holds goes to its first claimant. It returns why
+// node may not hold ip, or nil.
+func Bound(inventory []Binding, node string, ip netip.Addr) error {
+	var bound []string
+	for _, b := range inventory {
+		if !slices.ContainsFunc(b.Networks, func(n netip.Prefix) bool { return n.Contains(ip) }) {
+			continue
+		}
+		for _, pat := range b.Names {
+			if ok, _ := path.Match(pat, node); ok {
+				return nil
+			}
+		}
+		bound = append(bound, b.Names...)
+	}
+	if bound == nil {
+		return nil
+	}
+	return fmt.Errorf("%s is in the inventory for Nodes %v, not this one", ip, bound)
+}
+
+// Holding is something another Node's record holds near a prefix: the
+// node prefix it carves from (Prefix), or an address it claimed (Addr)
+// and since when.
+type Holding struct {
+	Node   string
+	Prefix netip.Prefix
+	Addr   netip.Addr
+	Since  time.Time
+}
+
+// PrefixHolder is the prefix invariant: a node prefix is carved for at
+// most one Node, and never around an address recorded for another. It
+// returns the Node that holds p against node ("" when node may carve from
+// it): one whose record carves from p or a prefix overlapping it, or else
+// the one with the earliest recorded address inside p (first claim wins,
+// then the name, as for addresses), given that node's own earliest
+// address inside p was recorded at mine (zero: it has none there, and
+// any other claimant wins). near is what other records hold
+// around p (the Node's own entries are ignored). Prefixes inside shared
+// (the admin's ipam.sharedPrefixes) are carved by every Node in them.
+func PrefixHolder(node string, p netip.Prefix, mine time.Time, near []Holding, shared []netip.Prefix) string {
+	if slices.ContainsFunc(shared, func(s netip.Prefix) bool { return s.Bits() <= p.Bits() && s.Contains(p.Addr()) }) {
+		return ""
+	}
+	holder, at := "", time.Time{}
+	for _, h := range near {
+		switch {
+		case h.Node == node:
+		case h.Prefix.IsValid() && h.Prefix.Overlaps(p):
+			return h.Node
+		case h.Addr.IsValid() && p.Contains(h.Addr):
+			if holder == "" || h.Since.Before(at) || h.Since.Equal(at) && h.Node < holder {
+				holder, at = h.Node, h.Since
+			}
+		}
+	}
+	if holder != "" && (mine.IsZero() || at.Before(mine) || at.Equal(mine) && holder < node) {
+		return holder
+	}
+	return ""
+}
+
+// NodePrefix is what a Node's record says about node prefixes after a
+// sync that wants a pod segment from set (the prefix ipam.SegmentFor
+// carves from): prefix is the one it holds afterwards (held before), and
+// holder the other Node that holds set against it ("" when it may carve).
+// A prefix inside shared is never recorded. A Node with pod CIDRs
+// (existing) keeps what it holds, and takes set only when its pod CIDR lies
+// in it and nobody else holds it (a record from before prefixes were kept).
+func NodePrefix(node string, set netip.Prefix, claims []Claim, held string, near []Holding, shared []netip.Prefix, existing []netip.Prefix) (prefix, holder string) {
+	if held == set.String() {
+		return held, ""
+	}
+	mine := time.Time{}
+	for _, cl := range claims {
+		if ip, err := netip.ParseAddr(cl.IP); err == nil && set.Contains(ip) && (mine.IsZero() || cl.Since.Before(mine)) {
+			mine = cl.Since
+		}
+	}
+	if holder = PrefixHolder(node, set, mine, near, shared); holder != "" {
+		return held, holder
+	}
+	if slices.ContainsFunc(shared, func(s netip.Prefix) bool { return s.Bits() <= set.Bits() && s.Contains(set.Addr()) }) {
+		return held, ""
+	}
+	if len(existing) > 0 && !slices.ContainsFunc(existing, func(p netip.Prefix) bool { return set.Contains(p.Addr()) }) {
+		return held, "" // its pod CIDR is not from this prefix
+	}
+	return set.String(), ""
+}
+
+// InPrefix returns the Node whose carved prefix holds ip, other than node
+// ("" when none): an address there is that Node's alone, never recorded
+// for another.
+func InPrefix(node string, ip netip.Addr, near []Holding) string {
+	for _, h := range near {
+		if h.Node != node && h.Prefix.IsValid() && h.Prefix.Contains(ip) {
+			return h.Node
+		}
+	}
+	return ""
 }
 
 // NextClaims is a Node's recorded addresses after the coordinator saw it
@@ -29,6 +150,12 @@ func NextClaims(prev []Claim, current []netip.Addr, others map[netip.Addr]string
 	for _, c := range prev {
 		ip, err := netip.ParseAddr(c.IP)
 		if err != nil || !slices.Contains(current, ip) || have[ip] || len(next) >= pol.Max {
+			continue
+		}
+		if err := Bound(pol.Inventory, pol.Node, ip); err != nil {
+			// An inventory added since: the binding wins over the claim.
+			have[ip] = true
+			refused = append(refused, err.Error())
 			continue
 		}
 		have[ip] = true
@@ -44,8 +171,12 @@ func NextClaims(prev []Claim, current []netip.Addr, others map[netip.Addr]string
 			refused = append(refused, err.Error())
 			continue
 		}
+		if err := Bound(pol.Inventory, pol.Node, ip); err != nil {
+			refused = append(refused, err.Error())
+			continue
+		}
 		if owner := others[ip]; owner != "" {
-			refused = append(refused, fmt.Sprintf("%s is recorded as Node %s's address", ip, owner))
+			refused = append(refused, fmt.Sprintf("%s is Node %s's (recorded for it first, or inside its node prefix)", ip, owner))
 			continue
 		}
 		if len(next) >= pol.Max {

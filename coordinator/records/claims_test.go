@@ -35,7 +35,7 @@ func TestNextClaims(t *testing.T) {
 		{name: "first join records its addresses", current: ips("10.0.0.1", "2001:db8::1"), want: []string{"10.0.0.1", "2001:db8::1"}},
 		{name: "withdrawn addresses are released", prev: []Claim{{"10.0.0.1", earlier}, {"10.0.0.2", earlier}}, current: ips("10.0.0.2"), want: []string{"10.0.0.2"}},
 		{name: "another record's address is refused", current: ips("10.0.0.1", "10.0.0.9"), others: map[netip.Addr]string{netip.MustParseAddr("10.0.0.9"): "b"},
-			want: []string{"10.0.0.1"}, wantRefused: []string{"recorded as Node b's"}},
+			want: []string{"10.0.0.1"}, wantRefused: []string{"Node b's"}},
 		{name: "the service IP is never recorded", current: ips("10.96.0.1"), wantRefused: []string{"service CIDR"}},
 		{name: "pod pool addresses are never recorded", current: ips("10.244.0.1", "10.244.1.1"), wantRefused: []string{"pod pool", "pod pool"}},
 		{name: "outside the node networks", current: ips("192.0.2.1"), wantRefused: []string{"outside the node networks"}},
@@ -137,5 +137,89 @@ func TestOnlyTheFirstObjectEnrols(t *testing.T) {
 				rec = &Record{Spec: next}
 			}
 		})
+	}
+}
+
+// What the inventory must refuse: an address inside a bound network for a
+// Node the binding does not list, whoever claimed it first.
+func TestBound(t *testing.T) {
+	inv := []Binding{
+		{Names: []string{"web-*"}, Networks: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16"), netip.MustParsePrefix("2001:db8:1::/48")}},
+		{Names: []string{"db-1"}, Networks: []netip.Prefix{netip.MustParsePrefix("10.1.5.0/24")}},
+	}
+	for _, c := range []struct {
+		node, ip string
+		refused  bool
+	}{
+		{"web-1", "10.1.0.9", false},
+		{"web-1", "2001:db8:1:7::1", false},
+		{"db-1", "10.1.0.9", true},        // a web network
+		{"db-1", "10.1.5.9", false},       // its own binding, nested in web's
+		{"web-2", "10.1.5.9", false},      // web's wider binding holds it too
+		{"web", "10.1.0.9", true},         // the pattern wants the dash
+		{"web-1.evil", "10.1.0.9", false}, // path.Match: * spans dots; bind exact names where it matters
+		{"db-10", "10.1.5.9", true},
+		{"anyone", "10.2.0.1", false}, // unbound: first claim
+		{"anyone", "2001:db8:1::1", true},
+	} {
+		err := Bound(inv, c.node, netip.MustParseAddr(c.ip))
+		if (err != nil) != c.refused {
+			t.Errorf("Bound(%s, %s) = %v, want refused %t", c.node, c.ip, err, c.refused)
+		}
+	}
+	if err := Bound(nil, "x", netip.MustParseAddr("10.0.0.1")); err != nil {
+		t.Errorf("no inventory binds nothing: %v", err)
+	}
+	// NextClaims: the binding wins over an earlier claim, and over a claim
+	// recorded before the inventory was configured.
+	pol := ClaimPolicy{Networks: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, Max: 4, Node: "squatter", Inventory: inv}
+	now := time.Now()
+	next, refused := NextClaims([]Claim{{"10.1.0.9", now.Add(-time.Hour)}}, []netip.Addr{netip.MustParseAddr("10.1.0.9"), netip.MustParseAddr("10.1.0.10")}, nil, pol, now)
+	if len(next) != 0 || len(refused) != 2 {
+		t.Errorf("squatter keeps %v (refused %q): want nothing", next, refused)
+	}
+}
+
+// What the prefix invariant must refuse.
+func TestPrefixHolder(t *testing.T) {
+	p := netip.MustParsePrefix("2001:db8:1:1::/64")
+	t0 := time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC)
+	addr := func(node, ip string, at time.Duration) Holding {
+		return Holding{Node: node, Addr: netip.MustParseAddr(ip), Since: t0.Add(at)}
+	}
+	for _, c := range []struct {
+		name   string
+		mine   time.Duration
+		near   []Holding
+		shared []netip.Prefix
+		want   string
+	}{
+		{name: "nobody else near", mine: 5},
+		{name: "another carves from it", mine: 0, near: []Holding{{Node: "b", Prefix: p}}, want: "b"},
+		{name: "another carves from a longer prefix inside it", mine: 0, near: []Holding{{Node: "b", Prefix: netip.MustParsePrefix("2001:db8:1:1:8000::/65")}}, want: "b"},
+		{name: "another claimed an address in it first", mine: 5, near: []Holding{addr("b", "2001:db8:1:1::b", 1)}, want: "b"},
+		{name: "it claimed first", mine: 1, near: []Holding{addr("b", "2001:db8:1:1::b", 5)}},
+		{name: "the same second: the name decides", mine: 1, near: []Holding{addr("0b", "2001:db8:1:1::b", 1)}, want: "0b"},
+		{name: "the earliest of several others", mine: 9, near: []Holding{addr("c", "2001:db8:1:1::c", 3), addr("b", "2001:db8:1:1::b", 2)}, want: "b"},
+		{name: "an address outside it", mine: 5, near: []Holding{addr("b", "2001:db8:1:2::b", 1)}},
+		{name: "its own entries", mine: 5, near: []Holding{{Node: "a", Prefix: p}, addr("a", "2001:db8:1:1::a", 1)}},
+		{name: "no address of its own in it", mine: -1, near: []Holding{addr("b", "2001:db8:1:1::b", 9)}, want: "b"},
+		{name: "shared: anyone carves", mine: 5, near: []Holding{{Node: "b", Prefix: p}}, shared: []netip.Prefix{netip.MustParsePrefix("2001:db8:1::/48")}},
+	} {
+		mine := t0.Add(c.mine)
+		if c.mine < 0 {
+			mine = time.Time{}
+		}
+		if got := PrefixHolder("a", p, mine, c.near, c.shared); got != c.want {
+			t.Errorf("%s: PrefixHolder = %q, want %q", c.name, got, c.want)
+		}
+	}
+	// An address inside another Node's carved prefix is that Node's.
+	near := []Holding{{Node: "b", Prefix: p}}
+	if got := InPrefix("a", netip.MustParseAddr("2001:db8:1:1::99"), near); got != "b" {
+		t.Errorf("InPrefix = %q, want b", got)
+	}
+	if got := InPrefix("b", netip.MustParseAddr("2001:db8:1:1::99"), near); got != "" {
+		t.Errorf("InPrefix of its own = %q", got)
 	}
 }

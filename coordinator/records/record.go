@@ -13,6 +13,7 @@ package records
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"slices"
 	"time"
 
@@ -68,6 +69,11 @@ type Spec struct {
 	// Addresses are the addresses recorded as this Node's, first claim
 	// first: an address another record holds is never recorded here.
 	Addresses []Claim `json:"addresses,omitempty"`
+	// Prefix is the IPv6 node prefix this Node's pod segment was carved
+	// from: while the Node object lives, no other Node carves from it or
+	// has an address inside it recorded (PrefixHolder). Empty for pool
+	// segments and for prefixes the configuration declares shared.
+	Prefix string `json:"prefix,omitempty"`
 	// Serving names the SANs of the serving certificate last approved (or
 	// under review at initialization) for the renewal rule.
 	Serving *Serving `json:"serving,omitempty"`
@@ -84,6 +90,20 @@ type Serving struct {
 	CSR        string    `json:"csr"`
 	SANs       []string  `json:"sans"`
 	ValidUntil time.Time `json:"validUntil"`
+}
+
+// holdings lists the record's IPv6 claims and carved prefix, as node's.
+func (s *Spec) holdings(node string) []Holding {
+	var out []Holding
+	if p, err := netip.ParsePrefix(s.Prefix); err == nil {
+		out = append(out, Holding{Node: node, Prefix: p})
+	}
+	for _, c := range s.Addresses {
+		if ip, err := netip.ParseAddr(c.IP); err == nil && ip.Is6() {
+			out = append(out, Holding{Node: node, Addr: ip, Since: c.Since})
+		}
+	}
+	return out
 }
 
 // Equal reports whether two specs say the same (times to the second, as

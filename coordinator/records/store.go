@@ -17,7 +17,12 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-const byClaim = "byClaim"
+const (
+	byClaim = "byClaim"
+	by64    = "by64" // the /64 of every IPv6 claim and carved prefix
+)
+
+func key64(a netip.Addr) string { p, _ := a.Prefix(64); return p.String() }
 
 // Store reads NodeRecords from an informer and writes them with the
 // coordinator's ServiceAccount. Its own writes are visible to the next read
@@ -35,21 +40,43 @@ type Store struct {
 // lifecycle (Informer().Run).
 func NewStore(client dynamic.Interface) *Store {
 	s := &Store{client: client.Resource(GVR), written: map[string]*Record{}, cache: map[string]*Record{}}
-	s.informer = dynamicinformer.NewFilteredDynamicInformer(client, GVR, "", 0, cache.Indexers{byClaim: func(obj any) ([]string, error) {
+	spec := func(obj any) *Spec {
 		u, ok := obj.(*unstructured.Unstructured)
 		if !ok {
-			return nil, nil
+			return nil
 		}
 		r, err := FromUnstructured(u)
 		if err != nil {
-			return nil, nil
+			return nil
 		}
-		var keys []string
-		for _, c := range r.Spec.Addresses {
-			keys = append(keys, c.IP)
-		}
-		return keys, nil
-	}}, nil).Informer()
+		return &r.Spec
+	}
+	s.informer = dynamicinformer.NewFilteredDynamicInformer(client, GVR, "", 0, cache.Indexers{
+		byClaim: func(obj any) ([]string, error) {
+			var keys []string
+			if sp := spec(obj); sp != nil {
+				for _, c := range sp.Addresses {
+					keys = append(keys, c.IP)
+				}
+			}
+			return keys, nil
+		},
+		by64: func(obj any) ([]string, error) {
+			var keys []string
+			if sp := spec(obj); sp != nil {
+				for _, h := range sp.holdings("") {
+					a := h.Addr
+					if h.Prefix.IsValid() {
+						a = h.Prefix.Addr()
+					}
+					if k := key64(a); a.Is6() && !slices.Contains(keys, k) {
+						keys = append(keys, k)
+					}
+				}
+			}
+			return keys, nil
+		},
+	}, nil).Informer()
 	_, _ = s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    s.caughtUp,
 		UpdateFunc: func(_, obj any) { s.caughtUp(obj) },
@@ -154,6 +181,38 @@ func (s *Store) Owner(ip netip.Addr) string {
 		}
 	}
 	return best
+}
+
+// Near returns what every record holds in the /64s around p (a node prefix
+// of /64 or longer, or an address as a /128): carved prefixes and IPv6
+// claims, for PrefixHolder and InPrefix.
+func (s *Store) Near(p netip.Prefix) []Holding {
+	key := key64(p.Addr())
+	var out []Holding
+	s.mu.Lock()
+	overlay := make(map[string]bool, len(s.written))
+	for name, w := range s.written {
+		overlay[name] = true
+		out = append(out, w.Spec.holdings(name)...) // an own write newer than the cache counts, not the cache
+	}
+	s.mu.Unlock()
+	objs, _ := s.informer.GetIndexer().ByIndex(by64, key)
+	for _, o := range objs {
+		u := o.(*unstructured.Unstructured)
+		if overlay[u.GetName()] {
+			continue
+		}
+		if r, err := s.decoded(u); err == nil {
+			out = append(out, r.Spec.holdings(r.Name)...)
+		}
+	}
+	return slices.DeleteFunc(out, func(h Holding) bool {
+		a := h.Addr
+		if h.Prefix.IsValid() {
+			a = h.Prefix.Addr()
+		}
+		return !a.Is6() || key64(a) != key
+	})
 }
 
 // decoded reads a cached object, decoding each resourceVersion once.
