@@ -439,6 +439,12 @@ func TestAttestation(t *testing.T) {
 	if att.Verdict != contract.VerdictReject || !strings.Contains(att.Reason, "198.51.100.99") {
 		t.Errorf("a CSR with an IP not on the node: verdict %q reason %q, want reject naming 198.51.100.99", att.Verdict, att.Reason)
 	}
+	// The agent counts an attestation once its write returned, which may
+	// be after the test saw the annotation: wait for the count, briefly.
+	deadline := time.Now().Add(5 * time.Second)
+	for testutil.ToFloat64(a.metrics.Attestations.WithLabelValues("reject")) < 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if got := testutil.ToFloat64(a.metrics.Attestations.WithLabelValues("reject")); got != 1 {
 		t.Errorf("reject attestations metric = %v, want 1", got)
 	}

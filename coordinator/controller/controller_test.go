@@ -258,6 +258,7 @@ ipam:
   ipv4Pool: 10.244.0.0/16
   ipv6Pool: fd00:10:244::/64
   serviceCIDRs: [10.96.0.0/16, "fd00:10:96::/112"]
+  sharedPrefixes: ["2001:db8:1:1::/64"] # alloc-a, -b and -d share one link's /64
 requireProviderID: true
 csr:
   attestationTimeout: 3s
