@@ -164,9 +164,9 @@ func Decide(in Input) Decision {
 			}
 			return d
 		case a.Approves(in.CSR.Name, in.CSR.PEM):
-			return Decision{Action: Approve, Reason: "static checks passed and the node's agent attested every SAN with its enrolled key: " + a.Reason, Category: "attested"}
+			return Decision{Action: Approve, Reason: "static checks passed and the node's agent attested every SAN with its enrolled key: " + contract.NodeText(a.Reason), Category: "attested"}
 		default:
-			return Decision{Action: Deny, Reason: "the node's agent rejected it: " + a.Reason, Category: "agent-rejected"}
+			return Decision{Action: Deny, Reason: "the node's agent rejected it: " + contract.NodeText(a.Reason), Category: "agent-rejected"}
 		}
 	}
 	return decideWithout(in, "", "")
