@@ -208,3 +208,19 @@ func decideWithout(in Input, category, note string) Decision {
 func EnrolCommand(node string) string {
 	return fmt.Sprintf(`kubectl patch noderecord %s --type=json -p '[{"op":"copy","from":"/spec/pendingAgentKey","path":"/spec/agentKey"}]'`, node)
 }
+
+// FloodCount is what csr.maxPending limits, from the pending serving CSRs
+// of each requester (by node name): only requesters with a Node count, each
+// at most twice, so one node filing in a loop cannot pause approval for
+// everyone. An identity without a Node (one minted with the bootstrap
+// token) never counts: its CSRs are never approved anyway (Decide retries
+// them until its Node exists), and many such names cost an attacker nothing.
+func FloodCount(pending map[string]int, hasNode func(name string) bool) int {
+	n := 0
+	for name, c := range pending {
+		if c > 0 && hasNode(name) {
+			n += min(c, 2)
+		}
+	}
+	return n
+}

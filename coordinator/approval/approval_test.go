@@ -3,6 +3,7 @@ package approval
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"fmt"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -256,5 +257,35 @@ func TestNodeTextInReasons(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestFloodCount: what must never count toward csr.maxPending.
+func TestFloodCount(t *testing.T) {
+	nodes := map[string]bool{"node-a": true, "node-b": true, "node-c": true}
+	for _, tc := range []struct {
+		name    string
+		pending map[string]int
+		want    int
+	}{
+		{"none", nil, 0},
+		{"one CSR per Node", map[string]int{"node-a": 1, "node-b": 1}, 2},
+		{"a Node filing in a loop counts twice", map[string]int{"node-a": 500, "node-b": 1}, 3},
+		{"identities without a Node never count", map[string]int{"ghost-1": 2, "ghost-2": 2, "ghost-3": 1}, 0},
+		{"bootstrap-token identities beside Nodes", map[string]int{"ghost-1": 2, "node-a": 1, "node-c": 9}, 3},
+		{"one Node among a thousand identities", func() map[string]int {
+			m := map[string]int{"node-b": 1}
+			for i := range 1000 {
+				m[fmt.Sprintf("ghost-%d", i)] = 2
+			}
+			return m
+		}(), 1},
+		{"zero and negative counts are nothing", map[string]int{"node-a": 0, "node-b": -3}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := FloodCount(tc.pending, func(n string) bool { return nodes[n] }); got != tc.want {
+				t.Errorf("FloodCount = %d, want %d", got, tc.want)
+			}
+		})
 	}
 }
