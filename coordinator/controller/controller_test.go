@@ -259,6 +259,9 @@ ipam:
   ipv6Pool: fd00:10:244::/64
   serviceCIDRs: [10.96.0.0/16, "fd00:10:96::/112"]
 requireProviderID: true
+grants:
+  labels:
+    allow: ["node.cloudprovider.kubernetes.io/*", "node-role.kubernetes.io/web"]
 csr:
   attestationTimeout: 3s
   minAddressAge: 1s
