@@ -47,6 +47,7 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 10s), from its seed co
 	$(GO) test -run '^$$' -fuzz '^FuzzLoadEvaluate$$' -fuzztime $(FUZZTIME) ./pkg/rules
 	$(GO) test -run '^$$' -fuzz '^FuzzGrantOwnership$$' -fuzztime $(FUZZTIME) ./coordinator/finalize
 	$(GO) test -run '^$$' -fuzz '^FuzzPrefixOwnership$$' -fuzztime $(FUZZTIME) ./coordinator/records
+	$(GO) test -run '^$$' -fuzz '^FuzzNodeText$$' -fuzztime $(FUZZTIME) ./pkg/contract
 
 bench-units: kube-tools ## component benchmarks that print figures: allocator, agent binary size and RSS
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/ipam

@@ -164,9 +164,9 @@ func Decide(in Input) Decision {
 			}
 			return d
 		case a.Approves(in.CSR.Name, in.CSR.PEM):
-			return Decision{Action: Approve, Reason: "static checks passed and the node's agent attested every SAN with its enrolled key: " + a.Reason, Category: "attested"}
+			return Decision{Action: Approve, Reason: "static checks passed and the node's agent attested every SAN with its enrolled key: " + contract.NodeText(a.Reason), Category: "attested"}
 		default:
-			return Decision{Action: Deny, Reason: "the node's agent rejected it: " + a.Reason, Category: "agent-rejected"}
+			return Decision{Action: Deny, Reason: "the node's agent rejected it: " + contract.NodeText(a.Reason), Category: "agent-rejected"}
 		}
 	}
 	return decideWithout(in, "", "")
@@ -207,4 +207,20 @@ func decideWithout(in Input, category, note string) Decision {
 // coordinator writes, to spec.agentKey.
 func EnrolCommand(node string) string {
 	return fmt.Sprintf(`kubectl patch noderecord %s --type=json -p '[{"op":"copy","from":"/spec/pendingAgentKey","path":"/spec/agentKey"}]'`, node)
+}
+
+// FloodCount is what csr.maxPending limits, from the pending serving CSRs
+// of each requester (by node name): only requesters with a Node count, each
+// at most twice, so one node filing in a loop cannot pause approval for
+// everyone. An identity without a Node (one minted with the bootstrap
+// token) never counts: its CSRs are never approved anyway (Decide retries
+// them until its Node exists), and many such names cost an attacker nothing.
+func FloodCount(pending map[string]int, hasNode func(name string) bool) int {
+	n := 0
+	for name, c := range pending {
+		if c > 0 && hasNode(name) {
+			n += min(c, 2)
+		}
+	}
+	return n
 }

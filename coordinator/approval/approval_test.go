@@ -3,7 +3,9 @@ package approval
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -201,6 +203,88 @@ func TestDecide(t *testing.T) {
 			}
 			if d.Action == Wait && d.After <= 0 {
 				t.Fatalf("wait without a delay: %+v", d)
+			}
+		})
+	}
+}
+
+// TestNodeTextInReasons: whatever an agent (or a thief with its key) writes
+// as the attestation's reason or SANs reaches the CSR's condition and Event
+// bounded, on one line, and quoted: it cannot forge a line of the
+// coordinator's own.
+func TestNodeTextInReasons(t *testing.T) {
+	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	nodeA := &csrcheck.Node{Name: "node-a", Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}}}
+	facts := csrcheck.Facts{
+		Claims: map[netip.Addr]string{netip.MustParseAddr("10.0.0.1"): "node-a"},
+		Seen:   map[netip.Addr]time.Duration{netip.MustParseAddr("10.0.0.1"): time.Minute},
+		Names:  map[string]string{"node-a": "node-a"},
+	}
+	policy := csrcheck.Policy{NodeNetworks: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, ClusterDomain: "cluster.local", MinStable: 3 * time.Second}
+	pub, key, _ := ed25519.GenerateKey(rand.Reader)
+	good := request(t, "csr-good", []string{"node-a"}, "10.0.0.1")
+	parsed, err := csrcheck.Parse(good.PEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostile := []string{
+		"ok\nI1121 12:00:00 CSR decided csr=csr-evil decision=Approve",
+		"ok\r\x1b[2Kapproved by admin",
+		"ok\u202eevorppa",
+		"ok\x00\x07\x7f\u0085\u2028",
+		strings.Repeat("A", 1024),
+		strings.Repeat("\u00e9", 512),
+		string([]byte{0xff, 0xfe, '\n', 0xc3}),
+	}
+	for i, reason := range hostile {
+		for _, verdict := range []contract.Verdict{contract.VerdictApprove, contract.VerdictReject} {
+			a := contract.Attestation{CSR: good.Name, RequestSHA256: contract.RequestDigest(good.PEM), Verdict: verdict, Reason: reason, SANs: contract.RequestSANs(parsed)}
+			signed := a.Sign("node-a", key)
+			forgedSANs := a
+			forgedSANs.SANs = []string{"dns:node-a", reason}
+			forgedSANs = forgedSANs.Sign("node-a", key)
+			for _, att := range []contract.Attestation{signed, forgedSANs} {
+				in := Input{CSR: good, Created: now, ReviewRequested: now, Node: nodeA, Facts: facts, Policy: policy, AttestationRequired: true,
+					Timeout: time.Minute, OnTimeout: config.StayPending, Now: now, EnrolledKey: pub, PublishedKey: contract.EncodeAgentKey(pub), Attestation: &att}
+				d := Decide(in)
+				for _, r := range d.Reason {
+					if !strconv.IsPrint(r) {
+						t.Fatalf("hostile reason %d (%s): the decision's reason carries %U: %q", i, verdict, r, d.Reason)
+					}
+				}
+				if len(d.Reason) > 400+2*contract.MaxNodeTextBytes {
+					t.Fatalf("hostile reason %d (%s): the decision's reason is %d bytes: %q", i, verdict, len(d.Reason), d.Reason)
+				}
+			}
+		}
+	}
+}
+
+// TestFloodCount: what must never count toward csr.maxPending.
+func TestFloodCount(t *testing.T) {
+	nodes := map[string]bool{"node-a": true, "node-b": true, "node-c": true}
+	for _, tc := range []struct {
+		name    string
+		pending map[string]int
+		want    int
+	}{
+		{"none", nil, 0},
+		{"one CSR per Node", map[string]int{"node-a": 1, "node-b": 1}, 2},
+		{"a Node filing in a loop counts twice", map[string]int{"node-a": 500, "node-b": 1}, 3},
+		{"identities without a Node never count", map[string]int{"ghost-1": 2, "ghost-2": 2, "ghost-3": 1}, 0},
+		{"bootstrap-token identities beside Nodes", map[string]int{"ghost-1": 2, "node-a": 1, "node-c": 9}, 3},
+		{"one Node among a thousand identities", func() map[string]int {
+			m := map[string]int{"node-b": 1}
+			for i := range 1000 {
+				m[fmt.Sprintf("ghost-%d", i)] = 2
+			}
+			return m
+		}(), 1},
+		{"zero and negative counts are nothing", map[string]int{"node-a": 0, "node-b": -3}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := FloodCount(tc.pending, func(n string) bool { return nodes[n] }); got != tc.want {
+				t.Errorf("FloodCount = %d, want %d", got, tc.want)
 			}
 		})
 	}

@@ -195,11 +195,13 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 // MarshalYAML prints the duration string.
 func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
 
-// Default label grants: the roles and Talos CCM's labels, never the
-// control-plane role (which would attract control-plane workloads) and never
-// node-restriction.kubernetes.io/ (which exists to be unforgeable by nodes).
+// Default label grants: Talos CCM's node.cloudprovider.kubernetes.io/
+// labels only. No role: a role attracts workloads, so each one a node may
+// ask for is listed (`migrate` lists the roles a Talos CCM configuration
+// set). The control-plane role and node-restriction.kubernetes.io/ are never
+// granted, whatever the lists say.
 var (
-	DefaultLabelAllow = []string{"node.cloudprovider.kubernetes.io/*", "node-role.kubernetes.io/*"}
+	DefaultLabelAllow = []string{"node.cloudprovider.kubernetes.io/*"}
 	DefaultLabelDeny  = []string{"node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master"}
 	// Taints only repel workloads from the node asking; the keys Kubernetes
 	// and cloud providers manage themselves are not grantable.

@@ -39,8 +39,11 @@ func TestLabelGrants(t *testing.T) {
 		grant      bool
 		reason     string
 	}{
-		{"node-role.kubernetes.io/web", "", true, ""},
-		{"node-role.kubernetes.io/worker", "true", true, ""},
+		// Roles attract workloads: none is granted unless listed.
+		{"node-role.kubernetes.io/ingress", "", false, "not allowed"},
+		{"node-role.kubernetes.io/web", "", false, "not allowed"},
+		{"node-role.kubernetes.io/worker", "true", false, "not allowed"},
+		{"node-role.kubernetes.io/", "", false, ""},
 		{"node.cloudprovider.kubernetes.io/platform", "metal", false, "never granted"}, // the coordinator sets it from the metadata, never on request
 		{"node-role.kubernetes.io/control-plane", "", false, "never granted"},
 		{"node-role.kubernetes.io/master", "", false, "never granted"},
@@ -50,6 +53,7 @@ func TestLabelGrants(t *testing.T) {
 		{"node.kubernetes.io/exclude-from-external-load-balancers", "", false, "not allowed"},
 		{"example.com/anything", "x", false, "not allowed"},
 		{"node-role.kubernetes.io/web", "bad value!", false, "valid label"},
+		{"node.cloudprovider.kubernetes.io/storage-class", "ssd", true, ""},
 		{"bad key!", "", false, "name part"},
 	} {
 		ok, reason := g.MayGrantLabel(tc.key, tc.value)

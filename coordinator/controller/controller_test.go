@@ -260,6 +260,9 @@ ipam:
   serviceCIDRs: [10.96.0.0/16, "fd00:10:96::/112"]
   sharedPrefixes: ["2001:db8:1:1::/64"] # alloc-a, -b and -d share one link's /64
 requireProviderID: true
+grants:
+  labels:
+    allow: ["node.cloudprovider.kubernetes.io/*", "node-role.kubernetes.io/web"]
 csr:
   attestationTimeout: 3s
   minAddressAge: 1s

@@ -176,9 +176,9 @@ func approved(csr *certificatesv1.CertificateSigningRequest) bool {
 	return false
 }
 
-// pendingCount counts pending serving CSRs, each Node at most twice (one
-// node filing CSRs in a loop cannot pause approval for everyone), and the
-// flood guard's limit.
+// pendingCount counts pending serving CSRs as approval.FloodCount does
+// (only requesters with a Node, each at most twice), and the flood guard's
+// limit.
 func (c *Coordinator) pendingCount() (count, limit int) {
 	c.pendingMu.Lock()
 	defer c.pendingMu.Unlock()
@@ -186,16 +186,16 @@ func (c *Coordinator) pendingCount() (count, limit int) {
 		return c.pending, c.pendingLimit
 	}
 	defer func() { c.pending, c.pendingLimit, c.pendingAt = count, limit, time.Now() }()
+	byRequester := map[string]int{}
 	for _, node := range c.csrIndex.ListIndexFuncValues(byNode) {
 		objs, _ := c.csrIndex.ByIndex(byNode, node)
-		n := 0
 		for _, o := range objs {
-			if csr, ok := o.(*certificatesv1.CertificateSigningRequest); ok && pending(csr) && n < 2 {
-				n++
+			if csr, ok := o.(*certificatesv1.CertificateSigningRequest); ok && pending(csr) {
+				byRequester[node]++
 			}
 		}
-		count += n
 	}
+	count = approval.FloodCount(byRequester, func(name string) bool { _, err := c.nodes.Get(name); return err == nil })
 	limit = c.settings.CSR.MaxPending
 	if limit == 0 {
 		limit = len(c.nodeIndex.ListKeys()) + 100

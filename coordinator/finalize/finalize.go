@@ -34,7 +34,10 @@ type Reported struct {
 func Read(node *corev1.Node) Reported {
 	var r Reported
 	a := node.Annotations
-	problem := func(key string, err error) { r.Problems = append(r.Problems, fmt.Sprintf("%s: %v", key, err)) }
+	// The error quotes what the node wrote: it reaches an Event as node text.
+	problem := func(key string, err error) {
+		r.Problems = append(r.Problems, fmt.Sprintf("%s: %s", key, contract.NodeText(err.Error())))
+	}
 	if v, ok := a[contract.AnnotationMetadata]; ok {
 		if m, err := contract.DecodeMetadata(v); err != nil {
 			problem(contract.AnnotationMetadata, err)

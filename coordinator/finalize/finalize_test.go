@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -14,8 +15,10 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 )
 
+// grants is the default policy with the roles these tests request listed,
+// as a cluster that wants them (or `migrate`) lists them.
 func grants(t *testing.T) config.Grants {
-	c, err := config.Parse(nil)
+	c, err := config.Parse([]byte(`grants: {labels: {allow: ["node.cloudprovider.kubernetes.io/*", "node-role.kubernetes.io/web", "node-role.kubernetes.io/db"]}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,5 +248,30 @@ func TestRemovesOnlyTaintsItGranted(t *testing.T) {
 	_ = json.Unmarshal(plan.Patch, &p)
 	if len(p.Spec.Taints) != 1 || p.Spec.Taints[0].Key != "admin" {
 		t.Errorf("taints %v: want only the granted, no longer requested taint removed", p.Spec.Taints)
+	}
+}
+
+// TestMalformedReportsAreNodeText: what a malformed report says reaches the
+// MalformedAgentReport Event; whatever the node wrote, each problem is one
+// printable line of bounded size.
+func TestMalformedReportsAreNodeText(t *testing.T) {
+	long := strings.Repeat("a\n\x1b[2K", 4000)
+	key, _ := json.Marshal(long)
+	node := reportedNode(t, nil, nil)
+	node.Annotations[contract.AnnotationRequestedLabels] = `{"v":1,"labels":{` + string(key) + `:"x"}}`
+	node.Annotations[contract.AnnotationRequestedTaints] = `{"v":1,"taints":[{"key":"a","value":` + string(key) + `,"effect":"NoSchedule"}]}`
+	node.Annotations[contract.AnnotationMetadata] = `{"v":1,"platform":` + string(key) + `}`
+	node.Annotations[contract.AnnotationPrefixes] = `{"v":1,"prefixes":[` + string(key) + `]}`
+	r := Read(node)
+	if len(r.Problems) != 4 {
+		t.Fatalf("problems = %q, want one per annotation", r.Problems)
+	}
+	for _, p := range r.Problems {
+		if len(p) > 100+contract.MaxNodeTextQuoted {
+			t.Errorf("a problem is %d bytes: %.200q…", len(p), p)
+		}
+		if strings.ContainsFunc(p, func(r rune) bool { return !strconv.IsPrint(r) }) {
+			t.Errorf("a problem carries a control character: %.200q…", p)
+		}
 	}
 }

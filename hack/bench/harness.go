@@ -58,6 +58,9 @@ ipam:
   ipv4Pool: 100.64.0.0/10
   ipv6Pool: fd00:10:244::/64
   serviceCIDRs: [10.96.0.0/16, "fd00:10:96::/112"]
+grants:
+  labels:
+    allow: ["node.cloudprovider.kubernetes.io/*", "node-role.kubernetes.io/worker"]
 csr:
   attestationTimeout: 120s
 `

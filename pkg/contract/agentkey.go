@@ -90,7 +90,8 @@ func (a Attestation) Verify(node string, enrolled ed25519.PublicKey, sans []stri
 		return errors.New("the attestation's signature is malformed")
 	}
 	if !slices.Equal(a.SANs, sans) {
-		return fmt.Errorf("the attestation names SANs %v, the request has %v", a.SANs, sans)
+		// The attestation's SANs are node text, the request's were checked.
+		return fmt.Errorf("the attestation names SANs %s, the request has %v", NodeText(strings.Join(a.SANs, " ")), sans)
 	}
 	if !ed25519.Verify(enrolled, attestationMessage(node, a), sig) {
 		return errors.New("the attestation is not signed by the node's enrolled agent key")

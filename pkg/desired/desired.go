@@ -53,8 +53,10 @@ type Inputs struct {
 	// in the metadata annotation for the coordinator to enrol.
 	AgentKey string
 	// ProvidedNodeIPs are the kubelet's --node-ip, from the Node's
-	// alpha.kubernetes.io/provided-node-ip annotation; used when Talos's
-	// NodeIP resource is not known.
+	// alpha.kubernetes.io/provided-node-ip annotation: when Talos's NodeIP
+	// resource is not known (the static pod), they choose among the kernel's
+	// addresses (nodeIPs). The node's credential writes the annotation, so
+	// it never adds an address.
 	ProvidedNodeIPs []netip.Addr
 }
 
@@ -112,10 +114,7 @@ func Compute(in Inputs) (State, bool, error) {
 	}
 	maps.Copy(labels, res.Labels)
 
-	nodeIPs := in.Talos.NodeIPs
-	if len(nodeIPs) == 0 {
-		nodeIPs = in.ProvidedNodeIPs
-	}
+	nodeIPs := nodeIPs(in)
 	providerID := ""
 	switch {
 	case in.Policy == ProviderIDNever || in.Talos.Degraded != "":
@@ -160,6 +159,28 @@ func Compute(in Inputs) (State, bool, error) {
 		Labels: labels, Annotations: annotations, ProviderID: providerID,
 		Addresses: preferFamily(addresses(in, nodeIPs, eff.InternalDNS, eff.ExternalDNS), in.Rules.Global().PreferIPv6), Rules: res,
 	}, true, nil
+}
+
+// nodeIPs are the InternalIPs: Talos's NodeIP resource when known;
+// otherwise the annotated --node-ip addresses the kernel holds on a usable
+// link, in the annotation's order. Whoever holds the node's credential
+// writes the annotation: it may choose among the node's own addresses, never
+// name another's.
+func nodeIPs(in Inputs) []netip.Addr {
+	if len(in.Talos.NodeIPs) > 0 {
+		return in.Talos.NodeIPs
+	}
+	var out []netip.Addr
+	for _, ip := range in.ProvidedNodeIPs {
+		ip = ip.Unmap()
+		held := slices.ContainsFunc(in.Addresses, func(a netaddr.Address) bool {
+			return in.Classifier.Usable(a) && a.Prefix.Addr().Unmap() == ip
+		})
+		if held && !slices.Contains(out, ip) {
+			out = append(out, ip)
+		}
+	}
+	return out
 }
 
 // addresses: InternalIP = the kubelet's node IPs; ExternalIP = external

@@ -144,6 +144,15 @@ func TestConvertKeepsMeaning(t *testing.T) {
 	if ok, why := cc.Grants.MayGrantLabel("node-role.kubernetes.io/web", ""); !ok {
 		t.Errorf("the fragment's policy refuses node-role.kubernetes.io/web: %s", why)
 	}
+	// The roles the rules set, and no other: a role attracts workloads.
+	if !slices.Contains(cc.Grants.Labels.Allow, "node-role.kubernetes.io/web") {
+		t.Errorf("the fragment does not list the role the rules set: %v", cc.Grants.Labels.Allow)
+	}
+	for _, role := range []string{"node-role.kubernetes.io/ingress", "node-role.kubernetes.io/db", "node-role.kubernetes.io/webx"} {
+		if ok, _ := cc.Grants.MayGrantLabel(role, ""); ok {
+			t.Errorf("the fragment's policy grants %s, which no rule sets", role)
+		}
+	}
 	if ok, _ := cc.Grants.MayGrantTaint(contract.Taint{Key: "node.cloudprovider.kubernetes.io/storage-type", Effect: "NoSchedule"}); ok {
 		t.Error("the fragment widened the taint policy silently")
 	}

@@ -1,0 +1,70 @@
+package desired
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr"
+)
+
+// TestInternalIPsOnlyFromTheKernel: without machined's NodeIP resource (the
+// static pod), the kubelet's alpha.kubernetes.io/provided-node-ip, which the
+// node's credential writes, only picks among the addresses the kernel holds
+// on a usable link: it never adds one.
+func TestInternalIPsOnlyFromTheKernel(t *testing.T) {
+	kernel := []netaddr.Address{
+		{Prefix: netip.MustParsePrefix("10.0.0.5/24"), Link: "eth0", LinkUp: true, Permanent: true},
+		{Prefix: netip.MustParsePrefix("2001:db8:1:2::5/64"), Link: "eth0", LinkUp: true, Permanent: true},
+		{Prefix: netip.MustParsePrefix("10.0.0.6/24"), Link: "eth1", LinkUp: false, Permanent: true},
+		{Prefix: netip.MustParsePrefix("10.0.0.7/24"), Link: "eth0", LinkUp: true, Tentative: true},
+		{Prefix: netip.MustParsePrefix("10.5.0.1/32"), Link: "kubespan", LinkUp: true, Permanent: true},
+		{Prefix: netip.MustParsePrefix("127.0.0.1/8"), Link: "lo", LinkUp: true, Permanent: true},
+	}
+	ips := func(s ...string) []netip.Addr {
+		var out []netip.Addr
+		for _, a := range s {
+			out = append(out, netip.MustParseAddr(a))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name     string
+		machined []netip.Addr // Talos's NodeIP resource (nil: the static pod)
+		provided []netip.Addr // the annotation
+		want     []netip.Addr
+	}{
+		{"another node's address", nil, ips("10.0.0.99"), nil},
+		{"the API server's VIP", nil, ips("10.0.0.100"), nil},
+		{"a foreign address before the node's own", nil, ips("10.0.0.99", "10.0.0.5"), ips("10.0.0.5")},
+		{"a foreign address, IPv4-mapped", nil, ips("::ffff:10.0.0.99"), nil},
+		{"a kernel address on a link that is down", nil, ips("10.0.0.6"), nil},
+		{"a tentative kernel address", nil, ips("10.0.0.7"), nil},
+		{"a KubeSpan address", nil, ips("10.5.0.1"), nil},
+		{"loopback", nil, ips("127.0.0.1"), nil},
+		{"the node's own address", nil, ips("10.0.0.5"), ips("10.0.0.5")},
+		{"the node's own addresses, dual stack", nil, ips("10.0.0.5", "2001:db8:1:2::5"), ips("10.0.0.5", "2001:db8:1:2::5")},
+		{"the node's own address, IPv4-mapped", nil, ips("::ffff:10.0.0.5"), ips("10.0.0.5")},
+		{"machined's NodeIP wins; the annotation adds nothing", ips("10.0.0.5"), ips("10.0.0.99", "2001:db8:1:2::5"), ips("10.0.0.5")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := inputs(t, "")
+			in.Talos.NodeIPs, in.Talos.ExternalIPs, in.Addresses, in.ProvidedNodeIPs = tc.machined, nil, kernel, tc.provided
+			st, ok, err := Compute(in)
+			if err != nil || !ok {
+				t.Fatalf("compute: %v %v", ok, err)
+			}
+			var got []netip.Addr
+			for _, a := range st.Addresses {
+				if a.Type == corev1.NodeInternalIP {
+					got = append(got, netip.MustParseAddr(a.Address))
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("InternalIPs %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
