@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -152,4 +153,140 @@ func TestAttackClasses(t *testing.T) {
 			t.Fatal("renewer-2 approved")
 		}
 	})
+
+	// Class 3: a node prefix is carved for one Node, and no segment is
+	// carved around an address recorded for another. The attacker (root on
+	// a node it joined) lists an unused address of the victim's /64 before
+	// the victim joins, and reports that /64 as its own prefix.
+	t.Run("IPv6 segments from a prefix the node does not own", func(t *testing.T) {
+		const victimNet = "2001:db8:66:1::/64"
+		sq := v6Join(t, "v6-squatter", "10.0.8.40", "2001:db8:66:1:2::99", victimNet)
+		sqCIDR := v6PodCIDR(t, "v6-squatter")
+		t.Logf("the first claimant carves the /64: %s (first claim is trust on first use; the inventory below overrides it)", sqCIDR)
+
+		// The victim joins on its own /64 with an address inside the
+		// squatter's segment, and one outside it.
+		inSegment := sqCIDR.Addr().Next().String()
+		victim := v6Join(t, "v6-victim", "10.0.8.41", inSegment, victimNet)
+		if p, ok := v6PodCIDROk(t, "v6-victim"); ok && netip.MustParsePrefix(victimNet).Overlaps(p) {
+			t.Fatalf("the victim got %s from a /64 another Node carves from", p)
+		}
+		ev := eventWith(t, "v6-victim", "AddressHeldByOtherNode")
+		if !strings.Contains(ev, "v6-squatter") {
+			t.Fatalf("the victim's Event does not name the holder: %s", ev)
+		}
+		t.Logf("on the victim: %s", ev)
+		// Its CSR for that address is held, never approved, never denied.
+		victim.csr("v6-victim-serving", []string{"v6-victim"}, "10.0.8.41", inSegment)
+		victim.attest("v6-victim-serving", victim.key)
+		why := refused(t, "v6-victim-serving")
+		if c, _ := csrCondition(t, "v6-victim-serving"); c.Type == certificatesv1.CertificateDenied {
+			t.Fatalf("the victim's CSR was denied: %s", c.Message)
+		}
+		t.Logf("v6-victim-serving, held: %s", why)
+		// And the squatter never gets the victim's address certified.
+		sq.csr("v6-squatter-victims", []string{"v6-squatter"}, inSegment)
+		sq.attest("v6-squatter-victims", sq.key)
+		t.Logf("v6-squatter-victims: %s", refused(t, "v6-squatter-victims"))
+
+		// The other order: the honest Node carves first, then another lists
+		// an address in its /64, outside its segment. That address is not
+		// recorded for the latecomer, and no segment of the /64 is its.
+		owner := v6Join(t, "v6-owner", "10.0.8.42", "2001:db8:67:1::10", "2001:db8:67:1::/64")
+		_ = owner
+		late := v6Join(t, "v6-late", "10.0.8.43", "2001:db8:67:1:ffff::1", "2001:db8:67:1::/64")
+		if p, ok := v6PodCIDROk(t, "v6-late"); ok {
+			t.Fatalf("the latecomer got an IPv6 pod CIDR %s", p)
+		}
+		if rec := nodeRecord(t, "v6-late"); slices.ContainsFunc(rec.Spec.Addresses, func(c records.Claim) bool { return c.IP == "2001:db8:67:1:ffff::1" }) || rec.Spec.Prefix != "" {
+			t.Fatalf("the latecomer's record holds %v, prefix %q", rec.Spec.Addresses, rec.Spec.Prefix)
+		}
+		if got := nodeRecord(t, "v6-owner").Spec.Prefix; got != "2001:db8:67:1::/64" {
+			t.Fatalf("the owner's record holds prefix %q", got)
+		}
+		late.csr("v6-late-serving", []string{"v6-late"}, "2001:db8:67:1:ffff::1")
+		late.attest("v6-late-serving", late.key)
+		t.Logf("v6-late-serving: %s", refused(t, "v6-late-serving"))
+	})
+
+	// Class 8: pre-claims lose against the admin's inventory. A squatter
+	// lists addresses of a network bound to "bound-*" before the entitled
+	// Node joins: they are never recorded for it, the entitled Node gets
+	// them and its certificate, and the squatter's request for them is
+	// refused. (Without an inventory first claim wins; then the victim's
+	// Node carries an Event naming the holder, as class 3 shows.)
+	t.Run("pre-claims against the inventory", func(t *testing.T) {
+		sq := newActor(t, "squatter-9", "10.0.9.5", true)
+		sq.status(internal("10.0.9.5"), internal("10.0.8.50"), hostname("squatter-9"))
+		sq.report(nil, sq.key.Public().(ed25519.PublicKey))
+		until(t, 20*time.Second, "squatter-9 recorded", func() bool {
+			u, err := dynamic.NewForConfigOrDie(cluster.Admin()).Resource(records.GVR).Get(t.Context(), "squatter-9", metav1.GetOptions{})
+			return err == nil && u != nil
+		})
+		if rec := nodeRecord(t, "squatter-9"); slices.ContainsFunc(rec.Spec.Addresses, func(c records.Claim) bool { return c.IP == "10.0.9.5" }) {
+			t.Fatalf("the inventory's address was recorded for the squatter: %v", rec.Spec.Addresses)
+		}
+		bound := honestJoin(t, "bound-1", "10.0.9.5", nil)
+		time.Sleep(time.Second) // csr.minAddressAge
+		bound.csr("bound-1-serving", []string{"bound-1"}, "10.0.9.5")
+		bound.agentAttests("bound-1-serving")
+		issued(t, "bound-1-serving")
+		sq.csr("squatter-9-serving", []string{"squatter-9"}, "10.0.9.5")
+		sq.attest("squatter-9-serving", sq.key)
+		t.Logf("squatter-9-serving: %s", refused(t, "squatter-9-serving"))
+	})
+}
+
+// v6Join is a node joining with an IPv4 and an IPv6 address, reporting
+// prefix as its own, with its own agent key; it waits for initialization.
+func v6Join(t *testing.T, name, ip4, ip6, prefix string) *actor {
+	t.Helper()
+	a := newActor(t, name, ip4, true)
+	a.status(internal(ip4), internal(ip6), hostname(name))
+	prefixes, err := contract.EncodePrefixes([]netip.Prefix{netip.MustParsePrefix(prefix)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.annotate(map[string]string{contract.AnnotationPrefixes: prefixes})
+	a.report(nil, a.key.Public().(ed25519.PublicKey))
+	until(t, 20*time.Second, name+" initialized", func() bool {
+		return !slices.ContainsFunc(getNode(t, name).Spec.Taints, func(t corev1.Taint) bool { return t.Key == contract.TaintUninitialized })
+	})
+	return a
+}
+
+func v6PodCIDROk(t *testing.T, name string) (netip.Prefix, bool) {
+	t.Helper()
+	for _, s := range getNode(t, name).Spec.PodCIDRs {
+		if p := netip.MustParsePrefix(s); p.Addr().Is6() {
+			return p, true
+		}
+	}
+	return netip.Prefix{}, false
+}
+
+func v6PodCIDR(t *testing.T, name string) netip.Prefix {
+	t.Helper()
+	p, ok := v6PodCIDROk(t, name)
+	if !ok {
+		t.Fatalf("%s has no IPv6 pod CIDR: %v", name, getNode(t, name).Spec.PodCIDRs)
+	}
+	return p
+}
+
+// eventWith waits for a Warning Event with reason on the named object and
+// returns its message.
+func eventWith(t *testing.T, name, reason string) string {
+	t.Helper()
+	var msg string
+	until(t, 20*time.Second, reason+" Event on "+name, func() bool {
+		for _, e := range eventsFor(t, name) {
+			if e.Reason == reason {
+				msg = e.Message
+				return true
+			}
+		}
+		return false
+	})
+	return msg
 }

@@ -46,8 +46,12 @@ const attackConfig = `
 clusterName: prod
 nodeNetworks: [10.0.0.0/8, "2001:db8::/32"]
 ipam:
+  families: [ipv4, ipv6] # IPv6 only from nodes' own prefixes (no ipv6Pool)
   ipv4Pool: 10.244.0.0/16
   serviceCIDRs: [10.96.0.0/16]
+inventory:
+- nodes: ["bound-*"]
+  networks: [10.0.9.0/24, "2001:db8:99::/48"]
 grants:
   labels:
     allow: ["node.cloudprovider.kubernetes.io/*", "node-role.kubernetes.io/*"]

@@ -121,7 +121,7 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 				continue
 			}
 			ip = ip.Unmap()
-			if owner := c.records.Owner(ip); owner != "" {
+			if owner := c.holder(self.Name, ip); owner != "" {
 				in.Facts.Claims[ip] = owner
 			}
 			if holder := c.podCIDRHolder(ip); holder != "" {

@@ -376,18 +376,32 @@ const claimRetry = 10 * time.Second
 func (c *Coordinator) otherOwners(node string, current []netip.Addr) map[netip.Addr]string {
 	out := map[netip.Addr]string{}
 	for _, ip := range current {
-		owner := c.records.Owner(ip)
-		if owner == "" && ip.Is6() {
-			owner = records.InPrefix(node, ip, c.records.Near(netip.PrefixFrom(ip, 128)))
-		}
+		owner := c.holder(node, ip)
 		if owner == "" {
-			owner = c.observer.earlier(ip, node)
+			if o := c.observer.earlier(ip, node); records.Bound(c.inventory, o, ip) == nil {
+				owner = o
+			}
 		}
 		if owner != "" && owner != node {
 			out[ip] = owner
 		}
 	}
 	return out
+}
+
+// holder is the Node that holds ip by the coordinator's records: the one
+// whose record has it, or else another than node carving from a node
+// prefix that holds it ("" when none). A holder the inventory does not
+// entitle to ip (its claim predates the inventory) holds nothing.
+func (c *Coordinator) holder(node string, ip netip.Addr) string {
+	owner := c.records.Owner(ip)
+	if owner == "" && ip.Is6() {
+		owner = records.InPrefix(node, ip, c.records.Near(netip.PrefixFrom(ip, 128)))
+	}
+	if owner != "" && records.Bound(c.inventory, owner, ip) != nil {
+		return ""
+	}
+	return owner
 }
 
 // lockAddrs locks the stripes of ips, and of the /64 of each IPv6 one

@@ -82,6 +82,7 @@ type Facts struct {
 	// API server's endpoints.
 	Reserved []Reserved
 	// Claims maps an address to the Node the coordinator recorded it for
+	// (or the Node carving from a node prefix that holds it)
 	// first (its NodeRecord).
 	Claims map[netip.Addr]string
 	// Seen is how long the coordinator has observed each of the requesting
