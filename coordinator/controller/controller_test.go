@@ -666,6 +666,11 @@ func TestFirstClaimKeepsItsAddress(t *testing.T) {
 	b := register(t, "own-b", "10.0.5.2")
 	b.publish(t, report{providerID: "talos://metal/10.0.5.2", externalIPs: []string{"10.0.5.1"}})
 	waitFor(t, 10*time.Second, "AddressNotRecorded Event", func() bool { return len(events(t, "own-b", "AddressNotRecorded")) > 0 })
+	// On the victim's (here: the later claimant's) Node, an Event names the holder.
+	waitFor(t, 10*time.Second, "AddressHeldByOtherNode Event", func() bool { return len(events(t, "own-b", "AddressHeldByOtherNode")) > 0 })
+	if msg := events(t, "own-b", "AddressHeldByOtherNode")[0].Message; !strings.Contains(msg, "10.0.5.1: Node own-a") {
+		t.Errorf("Event %q does not name the holder", msg)
+	}
 
 	a.csr(t, "own-a-shared", []string{"own-a"}, []string{"10.0.5.1"})
 	a.attest(t, "own-a-shared", "")
