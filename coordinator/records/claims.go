@@ -68,10 +68,11 @@ type Holding struct {
 }
 
 // PrefixHolder is the prefix invariant: a node prefix is carved for at
-// most one Node, and never around an address recorded for another. It
+// most one Node, and never around an address recorded for another. The
+// unit of ownership is the prefix, or the /64 holding a longer one. It
 // returns the Node that holds p against node ("" when node may carve from
-// it): one whose record carves from p or a prefix overlapping it, or else
-// the one with the earliest recorded address inside p (first claim wins,
+// it): one whose record carves from a prefix whose unit overlaps p's, or
+// else the one with the earliest recorded address in p's unit (first claim wins,
 // then the name, as for addresses), given that node's own earliest
 // address inside p was recorded at mine (zero: it has none there, and
 // any other claimant wins). near is what other records hold
@@ -81,13 +82,14 @@ func PrefixHolder(node string, p netip.Prefix, mine time.Time, near []Holding, s
 	if slices.ContainsFunc(shared, func(s netip.Prefix) bool { return s.Bits() <= p.Bits() && s.Contains(p.Addr()) }) {
 		return ""
 	}
+	region := unit(p)
 	holder, at := "", time.Time{}
 	for _, h := range near {
 		switch {
 		case h.Node == node:
-		case h.Prefix.IsValid() && h.Prefix.Overlaps(p):
+		case h.Prefix.IsValid() && unit(h.Prefix).Overlaps(region):
 			return h.Node
-		case h.Addr.IsValid() && p.Contains(h.Addr):
+		case h.Addr.IsValid() && region.Contains(h.Addr):
 			if holder == "" || h.Since.Before(at) || h.Since.Equal(at) && h.Node < holder {
 				holder, at = h.Node, h.Since
 			}
@@ -133,11 +135,22 @@ func NodePrefix(node string, set netip.Prefix, claims []Claim, held string, near
 // for another.
 func InPrefix(node string, ip netip.Addr, near []Holding) string {
 	for _, h := range near {
-		if h.Node != node && h.Prefix.IsValid() && h.Prefix.Contains(ip) {
+		if h.Node != node && h.Prefix.IsValid() && unit(h.Prefix).Contains(ip) {
 			return h.Node
 		}
 	}
 	return ""
+}
+
+// unit is what one Node owns when it carves from p: the whole /64 for a
+// longer prefix (so that no one takes a /96 of a /64 another Node claimed
+// first, or claims an address beside a carved /96), p itself otherwise.
+func unit(p netip.Prefix) netip.Prefix {
+	if p.Bits() > 64 {
+		u, _ := p.Addr().Prefix(64)
+		return u
+	}
+	return p.Masked()
 }
 
 // NextClaims is a Node's recorded addresses after the coordinator saw it

@@ -193,6 +193,7 @@ func TestPrefixHolder(t *testing.T) {
 		near   []Holding
 		shared []netip.Prefix
 		want   string
+		p      string // default: the /64
 	}{
 		{name: "nobody else near", mine: 5},
 		{name: "another carves from it", mine: 0, near: []Holding{{Node: "b", Prefix: p}}, want: "b"},
@@ -204,13 +205,20 @@ func TestPrefixHolder(t *testing.T) {
 		{name: "an address outside it", mine: 5, near: []Holding{addr("b", "2001:db8:1:2::b", 1)}},
 		{name: "its own entries", mine: 5, near: []Holding{{Node: "a", Prefix: p}, addr("a", "2001:db8:1:1::a", 1)}},
 		{name: "no address of its own in it", mine: -1, near: []Holding{addr("b", "2001:db8:1:1::b", 9)}, want: "b"},
+		{name: "another claimed first in the /64 around a longer prefix", mine: 5, near: []Holding{addr("b", "2001:db8:1:1:ffff::b", 1)}, want: "b", p: "2001:db8:1:1::/96"},
+		{name: "another carves a longer prefix in the same /64", mine: 1, near: []Holding{{Node: "b", Prefix: netip.MustParsePrefix("2001:db8:1:1:ffff::/96")}}, want: "b", p: "2001:db8:1:1::/96"},
+		{name: "a longer prefix in another /64", mine: 1, near: []Holding{{Node: "b", Prefix: netip.MustParsePrefix("2001:db8:1:2::/96")}}, p: "2001:db8:1:1::/96"},
 		{name: "shared: anyone carves", mine: 5, near: []Holding{{Node: "b", Prefix: p}}, shared: []netip.Prefix{netip.MustParsePrefix("2001:db8:1::/48")}},
 	} {
 		mine := t0.Add(c.mine)
 		if c.mine < 0 {
 			mine = time.Time{}
 		}
-		if got := PrefixHolder("a", p, mine, c.near, c.shared); got != c.want {
+		pp := p
+		if c.p != "" {
+			pp = netip.MustParsePrefix(c.p)
+		}
+		if got := PrefixHolder("a", pp, mine, c.near, c.shared); got != c.want {
 			t.Errorf("%s: PrefixHolder = %q, want %q", c.name, got, c.want)
 		}
 	}
@@ -218,6 +226,9 @@ func TestPrefixHolder(t *testing.T) {
 	near := []Holding{{Node: "b", Prefix: p}}
 	if got := InPrefix("a", netip.MustParseAddr("2001:db8:1:1::99"), near); got != "b" {
 		t.Errorf("InPrefix = %q, want b", got)
+	}
+	if got := InPrefix("a", netip.MustParseAddr("2001:db8:1:1::99"), []Holding{{Node: "b", Prefix: netip.MustParsePrefix("2001:db8:1:1:ffff::/96")}}); got != "b" {
+		t.Errorf("InPrefix beside another's /96 in the same /64 = %q, want b", got)
 	}
 	if got := InPrefix("b", netip.MustParseAddr("2001:db8:1:1::99"), near); got != "" {
 		t.Errorf("InPrefix of its own = %q", got)

@@ -25,7 +25,8 @@ import (
 //
 // The addresses are chosen so that segments and addresses collide: four
 // /64s, and in each an address of the segment the allocator hands out
-// first, and of the next ones.
+// first, and of the next ones; nodes report each address's /64 or a /96
+// (a longer prefix, whose /64 is the unit of ownership).
 
 var prefixModelAddrs = func() []netip.Addr {
 	var out []netip.Addr
@@ -39,6 +40,7 @@ var prefixModelAddrs = func() []netip.Addr {
 
 type modelNode struct {
 	listed []netip.Addr
+	bits   map[netip.Addr]int // the prefix length the node reports around each address
 	rec    records.Spec
 	cidrs  []netip.Prefix
 }
@@ -72,12 +74,13 @@ func (m *prefixModel) near() []records.Holding {
 	return out
 }
 
-func (m *prefixModel) list(name string, ip netip.Addr) {
+func (m *prefixModel) list(name string, ip netip.Addr, bits int) {
 	n := m.nodes[name]
 	if n == nil {
-		n = &modelNode{}
+		n = &modelNode{bits: map[netip.Addr]int{}}
 		m.nodes[name] = n
 	}
+	n.bits[ip] = bits
 	if !slices.Contains(n.listed, ip) {
 		n.listed = append(n.listed, ip)
 		m.alloc.Reserve(ip) // the coordinator reserves every observed Node address
@@ -130,7 +133,7 @@ func (m *prefixModel) sync(name string) {
 	}
 	var rep finalize.Reported
 	for _, ip := range n.listed {
-		p, _ := ip.Prefix(64)
+		p, _ := ip.Prefix(n.bits[ip])
 		if !slices.Contains(rep.Prefixes, p) {
 			rep.Prefixes = append(rep.Prefixes, p)
 		}
@@ -163,7 +166,7 @@ func (m *prefixModel) check() string {
 			}
 			pa, errA := netip.ParsePrefix(na.rec.Prefix)
 			pb, errB := netip.ParsePrefix(nb.rec.Prefix)
-			if errA == nil && errB == nil && pa.Overlaps(pb) {
+			if errA == nil && errB == nil && slash64(pa).Overlaps(slash64(pb)) {
 				return fmt.Sprintf("node prefixes %s (%s) and %s (%s) are both carved", pa, a, pb, b)
 			}
 			for _, seg := range na.cidrs {
@@ -184,8 +187,10 @@ func (m *prefixModel) run(ops []byte) string {
 	for i := 0; i+1 < len(ops); i += 2 {
 		name := names[int(ops[i])%len(names)]
 		switch ops[i] / 64 {
-		case 0, 1: // list an address (its sync follows)
-			m.list(name, prefixModelAddrs[int(ops[i+1])%len(prefixModelAddrs)])
+		case 0: // list an address in a reported /64 (its sync follows)
+			m.list(name, prefixModelAddrs[int(ops[i+1])%len(prefixModelAddrs)], 64)
+		case 1: // list an address in a reported /96 (a longer prefix)
+			m.list(name, prefixModelAddrs[int(ops[i+1])%len(prefixModelAddrs)], 96)
 		case 2: // deleted (a re-join lists again)
 			m.remove(name)
 		default: // a resync of every Node, in name order
@@ -200,6 +205,13 @@ func (m *prefixModel) run(ops []byte) string {
 		}
 	}
 	return ""
+}
+
+func slash64(p netip.Prefix) netip.Prefix {
+	if p.Bits() > 64 {
+		p, _ = p.Addr().Prefix(64)
+	}
+	return p
 }
 
 func TestPrefixOwnershipOrders(t *testing.T) {
