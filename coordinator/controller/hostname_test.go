@@ -18,9 +18,11 @@ import (
 // and a name the admin's "{node}" pattern gives that node, as its own
 // Hostnames holds nothing. The names come from the victim's identity, so
 // the victim's CSR is approved, and the squatter's own CSR for them is
-// denied. The squatter joins first, as an attacker would.
+// denied, even where a "*" pattern would allow it the name. The squatter joins first, as an attacker would.
 func TestHostnameSquatting(t *testing.T) {
-	startCoordinator(t, "squat", ipamSettings+"  allowedDNSNames: [\"{node}.nodes.example.com\"]\n")
+	// "*.nodes.example.com" would allow any node the victim's
+	// "{node}.nodes.example.com" name, were it not the victim's by identity.
+	startCoordinator(t, "squat", ipamSettings+"  allowedDNSNames: [\"{node}.nodes.example.com\", \"*.nodes.example.com\"]\n")
 	m := register(t, "squat-m", "10.0.12.2")
 	m.publish(t, report{providerID: "talos://metal/10.0.12.2"})
 	waitFor(t, 10*time.Second, "squat-m initialized", func() bool { return initialized(get(t, "squat-m")) })
@@ -56,7 +58,7 @@ func TestHostnameSquatting(t *testing.T) {
 		csr, name string
 	}{
 		{"squat-m-name", "squat-v"},
-		{"squat-m-pattern", "squat-v.nodes.example.com"},
+		{"squat-m-pattern", "squat-v.nodes.example.com"}, // through "*.nodes.example.com"
 	} {
 		m.csr(t, c.csr, []string{"squat-m", c.name}, nil)
 		waitFor(t, 10*time.Second, c.csr+" decided", func() bool { _, ok := condition(t, c.csr); return ok })

@@ -540,6 +540,28 @@ func FromIdentity(name, node string, policy Policy) bool {
 	return false
 }
 
+// IdentityOwners are the node names whose identity gives them name
+// (FromIdentity, the inverse): the name itself, and the name each "{node}"
+// pattern without "*" derives it from. Such a name is refused to every
+// requester but these, when one of them is a Node: a squatter cannot take
+// another Node's name through a "*" pattern either.
+func IdentityOwners(name string, policy Policy) []string {
+	lower := strings.ToLower(name)
+	out := []string{lower}
+	for _, p := range policy.DNSPatterns {
+		before, after, ok := strings.Cut(strings.ToLower(p), "{node}")
+		if !ok || strings.Contains(p, "*") || strings.Contains(after, "{node}") {
+			continue
+		}
+		node, hasPrefix := strings.CutPrefix(lower, before)
+		node, hasSuffix := strings.CutSuffix(node, after)
+		if hasPrefix && hasSuffix && node != "" && len(validation.IsDNS1123Subdomain(node)) == 0 && !slices.Contains(out, node) {
+			out = append(out, node)
+		}
+	}
+	return out
+}
+
 // ReservedName refuses a DNS name no certificate for node may
 // carry, whoever asks and whatever the node is named: cluster-internal
 // names, the admin's reserved names, and the API server's certificate

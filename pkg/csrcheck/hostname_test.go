@@ -2,6 +2,7 @@ package csrcheck
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -13,9 +14,11 @@ import (
 // own request for them is refused. A name only a "*" pattern allows is not
 // the requester's by identity: another Node listing it still holds it.
 func TestHostnameSquatting(t *testing.T) {
-	policy := Policy{DNSPatterns: []string{"{node}.nodes.example.com", "*.compute.example.com"}, ClusterDomain: "cluster.local"}
+	policy := Policy{DNSPatterns: []string{"{node}.nodes.example.com", "*.nodes.example.com", "*.compute.example.com"}, ClusterDomain: "cluster.local"}
+	// Names as the coordinator gives them: each Node's name, and what its
+	// name is by a "{node}" pattern (IdentityOwners).
 	squatted := Facts{
-		Names: map[string]string{"squat-v": "squat-v", "squat-m": "squat-m"},
+		Names: map[string]string{"squat-v": "squat-v", "squat-m": "squat-m", "squat-v.nodes.example.com": "squat-v"},
 		Hostnames: map[string]string{
 			"squat-v": "squat-m", "squat-v.nodes.example.com": "squat-m", "ip-10-0-0-1.compute.example.com": "squat-m",
 		},
@@ -36,7 +39,7 @@ func TestHostnameSquatting(t *testing.T) {
 		{"own {node} name, squatted", "squat-v", "squat-v.nodes.example.com", ok, ""},
 		{"a * pattern name another Node lists stays held", "squat-v", "ip-10-0-0-1.compute.example.com", held, "squat-m's Hostname"},
 		{"the squatter asks for the victim's name", "squat-m", "squat-v", refused, "Node squat-v's name"},
-		{"the squatter asks for the victim's {node} name", "squat-m", "squat-v.nodes.example.com", refused, "matches no allowed pattern"},
+		{"the squatter asks for the victim's {node} name, which a * pattern allows", "squat-m", "squat-v.nodes.example.com", refused, "Node squat-v's name"},
 		{"the squatter's own {node} name", "squat-m", "squat-m.nodes.example.com", ok, ""},
 		// Identity never lifts a refusal made before it.
 		{"own name, reserved", "cp-1", "cp-1", refused, "name of the API server"},
@@ -80,6 +83,32 @@ func TestFromIdentity(t *testing.T) {
 	} {
 		if got := FromIdentity(c.name, c.node, policy); got != c.want {
 			t.Errorf("FromIdentity(%q, %q) = %v, want %v", c.name, c.node, got, c.want)
+		}
+	}
+}
+
+func TestIdentityOwners(t *testing.T) {
+	policy := Policy{DNSPatterns: []string{"{node}.nodes.example.com", "node-{node}.example.com", "*.{node}.example.com", "*.compute.example.com", "{node}"}}
+	for _, c := range []struct {
+		name string
+		want []string
+	}{
+		{"n1", []string{"n1"}},
+		{"N1.Nodes.Example.com", []string{"n1.nodes.example.com", "n1"}},
+		{"node-n1.example.com", []string{"node-n1.example.com", "n1"}},
+		{"x.n1.nodes.example.com", []string{"x.n1.nodes.example.com", "x.n1"}},
+		{".nodes.example.com", []string{".nodes.example.com"}}, // no empty node name
+		{"a.n1.example.com", []string{"a.n1.example.com"}},     // a "*" pattern binds no identity
+		{"ip-1.compute.example.com", []string{"ip-1.compute.example.com"}},
+	} {
+		got := IdentityOwners(c.name, policy)
+		if !slices.Equal(got, c.want) {
+			t.Errorf("IdentityOwners(%q) = %q, want %q", c.name, got, c.want)
+		}
+		for _, owner := range got[1:] {
+			if !FromIdentity(c.name, owner, policy) {
+				t.Errorf("IdentityOwners(%q) names %s, whose identity does not give it the name", c.name, owner)
+			}
 		}
 	}
 }
