@@ -568,8 +568,9 @@ func (c *Coordinator) release() {
 	c.log.Info("workers drained; released the lease")
 }
 
-// lead rebuilds the allocator from every Node's spec.podCIDRs, then runs the
-// workers until leadership ends.
+// lead rebuilds the allocator from every Node's spec.podCIDRs, releases the
+// records of Nodes deleted while no coordinator led, then runs the workers
+// until leadership ends.
 func (c *Coordinator) lead(ctx context.Context) {
 	start := time.Now()
 	c.m.Leader.Set(1)
@@ -594,6 +595,27 @@ func (c *Coordinator) lead(ctx context.Context) {
 		c.log.Error("cannot build the allocator", "err", err)
 		c.setReady(err)
 		return
+	}
+	// Before any worker decides: records of Nodes deleted while no
+	// coordinator led release their claims, as nodeGone would have.
+	for {
+		n, err := c.reconcileRecords(ctx, nodes)
+		if err == nil {
+			if n > 0 {
+				c.log.Info("released the records of Nodes deleted while no coordinator led", "records", n)
+			}
+			break
+		}
+		c.setReady(fmt.Errorf("leader: reconciling NodeRecords with Nodes: %w", err))
+		c.log.Warn("cannot reconcile NodeRecords with Nodes; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(apiProbe):
+		}
+		if fresh, err := c.listFresh(ctx); err == nil {
+			nodes = fresh
+		}
 	}
 	took := time.Since(start)
 	c.m.RebuildSeconds.Set(took.Seconds())

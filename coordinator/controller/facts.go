@@ -143,16 +143,21 @@ func hasLabel(node *corev1.Node, key string) bool {
 	return ok
 }
 
-// names maps each of the DNS names that is a Node's name to that Node
-// (authenticated: a node creates only its own Node), and each that another
-// Node lists as its Hostname (node-written: a conflict to hold, never a
-// reason to deny) to that Node.
+// names maps each of the DNS names that is a Node's name, or that a
+// "{node}" pattern gives another Node by its name (csrcheck.IdentityOwners),
+// to that Node (authenticated: a node creates only its own Node), and each
+// that another Node lists as its Hostname (node-written: a conflict to
+// hold, never a reason to deny) to that Node.
 func (c *Coordinator) names(dns []string, self string) (names, hosts map[string]string) {
 	names, hosts = map[string]string{}, map[string]string{}
 	for _, n := range dns {
 		lower := strings.ToLower(n)
 		if node, err := c.nodes.Get(lower); err == nil {
 			names[lower] = node.Name
+			continue
+		}
+		if owner := c.identityOwner(lower, self); owner != "" {
+			names[lower] = owner
 			continue
 		}
 		objs, _ := c.nodeIndex.ByIndex(byHostname, lower)
@@ -164,6 +169,21 @@ func (c *Coordinator) names(dns []string, self string) (names, hosts map[string]
 		}
 	}
 	return names, hosts
+}
+
+// identityOwner is the other Node whose name a "{node}" pattern turns into
+// name, "" when none exists or self is one of them.
+func (c *Coordinator) identityOwner(name, self string) string {
+	owners := csrcheck.IdentityOwners(name, c.policy)
+	if slices.Contains(owners, self) {
+		return ""
+	}
+	for _, o := range owners[1:] {
+		if node, err := c.nodes.Get(o); err == nil {
+			return node.Name
+		}
+	}
+	return ""
 }
 
 // hostnames indexes Nodes by their Hostname addresses.

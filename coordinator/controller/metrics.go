@@ -21,6 +21,9 @@ type Metrics struct {
 	PodCIDRConflicts prometheus.Counter
 	NodesWaiting     prometheus.Gauge
 	Contested        *prometheus.CounterVec
+	// RecordsReconciled counts records a new leader released: their Node
+	// was deleted while no coordinator led.
+	RecordsReconciled prometheus.Counter
 }
 
 // NewMetrics registers the series with reg (nil: unregistered).
@@ -74,10 +77,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "nodeinit_coordinator_contested_claims_total",
 			Help: "Times a Node was refused an address or node prefix because another Node holds it (kind: address, prefix); the victim's Node carries an Event naming the holder.",
 		}, []string{"kind"}),
+		RecordsReconciled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nodeinit_coordinator_records_reconciled_total",
+			Help: "NodeRecords whose Node was deleted (or re-created) while no coordinator led, released (claims, prefix, grants) when a leader started.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Leader, m.Allocations, m.PoolSegments, m.CSRDecisions, m.GrantsRefused, m.NodeInitTime, m.NodeWrites, m.RebuildSeconds,
-			m.MalformedReports, m.AddressesRefused, m.FloodGuard, m.PendingCSRs, m.NotAdopted, m.PodCIDRConflicts, m.NodesWaiting, m.Contested)
+			m.MalformedReports, m.AddressesRefused, m.FloodGuard, m.PendingCSRs, m.NotAdopted, m.PodCIDRConflicts, m.NodesWaiting, m.Contested, m.RecordsReconciled)
 	}
 	return m
 }

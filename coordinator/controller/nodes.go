@@ -348,21 +348,60 @@ func (c *Coordinator) nodeGone(ctx context.Context, name string) error {
 	if err != nil || rec == nil {
 		return err
 	}
-	kept := records.Survives(rec.Spec)
-	kept.NodeUID = rec.Spec.NodeUID
-	if kept.Equal(rec.Spec) {
-		return nil
+	released, err := c.releaseRecord(ctx, rec)
+	if released {
+		c.log.Info("released a deleted node's recorded addresses", "node", name)
 	}
-	if _, err := c.records.Put(ctx, &records.Record{Name: name, ResourceVersion: rec.ResourceVersion, Spec: kept}); err != nil {
+	return err
+}
+
+// releaseRecord reduces a record whose Node object is gone to what survives
+// it (records.Released): its claims, prefix and grants go. It writes only
+// when that changes the record; a record deleted meanwhile is no error.
+func (c *Coordinator) releaseRecord(ctx context.Context, rec *records.Record) (released bool, err error) {
+	kept := records.Released(rec.Spec)
+	if kept.Equal(rec.Spec) {
+		return false, nil
+	}
+	if _, err := c.records.Put(ctx, &records.Record{Name: rec.Name, ResourceVersion: rec.ResourceVersion, Spec: kept}); err != nil {
 		c.m.NodeWrites.WithLabelValues("record", "error").Inc()
 		if apierrors.IsNotFound(err) {
-			return nil
+			return false, nil
 		}
-		return err
+		return false, err
 	}
 	c.m.NodeWrites.WithLabelValues("record", "ok").Inc()
-	c.log.Info("released a deleted node's recorded addresses", "node", name)
-	return nil
+	return true, nil
+}
+
+// reconcileRecords releases, as nodeGone would have, the records whose Node
+// was deleted (or deleted and registered again) while no coordinator led:
+// without it their claims would hold addresses and prefixes forever. It
+// decides from fresh lists of Nodes and records (records.Orphaned) and
+// returns how many it released; a conflict (someone wrote meanwhile) is an
+// error for the caller to retry.
+func (c *Coordinator) reconcileRecords(ctx context.Context, nodes []corev1.Node) (int, error) {
+	recs, err := c.records.List(ctx)
+	if err != nil {
+		return 0, err
+	}
+	uids := make(map[string]string, len(nodes))
+	for i := range nodes {
+		uids[nodes[i].Name] = string(nodes[i].UID)
+	}
+	n := 0
+	for _, rec := range records.Orphaned(recs, uids) {
+		released, err := c.releaseRecord(ctx, rec)
+		if err != nil {
+			return n, err
+		}
+		if released {
+			n++
+			c.m.RecordsReconciled.Inc()
+			c.log.Info("released the claims of a Node deleted while no coordinator led", "node", rec.Name, "recordedUID", rec.Spec.NodeUID, "nodeUID", uids[rec.Name])
+		}
+	}
+	return n, nil
 }
 
 // claimRetry is how often a Node whose addresses another Node holds is

@@ -182,6 +182,36 @@ func Survives(s Spec) Spec {
 	return Spec{AgentKey: s.AgentKey, AgentKeyEnrolled: s.AgentKeyEnrolled, Serving: s.Serving, EnrolUID: s.EnrolUID, PendingAgentKey: s.PendingAgentKey}
 }
 
+// Released is what a record keeps once the Node object it describes is
+// gone: what Survives, and the UID of that object (so a later object of the
+// name is known to be another one).
+func Released(s Spec) Spec {
+	kept := Survives(s)
+	kept.NodeUID = s.NodeUID
+	return kept
+}
+
+// Orphaned returns the records whose Node object is gone, which must be
+// reduced to Released: no Node of the name exists (nodes maps each Node's
+// name to its UID), or the Node that exists is another object than the one
+// recorded. A record without a NodeUID describes whichever Node has the
+// name. Records that already hold nothing more than Released are left out:
+// no write without a diff. It is how a leader catches up with deletions no
+// coordinator saw.
+func Orphaned(recs []*Record, nodes map[string]string) []*Record {
+	var out []*Record
+	for _, r := range recs {
+		uid, exists := nodes[r.Name]
+		if exists && (r.Spec.NodeUID == "" || r.Spec.NodeUID == uid) {
+			continue
+		}
+		if !Released(r.Spec).Equal(r.Spec) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // MayEnrolOnFirstUse is the enrolment invariant: only the first Node object
 // ever seen under a name enrols an agent key without an admin, and only if
 // the coordinator saw it join (uninitialized) or adopts it now on the

@@ -276,6 +276,31 @@ func (s *Store) Put(ctx context.Context, r *Record) (*Record, error) {
 	return clone(rec), nil
 }
 
+// List reads every record from the API server, in pages: a fresh list, not
+// this replica's cache (a new leader decides from what the previous one
+// last wrote).
+func (s *Store) List(ctx context.Context) ([]*Record, error) {
+	var out []*Record
+	opts := metav1.ListOptions{Limit: 500}
+	for {
+		list, err := s.client.List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("listing NodeRecords: %w", err)
+		}
+		for i := range list.Items {
+			r, err := FromUnstructured(&list.Items[i])
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, r)
+		}
+		if list.GetContinue() == "" {
+			return out, nil
+		}
+		opts.Continue = list.GetContinue()
+	}
+}
+
 // Installed says whether the NodeRecord resource exists on the API server.
 func (s *Store) Installed(ctx context.Context) error {
 	_, err := s.client.List(ctx, metav1.ListOptions{Limit: 1})

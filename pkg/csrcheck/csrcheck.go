@@ -90,7 +90,8 @@ type Facts struct {
 	Seen map[netip.Addr]time.Duration
 	// Names maps Node names (lower-case) to that Node: another Node's name
 	// is never certified. Hostnames maps another Node's Hostname to it: a
-	// name another Node lists is held pending, never decided on.
+	// name another Node lists is held pending, never decided on, unless
+	// the requester's identity gives it the name (FromIdentity).
 	Names, Hostnames map[string]string
 	// ReservedNames are names no certificate ever carries, whoever asks,
 	// even as a node's own name: the admin's csr.reservedNames.
@@ -506,7 +507,7 @@ func CheckDNSSAN(name, node string, facts Facts, policy Policy) error {
 	if owner := facts.Names[lower]; owner != "" && owner != node {
 		return fmt.Errorf("DNS SAN %q is Node %s's name", name, owner)
 	}
-	if lower == strings.ToLower(node) {
+	if FromIdentity(lower, node, policy) {
 		return nil
 	}
 	if owner := facts.Hostnames[lower]; owner != "" && owner != node {
@@ -518,6 +519,48 @@ func CheckDNSSAN(name, node string, facts Facts, policy Policy) error {
 		}
 	}
 	return fmt.Errorf("DNS SAN %q is not the node's name and matches no allowed pattern (csr.allowedDNSNames)", name)
+}
+
+// FromIdentity reports whether a DNS name is given to node by its
+// authenticated identity (system:node:<node>): the node's own name, or a
+// name an admin pattern derives from it ("{node}" substituted, no "*").
+// Another Node listing such a name as its Hostname holds nothing: names
+// come from the requester's identity, so the squatter's listing loses, not
+// the requester's CSR. Reserved names and other Nodes' names are refused
+// before this is asked.
+func FromIdentity(name, node string, policy Policy) bool {
+	lower := strings.ToLower(name)
+	if lower == strings.ToLower(node) {
+		return true
+	}
+	for _, p := range policy.DNSPatterns {
+		if strings.Contains(p, "{node}") && !strings.Contains(p, "*") && MatchDNSPattern(p, node, lower) {
+			return true
+		}
+	}
+	return false
+}
+
+// IdentityOwners are the node names whose identity gives them name
+// (FromIdentity, the inverse): the name itself, and the name each "{node}"
+// pattern without "*" derives it from. Such a name is refused to every
+// requester but these, when one of them is a Node: a squatter cannot take
+// another Node's name through a "*" pattern either.
+func IdentityOwners(name string, policy Policy) []string {
+	lower := strings.ToLower(name)
+	out := []string{lower}
+	for _, p := range policy.DNSPatterns {
+		before, after, ok := strings.Cut(strings.ToLower(p), "{node}")
+		if !ok || strings.Contains(p, "*") || strings.Contains(after, "{node}") {
+			continue
+		}
+		node, hasPrefix := strings.CutPrefix(lower, before)
+		node, hasSuffix := strings.CutSuffix(node, after)
+		if hasPrefix && hasSuffix && node != "" && len(validation.IsDNS1123Subdomain(node)) == 0 && !slices.Contains(out, node) {
+			out = append(out, node)
+		}
+	}
+	return out
 }
 
 // ReservedName refuses a DNS name no certificate for node may
