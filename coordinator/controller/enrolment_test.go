@@ -21,8 +21,8 @@ import (
 // CSR is held meanwhile and approved afterwards.
 func TestEnrolmentApprove(t *testing.T) {
 	startCoordinator(t, "enrol", ipamSettings+"  enrolment: approve\n")
-	n := register(t, "enrol-a", "10.0.6.1")
-	n.publish(t, report{providerID: "talos://metal/10.0.6.1"})
+	n := register(t, "enrol-a", "10.0.26.1")
+	n.publish(t, report{providerID: "talos://metal/10.0.26.1"})
 	waitFor(t, 10*time.Second, "enrol-a initialized", func() bool { return initialized(get(t, "enrol-a")) })
 	waitFor(t, 10*time.Second, "AgentKeyNotEnrolled Event", func() bool { return len(events(t, "enrol-a", "AgentKeyNotEnrolled")) > 0 })
 	key := contract.EncodeAgentKey(n.key.Public().(ed25519.PublicKey))
@@ -40,7 +40,7 @@ func TestEnrolmentApprove(t *testing.T) {
 	}
 
 	time.Sleep(time.Second) // csr.minAddressAge
-	n.csr(t, "enrol-a-serving", []string{"enrol-a"}, []string{"10.0.6.1"})
+	n.csr(t, "enrol-a-serving", []string{"enrol-a"}, []string{"10.0.26.1"})
 	waitFor(t, 10*time.Second, "NoEnrolledAgentKey Event", func() bool { return len(events(t, "enrol-a-serving", "NoEnrolledAgentKey")) > 0 })
 	if c, decided := condition(t, "enrol-a-serving"); decided {
 		t.Fatalf("decided before the admin enrolled the key: %+v", c)

@@ -17,6 +17,11 @@ import (
 // never count, so an honest node's CSR is still approved, and nothing says
 // approval is paused.
 func TestFloodGuardCountsNodes(t *testing.T) {
+	// The guard counts every pending serving CSR in the cluster: those
+	// earlier tests left pending (from Nodes) would pause it by themselves.
+	if err := admin().CertificatesV1().CertificateSigningRequests().DeleteCollection(t.Context(), metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	startCoordinator(t, "flood-nodes", ipamSettings+"  maxPending: 2\n")
 	for i := range 4 {
 		name := fmt.Sprintf("ghost-%d", i)
