@@ -13,7 +13,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -52,11 +54,42 @@ func stamp(files []string) string {
 	return string(b)
 }
 
+// complete refuses a kubeconfig caught mid-write. Neither the kubelet nor
+// Talos (1.14, controllers/k8s/kubelet_kubeconfig.go) write it atomically,
+// and a truncated file can still parse: it must name its current context,
+// and that context a cluster with a server and a user with credentials
+// (Talos's own check, plus the fields a client needs).
+func complete(raw []byte) error {
+	kc, err := clientcmd.Load(raw)
+	if err != nil {
+		return err
+	}
+	ctx := kc.Contexts[kc.CurrentContext]
+	if kc.CurrentContext == "" || ctx == nil {
+		return errors.New("no current context (being written?)")
+	}
+	cluster, user := kc.Clusters[ctx.Cluster], kc.AuthInfos[ctx.AuthInfo]
+	switch {
+	case cluster == nil || cluster.Server == "":
+		return fmt.Errorf("context %q has no cluster with a server (being written?)", kc.CurrentContext)
+	case user == nil:
+		return fmt.Errorf("context %q has no user (being written?)", kc.CurrentContext)
+	case (user.ClientCertificate == "" && len(user.ClientCertificateData) == 0) != (user.ClientKey == "" && len(user.ClientKeyData) == 0):
+		return fmt.Errorf("user %q has a client certificate without a key, or a key without one (being written?)", ctx.AuthInfo)
+	case user.ClientCertificate == "" && len(user.ClientCertificateData) == 0 && user.Token == "" && user.TokenFile == "" && user.Exec == nil:
+		return fmt.Errorf("user %q has no credentials (being written?)", ctx.AuthInfo)
+	}
+	return nil
+}
+
 // Load reads the kubeconfig and every file it references, inlining them.
 func Load(path string) (Loaded, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return Loaded{}, fmt.Errorf("reading kubeconfig: %w", err)
+	}
+	if err := complete(raw); err != nil {
+		return Loaded{}, fmt.Errorf("kubeconfig %s: %w", path, err)
 	}
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(raw)
 	if err != nil {
@@ -77,6 +110,7 @@ func Load(path string) (Loaded, error) {
 	}
 	files := []string{path}
 	t := &cfg.TLSClientConfig
+	hasCert, hasCA := t.CertFile != "" || len(t.CertData) > 0, t.CAFile != "" || len(t.CAData) > 0
 	for _, f := range []struct {
 		file *string
 		data *[]byte
@@ -91,10 +125,14 @@ func Load(path string) (Loaded, error) {
 		sum.Write(*f.data)
 		sum.Write([]byte{0})
 	}
-	if len(t.CertData) > 0 {
+	// A referenced file caught mid-write (empty, or cut) is no credential.
+	if hasCert {
 		if _, err := tls.X509KeyPair(t.CertData, t.KeyData); err != nil {
 			return Loaded{}, fmt.Errorf("kubeconfig %s: client certificate and key: %w", path, err)
 		}
+	}
+	if hasCA && !x509.NewCertPool().AppendCertsFromPEM(t.CAData) {
+		return Loaded{}, fmt.Errorf("kubeconfig %s: the certificate authority holds no certificate (being written?)", path)
 	}
 	return Loaded{Config: cfg, Fingerprint: hex.EncodeToString(sum.Sum(nil)), files: files}, nil
 }

@@ -5,8 +5,10 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/pem"
 	"math/big"
 	"os"
@@ -14,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/rest"
 )
 
 func selfSigned(t *testing.T, cn string) []byte {
@@ -143,4 +147,89 @@ func TestStamp(t *testing.T) {
 	if stamp([]string{filepath.Join(dir, "missing")}) != "" {
 		t.Error("a missing file must not have a stamp")
 	}
+}
+
+// Talos 1.14 (internal/app/machined/pkg/controllers/k8s/kubelet_kubeconfig.go)
+// says it plainly: neither the kubelet nor Talos write the kubeconfig
+// atomically, and rotation rewrites the certificate in place too. A reading
+// caught mid-write must never be taken for credentials: Load either fails
+// (and Watch keeps the last good ones) or returns exactly the complete ones.
+// Kubeconfigs as Talos writes them (file references, block style) and
+// inline ones, cut at every byte; the certificate and key file too.
+func TestTornWritesAreNeverCredentials(t *testing.T) {
+	dir := t.TempDir()
+	certFile := filepath.Join(dir, "kubelet-client-current.pem")
+	pemBytes := selfSigned(t, "system:node:n")
+	if err := os.WriteFile(certFile, pemBytes, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	talosStyle := `apiVersion: v1
+kind: Config
+clusters:
+- cluster:
+    certificate-authority-data: ` + base64.StdEncoding.EncodeToString(pemBytes[:strings.Index(string(pemBytes), "-----BEGIN EC")]) + `
+    server: https://127.0.0.1:6443
+  name: local
+contexts:
+- context:
+    cluster: local
+    namespace: default
+    user: kubelet
+  name: kubelet@local
+current-context: kubelet@local
+preferences: {}
+users:
+- name: kubelet
+  user:
+    client-certificate: ` + certFile + `
+    client-key: ` + certFile + `
+`
+	kc := filepath.Join(dir, "kubeconfig")
+	for _, full := range []string{talosStyle, strings.ReplaceAll(kubeconfig, "CERT", certFile)} {
+		if err := os.WriteFile(kc, []byte(full), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		want, err := Load(kc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for cut := range len(full) {
+			if err := os.WriteFile(kc, []byte(full[:cut]), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := Load(kc); err == nil && !sameCredentials(got, want) {
+				t.Fatalf("the kubeconfig cut at byte %d/%d was taken for credentials (server %q, certificate %d bytes): %q",
+					cut, len(full), got.Config.Host, len(got.Config.CertData), full[:cut])
+			}
+		}
+		if err := os.WriteFile(kc, []byte(full), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for cut := range len(pemBytes) {
+			if err := os.WriteFile(certFile, pemBytes[:cut], 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := Load(kc); err == nil && !sameCredentials(got, want) {
+				t.Fatalf("the certificate file cut at byte %d/%d was taken for credentials", cut, len(pemBytes))
+			}
+		}
+		if err := os.WriteFile(certFile, pemBytes, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// sameCredentials: what a client would use (a cut that drops only the final
+// newline is the same kubeconfig).
+func sameCredentials(a, b Loaded) bool {
+	x, y := a.Config, b.Config
+	der := func(c *rest.Config) string {
+		pair, err := tls.X509KeyPair(c.CertData, c.KeyData)
+		if err != nil {
+			return "none: " + err.Error()
+		}
+		return string(pair.Certificate[0])
+	}
+	return x.Host == y.Host && der(x) == der(y) && strings.TrimSpace(string(x.CAData)) == strings.TrimSpace(string(y.CAData)) &&
+		x.BearerToken == y.BearerToken && x.Insecure == y.Insecure
 }
