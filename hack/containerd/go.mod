@@ -1,0 +1,9 @@
+// Module containerd builds containerd 2.x and its runc shim from containerd's
+// own module, at the version Talos v1.14.1 ships (its go.mod): Debian's
+// containerd 1.6 cannot read Talos's `version = 3` configuration. Separate
+// from the project's go.mod on purpose.
+module github.com/talos-nodeinit/talos-nodeinit/hack/containerd
+
+go 1.26.5
+
+require github.com/containerd/containerd/v2 v2.3.5
