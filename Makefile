@@ -12,7 +12,7 @@ KUBE_VERSION ?= 1.36
 export KUBE_VERSION
 KT = KUBE_TOOLS_DIR=$$(hack/kube-tools/build.sh 2>/dev/null)
 
-.PHONY: help build test test-compat fuzz lint kube-tools demo clean bench-units bench bench-scale extension images
+.PHONY: help build test test-compat fuzz lint kube-tools demo clean bench-units bench bench-scale extension images e2e-talos
 
 help: ## list targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
@@ -31,7 +31,7 @@ kube-tools: ## build (or reuse from cache) etcd, kube-apiserver, kube-controller
 	@hack/kube-tools/build.sh
 
 test: kube-tools ## all Go tests against the real control plane (needs root for netns tests); -race except hack/bench's fault tests, whose storms are timed
-	$(KT) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v -e /hack/bench -e /hack/realnode)
+	$(KT) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v -e /hack/bench -e /hack/realnode -e /hack/talosnode)
 	$(KT) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./hack/bench
 	$(GO) -C hack/machined test -count=1 ./...   # the stand-in's rules are still machined's own
 
@@ -90,6 +90,10 @@ test-manifests: kube-tools ## the manifest, the Talos patch and the Helm chart a
 
 E2E_BINS = kube-apiserver kube-controller-manager etcd kube-scheduler kubelet
 .PHONY: e2e
+e2e-talos: ## Talos's own machined v1.14.1 as a container-mode worker (as root): machined and containerd 2.x built from their modules (cached), the extension installed as Talos's installer lays it out
+	command -v runc >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc)
+	$(GO) test -count=1 -timeout 20m -v ./hack/talosnode
+
 e2e: images ## real nodes (as root): containerd + runc (apt), the real kubelet and scheduler; coordinator/deploy as pods, the agent beside each kubelet and as a static pod; local images only
 	hack/realnode/setup.sh
 	KUBE_TOOLS_BINS="$(E2E_BINS)" hack/kube-tools/build.sh >/dev/null

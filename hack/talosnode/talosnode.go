@@ -1,0 +1,431 @@
+// Package talosnode runs Talos's own machined (hack/talos: v1.14.1, built
+// from Talos's module) as PID 1 of a node in container mode, as
+// `talosctl cluster create --provisioner docker` runs a Talos container,
+// without Docker: its own PID, mount, UTS, IPC and cgroup namespaces
+// (unshare), a network namespace with one veth, the rootfs layout and
+// placeholders of Talos's Dockerfile, the mounts of Talos's docker
+// provisioner (pkg/provision/providers/docker/node.go), and
+// PLATFORM=container with the machine config in USERDATA.
+//
+// hack/talos/CONTAINER-MODE.md lists what each piece stands for; the
+// README's "Real machined" section lists what differs from a Talos node.
+package talosnode
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/syncbuf"
+)
+
+// Parts are the binaries a node is made of.
+type Parts struct {
+	Machined   string // hack/talos/build.sh
+	Containerd string // the directory hack/containerd/build.sh prints
+	Runc       string // the host's runc (Debian's), copied with its libraries
+	TalosSrc   string // Talos's module source, for its containerd configs
+}
+
+// Build builds (or reuses from the cache) what a node needs. root is the
+// repository's root.
+func Build(t testing.TB, root string) Parts {
+	t.Helper()
+	run := func(script string) string {
+		cmd := exec.Command(filepath.Join(root, script))
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s: %v", script, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	p := Parts{Machined: run("hack/talos/build.sh"), Containerd: run("hack/containerd/build.sh")}
+	var err error
+	if p.Runc, err = exec.LookPath("runc"); err != nil {
+		t.Fatal("runc is not installed: apt-get install runc (make e2e-talos does)")
+	}
+	cmd := exec.Command("go", "mod", "download", "-json", "github.com/siderolabs/talos")
+	cmd.Dir = filepath.Join(root, "hack/talos")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("locating Talos's module: %v", err)
+	}
+	var mod struct{ Dir string }
+	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
+		t.Fatalf("locating Talos's module: %v (%s)", err, out)
+	}
+	p.TalosSrc = mod.Dir
+	return p
+}
+
+// Extension is a system extension as Talos's installer lays it out: its
+// service spec at /usr/local/etc/containers/<name>.yaml and its rootfs at
+// /usr/local/lib/containers/<name>/.
+type Extension struct {
+	Name string
+	Spec []byte
+	// Files are the extension rootfs's files: path (relative) → source file.
+	Files map[string]string
+}
+
+// Config describes one node.
+type Config struct {
+	Name string
+	// Address is the node's eth0 address (a /24); the host end of its veth
+	// gets .1 of that network.
+	Address    string
+	MachineCfg []byte // the v1alpha1 machine config (USERDATA)
+	Extensions []Extension
+}
+
+// Node is a running node.
+type Node struct {
+	cfg     Config
+	dir     string
+	netns   string
+	cmd     *exec.Cmd
+	Console *syncbuf.Buffer // machined's console (its log)
+	done    chan struct{}
+}
+
+// Start lays out the rootfs and boots machined. The node stops when the
+// test ends.
+func Start(t *testing.T, p Parts, cfg Config) *Node {
+	t.Helper()
+	n := &Node{cfg: cfg, dir: t.TempDir(), netns: "tn-" + strconv.Itoa(os.Getpid()) + "-" + cfg.Name, Console: &syncbuf.Buffer{}, done: make(chan struct{})}
+	root := filepath.Join(n.dir, "rootfs")
+	if err := layout(root, p, cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"state/var", "state/state", "state/opt"} {
+		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := n.network(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", n.netns).Run() })
+
+	// The docker provisioner's container, by hand: namespaces, then the
+	// mounts Docker and the provisioner make, then machined as PID 1.
+	script := strings.Join([]string{
+		"set -e",
+		"R=" + root + "; D=" + n.dir,
+		"mount --make-rprivate /",
+		"mount --bind $R $R",
+		"mount -t proc proc $R/proc",
+		"mount --rbind /dev $R/dev",
+		"mount -t sysfs sysfs $R/sys",
+		"mount -t tmpfs tmpfs $R/sys/fs/cgroup",
+		"for c in cpu cpuacct memory pids devices freezer blkio cpuset hugetlb net_cls net_prio perf_event; do mkdir -p $R/sys/fs/cgroup/$c; mount -t cgroup -o $c cgroup $R/sys/fs/cgroup/$c 2>/dev/null || rmdir $R/sys/fs/cgroup/$c; done",
+		"mount -t tmpfs tmpfs $R/run; mount -t tmpfs tmpfs $R/system; mount -t tmpfs tmpfs $R/tmp",
+		"mkdir -p $R/system/state",
+		"mount --bind $D/state/var $R/var; mount --bind $D/state/state $R/system/state; mount --bind $D/state/opt $R/opt",
+		"hostname " + cfg.Name,
+		"cd $R; mkdir -p .oldroot; pivot_root . .oldroot; cd /",
+		// The old root is the host's: nothing of it stays visible (umount
+		// runs from it, through its own loader).
+		"/.oldroot/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 --library-path /.oldroot/usr/lib/x86_64-linux-gnu /.oldroot/usr/bin/umount -l /.oldroot",
+		`for v in $(compgen -e); do [ "$v" = USERDATA ] || unset "$v"; done`,
+		"export PLATFORM=container",
+		"exec /sbin/init",
+	}, "\n")
+	// Its own cgroup in every hierarchy: the cgroup namespace's root, under
+	// which machined makes /init, /system, /podruntime, /taloscontainers,
+	// all removed with the node.
+	cgroups, err := n.cgroups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { removeCgroups(cgroups) })
+	enter := ""
+	for _, c := range cgroups {
+		enter += "echo $$ > " + c + "/cgroup.procs; "
+	}
+	n.cmd = exec.Command("sh", "-c", enter+`exec "$@"`, "sh", "nsenter", "--net=/var/run/netns/"+n.netns, "unshare", "--pid", "--mount", "--uts", "--ipc", "--cgroup", "--fork", "--propagation", "private", "--kill-child", "--", "bash", "-c", script)
+	n.cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "USERDATA=" + base64.StdEncoding.EncodeToString(cfg.MachineCfg)}
+	n.cmd.Stdout, n.cmd.Stderr = n.Console, n.Console
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := n.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = n.cmd.Wait(); close(n.done) }()
+	t.Cleanup(func() {
+		n.Stop()
+		if t.Failed() {
+			t.Logf("machined's console (%s):\n%s", cfg.Name, tail(n.Console.String(), 120))
+		}
+	})
+	return n
+}
+
+// cgroups makes the node's cgroup in every mounted hierarchy.
+func (n *Node) cgroups() ([]string, error) {
+	mounts, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, line := range strings.Split(string(mounts), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 || (f[2] != "cgroup" && f[2] != "cgroup2") || !strings.HasPrefix(f[1], "/sys/fs/cgroup") {
+			continue
+		}
+		self, err := ownCgroup(f[1], f[2] == "cgroup2", f[3])
+		if err != nil {
+			return nil, err
+		}
+		dir := filepath.Join(f[1], self, n.netns)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		out = append(out, dir)
+	}
+	return out, nil
+}
+
+// ownCgroup is this process's cgroup in the hierarchy mounted at mnt.
+func ownCgroup(mnt string, v2 bool, opts string) (string, error) {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if v2 && parts[0] == "0" && parts[1] == "" {
+			return parts[2], nil
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			if !v2 && c != "" && slices.Contains(strings.Split(opts, ","), c) {
+				return parts[2], nil
+			}
+		}
+	}
+	return "/", nil
+}
+
+// removeCgroups removes the node's cgroups, deepest first.
+func removeCgroups(dirs []string) {
+	for _, d := range dirs {
+		var all []string
+		_ = filepath.WalkDir(d, func(p string, e os.DirEntry, err error) error {
+			if err == nil && e.IsDir() {
+				all = append(all, p)
+			}
+			return nil
+		})
+		for _, p := range slices.Backward(all) {
+			_ = os.Remove(p)
+		}
+	}
+}
+
+// network makes the node's network namespace and its veth.
+func (n *Node) network() error {
+	addr := n.cfg.Address
+	host := addr[:strings.LastIndex(addr, ".")] + ".1"
+	hostLink := "tnh" + strconv.Itoa(os.Getpid()%100000)
+	for _, args := range [][]string{
+		{"netns", "add", n.netns},
+		{"link", "add", hostLink, "type", "veth", "peer", "name", "eth0", "netns", n.netns},
+		{"addr", "add", host + "/24", "dev", hostLink},
+		{"link", "set", hostLink, "up"},
+		{"-n", n.netns, "addr", "add", addr + "/24", "dev", "eth0"},
+		{"-n", n.netns, "link", "set", "eth0", "up"},
+		{"-n", n.netns, "link", "set", "lo", "up"},
+		{"-n", n.netns, "route", "add", "default", "via", host},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	return nil
+}
+
+// Stop ends the node: SIGTERM to machined (its shutdown sequence), then,
+// after a grace period, SIGKILL to the PID namespace's init, which ends
+// every process in it; unshare --kill-child covers the rest.
+func (n *Node) Stop() {
+	select {
+	case <-n.done:
+		return
+	default:
+	}
+	if pid := n.machinedPID(); pid > 0 {
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+		select {
+		case <-n.done:
+			return
+		case <-time.After(5 * time.Second):
+		}
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
+	<-n.done
+}
+
+// machinedPID is machined's PID in the host's namespace: unshare's child.
+func (n *Node) machinedPID() int {
+	pids, err := descendants(n.cmd.Process.Pid)
+	if err != nil {
+		return 0
+	}
+	for _, pid := range pids {
+		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); strings.HasSuffix(exe, "/usr/bin/init") {
+			return pid
+		}
+	}
+	return 0
+}
+
+func descendants(pid int) ([]int, error) {
+	var out []int
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range tasks {
+		b, _ := os.ReadFile(f)
+		for _, s := range strings.Fields(string(b)) {
+			c, _ := strconv.Atoi(s)
+			out = append(out, c)
+			more, _ := descendants(c)
+			out = append(out, more...)
+		}
+	}
+	return out, nil
+}
+
+// WaitConsole waits until machined's console holds a line containing
+// every one of want, and returns it.
+func (n *Node) WaitConsole(ctx context.Context, want ...string) (string, error) {
+	for {
+		for _, line := range strings.Split(n.Console.String(), "\n") {
+			ok := true
+			for _, w := range want {
+				ok = ok && strings.Contains(line, w)
+			}
+			if ok {
+				return line, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("no console line with %q: %w", want, ctx.Err())
+		case <-n.done:
+			return "", fmt.Errorf("machined exited before a console line with %q", want)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func tail(s string, lines int) string {
+	all := strings.Split(s, "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}
+
+// layout writes the rootfs of Talos's container image (Dockerfile, stages
+// rootfs-base and talos) that a node needs here.
+func layout(root string, p Parts, cfg Config) error {
+	for _, d := range []string{
+		"usr/bin", "usr/etc", "etc/containerd", "etc/cri/conf.d/hosts", "etc/kubernetes/manifests", "etc/cni/net.d", "etc/ssl/certs",
+		"proc", "sys", "dev", "run", "system", "tmp", "var", "opt", "mnt", "boot", ".extra",
+		"usr/local/etc/containers", "usr/local/lib/containers", "usr/local/share", "usr/lib/firmware", "usr/share/zoneinfo/Etc",
+		"etc/selinux/targeted/contexts/files", "opt/containerd/bin", "opt/containerd/lib", "usr/local/lib/kubelet/credentialproviders",
+	} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			return err
+		}
+	}
+	copies := map[string]string{
+		"usr/bin/init":                    p.Machined,
+		"usr/bin/containerd":              filepath.Join(p.Containerd, "containerd"),
+		"usr/bin/containerd-shim-runc-v2": filepath.Join(p.Containerd, "containerd-shim-runc-v2"),
+		"usr/bin/runc":                    p.Runc,
+		"etc/containerd/config.toml":      filepath.Join(p.TalosSrc, "hack/containerd.toml"),
+		"etc/cri/containerd.toml":         filepath.Join(p.TalosSrc, "hack/cri-containerd.toml"),
+		"etc/cri/conf.d/00-base.part":     filepath.Join(p.TalosSrc, "hack/cri-plugin.part"),
+		"etc/ssl/certs/ca-certificates":   "/etc/ssl/certs/ca-certificates.crt",
+	}
+	for _, e := range cfg.Extensions {
+		dir := "usr/local/lib/containers/" + e.Name
+		for rel, src := range e.Files {
+			copies[filepath.Join(dir, rel)] = src
+		}
+	}
+	for dst, src := range copies {
+		if err := copyFile(src, filepath.Join(root, dst)); err != nil {
+			return err
+		}
+	}
+	// runc is Debian's, dynamically linked: its libraries come along.
+	out, err := exec.Command("ldd", p.Runc).Output()
+	if err != nil {
+		return fmt.Errorf("ldd %s: %w", p.Runc, err)
+	}
+	for _, f := range strings.Fields(string(out)) {
+		if strings.HasPrefix(f, "/") {
+			if err := copyFile(f, filepath.Join(root, f)); err != nil {
+				return err
+			}
+		}
+	}
+	files := map[string]string{
+		"usr/etc/in-container": "true\n", // the container marker
+		"etc/extensions.yaml":  "",
+		"etc/selinux/targeted/contexts/files/file_contexts": "",
+		// Real files, not bind mounts: machined's /etc overlay hides mounts under /etc.
+		"etc/hostname":    cfg.Name + "\n",
+		"etc/resolv.conf": "nameserver 127.0.0.53\n",
+		"etc/hosts":       "127.0.0.1 localhost\n",
+		"etc/os-release":  "NAME=\"Talos\"\nID=talos\nVERSION_ID=v1.14.1\nPRETTY_NAME=\"Talos (v1.14.1)\"\n",
+	}
+	for _, e := range cfg.Extensions {
+		files["usr/local/etc/containers/"+e.Name+".yaml"] = string(e.Spec)
+	}
+	for rel, content := range files {
+		if err := os.WriteFile(filepath.Join(root, rel), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	for link, target := range map[string]string{"sbin": "usr/bin", "bin": "usr/bin", "usr/bin/poweroff": "init", "usr/bin/shutdown": "init",
+		"usr/bin/reboot": "init", "usr/bin/dashboard": "init", "usr/bin/sandboxd": "init"} {
+		if err := os.Symlink(target, filepath.Join(root, link)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	st, err := os.Stat(src)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, st.Mode().Perm()|0o200)
+}
