@@ -90,9 +90,8 @@ test-manifests: kube-tools ## the manifest, the Talos patch and the Helm chart a
 
 E2E_BINS = kube-apiserver kube-controller-manager etcd kube-scheduler kubelet
 .PHONY: e2e
-e2e-talos: ## Talos's own machined v1.14.1 as a container-mode worker (as root): machined and containerd 2.x built from their modules (cached), the extension installed as Talos's installer lays it out
-	command -v runc >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc)
-	$(GO) test -count=1 -timeout 20m -v ./hack/talosnode
+e2e-talos: kube-tools ## Talos's own machined v1.14.1 as a container-mode worker (as root): machined, containerd 2.x and runc built from their modules (cached), the extension installed as Talos's installer lays it out
+	$(KT) $(GO) test -count=1 -timeout 20m -v ./hack/talosnode
 
 e2e: images ## real nodes (as root): containerd + runc (apt), the real kubelet and scheduler; coordinator/deploy as pods, the agent beside each kubelet and as a static pod; local images only
 	hack/realnode/setup.sh

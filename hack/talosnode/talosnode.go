@@ -15,7 +15,9 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,7 +35,7 @@ import (
 type Parts struct {
 	Machined   string // hack/talos/build.sh
 	Containerd string // the directory hack/containerd/build.sh prints
-	Runc       string // the host's runc (Debian's), copied with its libraries
+	Runc       string // runc from its module (hack/containerd), copied with its libraries
 	TalosSrc   string // Talos's module source, for its containerd configs
 }
 
@@ -51,10 +53,7 @@ func Build(t testing.TB, root string) Parts {
 		return strings.TrimSpace(string(out))
 	}
 	p := Parts{Machined: run("hack/talos/build.sh"), Containerd: run("hack/containerd/build.sh")}
-	var err error
-	if p.Runc, err = exec.LookPath("runc"); err != nil {
-		t.Fatal("runc is not installed: apt-get install runc (make e2e-talos does)")
-	}
+	p.Runc = filepath.Join(p.Containerd, "runc")
 	cmd := exec.Command("go", "mod", "download", "-json", "github.com/siderolabs/talos")
 	cmd.Dir = filepath.Join(root, "hack/talos")
 	out, err := cmd.Output()
@@ -103,6 +102,34 @@ type Node struct {
 // test ends.
 func Start(t *testing.T, p Parts, cfg Config) *Node {
 	t.Helper()
+	n := Prepare(t, p, cfg)
+	n.Boot(t)
+	return n
+}
+
+// StateDir is the node's own directory: state/var is its /var.
+func (n *Node) StateDir() string { return filepath.Join(n.dir, "state") }
+
+// NetNS is the name of the node's network namespace (ip netns).
+func (n *Node) NetNS() string { return n.netns }
+
+// WriteInNode writes a file at path as the node's processes see it (through
+// machined's root: /etc/kubernetes, for one, is machined's own tmpfs).
+func (n *Node) WriteInNode(path string, b []byte) error {
+	pid := n.machinedPID()
+	if pid == 0 {
+		return errors.New("machined is not running")
+	}
+	dst := filepath.Join(fmt.Sprintf("/proc/%d/root", pid), path)
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o600)
+}
+
+// Prepare lays out the node (rootfs, state, network) without booting it.
+func Prepare(t *testing.T, p Parts, cfg Config) *Node {
+	t.Helper()
 	n := &Node{cfg: cfg, dir: t.TempDir(), netns: "tn-" + strconv.Itoa(os.Getpid()) + "-" + cfg.Name, Console: &syncbuf.Buffer{}, done: make(chan struct{})}
 	root := filepath.Join(n.dir, "rootfs")
 	if err := layout(root, p, cfg); err != nil {
@@ -117,6 +144,13 @@ func Start(t *testing.T, p Parts, cfg Config) *Node {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", n.netns).Run() })
+	return n
+}
+
+// Boot starts machined as the node's PID 1.
+func (n *Node) Boot(t *testing.T) {
+	t.Helper()
+	cfg, root := n.cfg, filepath.Join(n.dir, "rootfs")
 
 	// The docker provisioner's container, by hand: namespaces, then the
 	// mounts Docker and the provisioner make, then machined as PID 1.
@@ -156,7 +190,14 @@ func Start(t *testing.T, p Parts, cfg Config) *Node {
 	}
 	n.cmd = exec.Command("sh", "-c", enter+`exec "$@"`, "sh", "nsenter", "--net=/var/run/netns/"+n.netns, "unshare", "--pid", "--mount", "--uts", "--ipc", "--cgroup", "--fork", "--propagation", "private", "--kill-child", "--", "bash", "-c", script)
 	n.cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "USERDATA=" + base64.StdEncoding.EncodeToString(cfg.MachineCfg)}
-	n.cmd.Stdout, n.cmd.Stderr = n.Console, n.Console
+	var out io.Writer = n.Console
+	if f := os.Getenv("TALOSNODE_CONSOLE"); f != "" { // a copy to follow while it runs: tail -f
+		if w, err := os.Create(f + "." + cfg.Name); err == nil {
+			t.Cleanup(func() { w.Close() })
+			out = io.MultiWriter(n.Console, w)
+		}
+	}
+	n.cmd.Stdout, n.cmd.Stderr = out, out
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := n.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -168,7 +209,6 @@ func Start(t *testing.T, p Parts, cfg Config) *Node {
 			t.Logf("machined's console (%s):\n%s", cfg.Name, tail(n.Console.String(), 120))
 		}
 	})
-	return n
 }
 
 // cgroups makes the node's cgroup in every mounted hierarchy.
@@ -376,7 +416,7 @@ func layout(root string, p Parts, cfg Config) error {
 			return err
 		}
 	}
-	// runc is Debian's, dynamically linked: its libraries come along.
+	// runc links the C library (its nsexec is C): the libraries come along.
 	out, err := exec.Command("ldd", p.Runc).Output()
 	if err != nil {
 		return fmt.Errorf("ldd %s: %w", p.Runc, err)
@@ -389,12 +429,14 @@ func layout(root string, p Parts, cfg Config) error {
 		}
 	}
 	files := map[string]string{
-		"usr/etc/in-container": "true\n", // the container marker
-		"etc/extensions.yaml":  "",
+		"usr/etc/in-container":                              "true\n", // the container marker
+		"etc/extensions.yaml":                               "",
 		"etc/selinux/targeted/contexts/files/file_contexts": "",
 		// Real files, not bind mounts: machined's /etc overlay hides mounts under /etc.
 		"etc/hostname":    cfg.Name + "\n",
-		"etc/resolv.conf": "nameserver 127.0.0.53\n",
+		// Talos's host DNS forwards to it: nothing listens there, so no
+		// lookup leaves the node (127.0.0.53 would be the host DNS itself: a loop).
+		"etc/resolv.conf": "nameserver 127.0.0.1\n",
 		"etc/hosts":       "127.0.0.1 localhost\n",
 		"etc/os-release":  "NAME=\"Talos\"\nID=talos\nVERSION_ID=v1.14.1\nPRETTY_NAME=\"Talos (v1.14.1)\"\n",
 	}

@@ -43,10 +43,16 @@ func selfSignedCA(t *testing.T, cn string, key any, pub any) string {
 
 // workerConfig is a worker's v1alpha1 machine config for container mode,
 // as `talosctl gen config` would write it, pointing at endpoint.
-func workerConfig(t *testing.T, name, endpoint string) []byte {
+// caPEM is the cluster's CA (nil: a fresh one): Talos's kubelet service
+// removes a client certificate the cluster CA did not sign.
+func workerConfig(t *testing.T, name, endpoint string, caPEM []byte) []byte {
 	t.Helper()
 	osPub, osKey, _ := ed25519.GenerateKey(rand.Reader)
 	k8sKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca := selfSignedCA(t, "kubernetes", k8sKey, &k8sKey.PublicKey)
+	if caPEM != nil {
+		ca = base64.StdEncoding.EncodeToString(caPEM)
+	}
 	return fmt.Appendf(nil, `version: v1alpha1
 debug: false
 persist: true
@@ -69,6 +75,13 @@ machine:
       forwardKubeDNSToHost: true
   install:
     disk: /dev/sda
+  # Nothing is pulled from outside: every registry is mirrored to a port
+  # nothing listens on inside the node.
+  registries:
+    mirrors:
+      ghcr.io: {endpoints: ["http://127.0.0.1:5999"]}
+      registry.k8s.io: {endpoints: ["http://127.0.0.1:5999"]}
+      docker.io: {endpoints: ["http://127.0.0.1:5999"]}
 cluster:
   id: dGVzdA==
   secret: c2VjcmV0
@@ -83,7 +96,7 @@ cluster:
   ca:
     crt: %s
     key: ""
-`, selfSignedCA(t, "talos", osKey, osPub), name, endpoint, selfSignedCA(t, "kubernetes", k8sKey, &k8sKey.PublicKey))
+`, selfSignedCA(t, "talos", osKey, osPub), name, endpoint, ca)
 }
 
 // Talos's own machined (v1.14.1) boots in container mode, starts its
@@ -106,7 +119,7 @@ func TestRealMachinedRegistersTheExtension(t *testing.T) {
 	}
 	n := Start(t, parts, Config{
 		Name: "talos-w1", Address: "10.231.0.2",
-		MachineCfg: workerConfig(t, "talos-w1", "https://10.231.0.1:6443"),
+		MachineCfg: workerConfig(t, "talos-w1", "https://10.231.0.1:6443", nil),
 		Extensions: []Extension{{Name: "nodeinit-agent", Spec: spec, Files: map[string]string{"nodeinit-agent": agent}}},
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)

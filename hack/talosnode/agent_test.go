@@ -1,0 +1,265 @@
+package talosnode
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/gobuild"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeletsim"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testcluster"
+)
+
+var cluster *testcluster.Cluster
+
+func TestMain(m *testing.M) {
+	os.Exit(testcluster.Main(m, &cluster, testcluster.Options{ControllerManager: true}))
+}
+
+// The agent, started by Talos's own machined (v1.14.1) through its
+// extension runner in its system containerd, admitted on machined's socket
+// by machined's own authorization, reading addresses from the node's
+// kernel, initializes its part of the Node in a real control plane.
+//
+// What the test provides instead of Talos (container mode cannot run them
+// here; the README says so): the kubelet's outputs. Its Node is registered
+// by kubeletsim with the node's own identity; the kubelet's client
+// certificate and kubeconfig are written where Talos's kubelet would leave
+// them (/var/lib/kubelet/pki, /etc/kubernetes). So the spec used here drops
+// `service: kubelet`, and `configuration: true`, which container mode never
+// satisfies (machined renders no extension configuration there); every
+// other dependency and mount is the shipped spec's. The API server is
+// reached through a forwarder the test listens with on 127.0.0.1 inside
+// the node's network namespace.
+func TestAgentUnderRealMachined(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Fatal("needs root: namespaces, mounts and veths (make e2e-talos runs as root)")
+	}
+	const name, addr, kernelOnly = "talos-w2", "10.231.1.2", "203.0.113.7"
+	root := repoRoot(t)
+	parts := Build(t, root)
+	agent := gobuild.Binary(t, filepath.Join(root, "agent"))
+	shipped, err := os.ReadFile(filepath.Join(root, "extension/nodeinit-agent.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := withoutLines(string(shipped), "  - service: kubelet", "  - configuration: true")
+
+	id, err := cluster.NodeIdentity(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	k, err := kubeletsim.Register(ctx, kubeletsim.Config{NodeName: name, NodeIPs: []netip.Addr{netip.MustParseAddr(addr)}, Identity: id.Config(), CertDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop()
+
+	n := Prepare(t, parts, Config{
+		Name: name, Address: addr,
+		MachineCfg: workerConfig(t, name, cluster.Host(), cluster.CAPEM()),
+		Extensions: []Extension{{Name: "nodeinit-agent", Spec: []byte(spec), Files: map[string]string{"nodeinit-agent": agent}}},
+	})
+	// The kubelet's client certificate, where Talos's kubelet keeps it (/var
+	// is the node's own directory, bind-mounted as the provisioner does).
+	pem, err := os.ReadFile(id.CertFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFile(filepath.Join(n.StateDir(), "var/lib/kubelet/pki/kubelet-client-current.pem"), pem); err != nil {
+		t.Fatal(err)
+	}
+	// A public address only the node's kernel knows (the kubelet registered
+	// the private one): the agent must find it there and publish it as an ExternalIP.
+	if out, err := exec.Command("ip", "-n", n.NetNS(), "addr", "add", kernelOnly+"/24", "dev", "eth0").CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	forwardAPIServer(t, n.NetNS(), cluster.Host())
+	n.Boot(t)
+	// /etc/kubernetes is machined's own tmpfs: the kubeconfig is written once it is mounted.
+	if _, err := n.WaitConsole(ctx, `mounting "" to "/etc/kubernetes"`); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- cluster:
+    certificate-authority-data: %s
+    server: %s
+  name: local
+contexts:
+- context: {cluster: local, namespace: default, user: kubelet}
+  name: kubelet@local
+current-context: kubelet@local
+users:
+- name: kubelet
+  user:
+    client-certificate: /var/lib/kubelet/pki/kubelet-client-current.pem
+    client-key: /var/lib/kubelet/pki/kubelet-client-current.pem
+`, base64.StdEncoding.EncodeToString(cluster.CAPEM()), cluster.Host())
+	if err := n.WriteInNode("/etc/kubernetes/kubeconfig-kubelet", []byte(kubeconfig)); err != nil {
+		t.Fatal(err)
+	}
+
+	line, err := n.WaitConsole(ctx, "service[ext-nodeinit-agent](Running)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(line)
+	admin := kubernetes.NewForConfigOrDie(cluster.Admin())
+	var node *corev1.Node
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		node, err = admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err == nil && node.Annotations[contract.AnnotationMetadata] != "" && hasAddress(node, kernelOnly) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent did not initialize its part of Node %s within 90s (addresses %v, annotations %v)", name, node.Status.Addresses, node.Annotations)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	md, err := contract.DecodeMetadata(node.Annotations[contract.AnnotationMetadata])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("providerID %s, platform %q, hostname %q, agent key %s, addresses %v", node.Spec.ProviderID, md.Platform, md.Hostname, md.AgentKey, node.Status.Addresses)
+	// Read from machined's socket through its authorization: the platform
+	// (container mode) and the hostname Talos resolved.
+	if md.Platform != "container" || md.Hostname != name || md.AgentKey == "" {
+		t.Errorf("metadata %+v: want platform container and hostname %s from machined, and the agent's key", md, name)
+	}
+	// The providerID policy's result: the default (metadata) sets none, and
+	// Talos's container platform reports no instance.
+	if node.Spec.ProviderID != "" {
+		t.Errorf("providerID %q: the metadata policy sets none on the container platform", node.Spec.ProviderID)
+	}
+}
+
+func hasAddress(n *corev1.Node, ip string) bool {
+	for _, a := range n.Status.Addresses {
+		if a.Address == ip {
+			return true
+		}
+	}
+	return false
+}
+
+func withoutLines(s string, drop ...string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		keep := true
+		for _, d := range drop {
+			keep = keep && l != d
+		}
+		if keep {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func writeFile(path string, b []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o600)
+}
+
+// forwardAPIServer listens on the API server's 127.0.0.1 port inside the
+// node's network namespace and forwards to the API server on the host's.
+func forwardAPIServer(t *testing.T, netns, host string) {
+	t.Helper()
+	hostPort := strings.TrimPrefix(host, "https://")
+	ln, err := listenIn(netns, hostPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		wg    sync.WaitGroup
+	)
+	track := func(c net.Conn) {
+		mu.Lock()
+		conns = append(conns, c)
+		mu.Unlock()
+	}
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			track(c)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				up, err := net.Dial("tcp", hostPort)
+				if err != nil {
+					return
+				}
+				track(up)
+				defer up.Close()
+				wg.Add(1)
+				go func() { defer wg.Done(); _, _ = io.Copy(up, c); _ = up.(*net.TCPConn).CloseWrite() }()
+				_, _ = io.Copy(c, up)
+			}()
+		}
+	}()
+}
+
+// listenIn opens a TCP listener inside the named network namespace.
+func listenIn(netns, addr string) (net.Listener, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	self, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		return nil, err
+	}
+	defer self.Close()
+	target, err := os.Open("/var/run/netns/" + netns)
+	if err != nil {
+		return nil, err
+	}
+	defer target.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		return nil, err
+	}
+	ln, lerr := net.Listen("tcp", addr)
+	if err := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); err != nil {
+		panic("cannot return to the host's network namespace: " + err.Error())
+	}
+	return ln, lerr
+}
