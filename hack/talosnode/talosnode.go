@@ -433,7 +433,7 @@ func layout(root string, p Parts, cfg Config) error {
 		"etc/extensions.yaml":                               "",
 		"etc/selinux/targeted/contexts/files/file_contexts": "",
 		// Real files, not bind mounts: machined's /etc overlay hides mounts under /etc.
-		"etc/hostname":    cfg.Name + "\n",
+		"etc/hostname": cfg.Name + "\n",
 		// Talos's host DNS forwards to it: nothing listens there, so no
 		// lookup leaves the node (127.0.0.53 would be the host DNS itself: a loop).
 		"etc/resolv.conf": "nameserver 127.0.0.1\n",
