@@ -11,8 +11,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,7 +25,9 @@ import (
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/gobuild"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeapply"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeletsim"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/syncbuf"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testcluster"
 )
 
@@ -36,7 +40,9 @@ func TestMain(m *testing.M) {
 // The agent, started by Talos's own machined (v1.14.1) through its
 // extension runner in its system containerd, admitted on machined's socket
 // by machined's own authorization, reading addresses from the node's
-// kernel, initializes its part of the Node in a real control plane.
+// kernel, initializes its part of the Node in a real control plane; the
+// coordinator (its binary, as its ServiceAccount) then initializes the
+// Node and approves the kubelet's serving CSR on the agent's attestation.
 //
 // What the test provides instead of Talos (container mode cannot run them
 // here; the README says so): the kubelet's outputs. Its Node is registered
@@ -73,6 +79,8 @@ func TestAgentUnderRealMachined(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer k.Stop()
+
+	startCoordinator(t, ctx, root)
 
 	n := Prepare(t, parts, Config{
 		Name: name, Address: addr,
@@ -148,11 +156,87 @@ users:
 	if md.Platform != "container" || md.Hostname != name || md.AgentKey == "" {
 		t.Errorf("metadata %+v: want platform container and hostname %s from machined, and the agent's key", md, name)
 	}
+	// The coordinator initializes the Node (pod CIDR, the uninitialized
+	// taint removed) and, on the agent's attestation, approves the
+	// kubelet's serving CSR (the kubelet stand-in asks for its name and
+	// the address it registered).
+	for !initializedWithCIDR(node) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Node %s not initialized by the coordinator: taints %v, podCIDRs %v", name, node.Spec.Taints, node.Spec.PodCIDRs)
+		}
+		time.Sleep(500 * time.Millisecond)
+		if node, err = admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("initialized: podCIDRs %v", node.Spec.PodCIDRs)
+	if err := k.StartServing(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cert, err := k.WaitForCertificate(ctx, 1)
+	if err != nil {
+		t.Fatalf("the kubelet's serving certificate: %v", err)
+	}
+	var ips []string
+	for _, ip := range cert.IPAddresses {
+		ips = append(ips, ip.String())
+	}
+	t.Logf("serving certificate issued: DNS %v, IPs %v", cert.DNSNames, ips)
+	if !slices.Contains(ips, addr) || !slices.Contains(cert.DNSNames, name) {
+		t.Errorf("serving certificate %v %v: want the node's name and %s", cert.DNSNames, ips, addr)
+	}
+
 	// The providerID policy's result: the default (metadata) sets none, and
 	// Talos's container platform reports no instance.
 	if node.Spec.ProviderID != "" {
 		t.Errorf("providerID %q: the metadata policy sets none on the container platform", node.Spec.ProviderID)
 	}
+}
+
+func initializedWithCIDR(n *corev1.Node) bool {
+	return len(n.Spec.PodCIDRs) > 0 && !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == contract.TaintUninitialized })
+}
+
+// startCoordinator runs the coordinator binary as its ServiceAccount with
+// coordinator/deploy's RBAC and admission policy, as the demo does.
+func startCoordinator(t *testing.T, ctx context.Context, root string) {
+	t.Helper()
+	deploy := func(f string) string { return filepath.Join(root, "coordinator/deploy", f) }
+	if err := kubeapply.Files(ctx, cluster.Admin(), deploy("noderecords.yaml"), deploy("rbac.yaml"), deploy("admission-policy.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := cluster.ServiceAccountIdentity(ctx, "kube-system", "nodeinit-coordinator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := cluster.WriteKubeconfig("nodeinit-coordinator", sa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "coordinator.yaml")
+	if err := os.WriteFile(cfg, []byte(`nodeNetworks: [10.0.0.0/8, 203.0.113.0/24]
+ipam:
+  ipv4Pool: 10.244.0.0/16
+  serviceCIDRs: [10.96.0.0/16]
+csr:
+  minAddressAge: 1s
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := gobuild.Binary(t, filepath.Join(root, "coordinator"))
+	log := &syncbuf.Buffer{}
+	cmd := exec.Command(bin, "run", "--kubeconfig", kubeconfig, "--config", cfg, "--id", "talosnode", "--metrics-addr", "")
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("coordinator:\n%s", tail(log.String(), 60))
+		}
+	})
 }
 
 func hasAddress(n *corev1.Node, ip string) bool {
