@@ -1,11 +1,15 @@
 package talosnode
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"encoding/base64"
 	"fmt"
 	"io"
+	"log"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -18,6 +22,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -55,19 +66,69 @@ func TestMain(m *testing.M) {
 // reached through a forwarder the test listens with on 127.0.0.1 inside
 // the node's network namespace.
 func TestAgentUnderRealMachined(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Fatal("needs root: namespaces, mounts and veths (make e2e-talos runs as root)")
-	}
-	const name, addr, kernelOnly = "talos-w2", "10.231.1.2", "203.0.113.7"
 	root := repoRoot(t)
-	parts := Build(t, root)
 	agent := gobuild.Binary(t, filepath.Join(root, "agent"))
 	shipped, err := os.ReadFile(filepath.Join(root, "extension/nodeinit-agent.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	spec := withoutLines(string(shipped), "  - service: kubelet", "  - configuration: true")
+	agentJoins(t, "talos-w2", "10.231.1.2", "203.0.113.7", Extension{Name: "nodeinit-agent", Spec: []byte(spec), Files: map[string]string{"nodeinit-agent": agent}}, nil, "")
+}
 
+// Talos 1.14's ContainerConfig with machinedAccess: no image rebuild, no
+// reboot. Talos's container controllers pull the agent's image (through
+// the machine config's registry mirror, from a registry the test serves
+// inside the node's network namespace), start it in the CRI containerd's
+// taloscontainers namespace, and machined admits it on its socket as
+// ctr-nodeinit-agent; the Node is then initialized as with the extension.
+func TestAgentAsContainerConfig(t *testing.T) {
+	root := repoRoot(t)
+	agent := gobuild.Binary(t, filepath.Join(root, "agent"))
+	doc := `---
+apiVersion: v1alpha1
+kind: ContainerConfig
+name: nodeinit-agent
+image: ghcr.io/talos-nodeinit/nodeinit-agent:test
+args: [run]
+network:
+  mode: host
+security:
+  machinedAccess: true
+  # machined's socket is apid's (uid 50, mode 0755): connecting needs write
+  # access, which root without capabilities lacks. DAC_OVERRIDE is the one
+  # capability the agent needs (Talos's own test uses profile: privileged).
+  capabilities:
+    add: [DAC_OVERRIDE]
+mounts:
+  - hostPath: {source: /etc/kubernetes, destination: /etc/kubernetes, options: [ro]}
+  - hostPath: {source: /var/lib/kubelet/pki, destination: /var/lib/kubelet/pki, options: [ro]}
+  # The agent's key: a directory user volume (a hostPath source must exist
+  # already, and nothing creates /var/lib/nodeinit on a Talos node).
+  - userVolume: {name: nodeinit, destination: /var/lib/nodeinit}
+dependsOn:
+  paths: [/etc/kubernetes/kubeconfig-kubelet, /var/lib/kubelet/pki/kubelet-client-current.pem]
+  networks: [addresses]
+---
+apiVersion: v1alpha1
+kind: UserVolumeConfig
+name: nodeinit
+volumeType: directory
+`
+	agentJoins(t, "talos-w3", "10.231.2.2", "203.0.113.8", Extension{}, []byte(doc), agent)
+}
+
+// agentJoins boots a node with the agent installed either as ext (an
+// extension) or as the containerConfig document (its image made of
+// agentBin and served from a registry in the node), and checks that the
+// agent and the coordinator initialize it.
+func agentJoins(t *testing.T, name, addr, kernelOnly string, ext Extension, containerConfig []byte, agentBin string) {
+	t.Helper()
+	if os.Getuid() != 0 {
+		t.Fatal("needs root: namespaces, mounts and veths (make e2e-talos runs as root)")
+	}
+	root := repoRoot(t)
+	parts := Build(t, root)
 	id, err := cluster.NodeIdentity(name)
 	if err != nil {
 		t.Fatal(err)
@@ -82,11 +143,17 @@ func TestAgentUnderRealMachined(t *testing.T) {
 
 	startCoordinator(t, ctx, root)
 
-	n := Prepare(t, parts, Config{
-		Name: name, Address: addr,
-		MachineCfg: workerConfig(t, name, cluster.Host(), cluster.CAPEM()),
-		Extensions: []Extension{{Name: "nodeinit-agent", Spec: []byte(spec), Files: map[string]string{"nodeinit-agent": agent}}},
-	})
+	cfg := Config{Name: name, Address: addr, MachineCfg: workerConfig(t, name, cluster.Host(), cluster.CAPEM())}
+	if ext.Name != "" {
+		cfg.Extensions = []Extension{ext}
+	}
+	if containerConfig != nil {
+		cfg.MachineCfg = append(cfg.MachineCfg, containerConfig...)
+	}
+	n := Prepare(t, parts, cfg)
+	if containerConfig != nil {
+		serveImage(t, n.NetNS(), "talos-nodeinit/nodeinit-agent:test", agentBin)
+	}
 	// The kubelet's client certificate, where Talos's kubelet keeps it (/var
 	// is the node's own directory, bind-mounted as the provisioner does).
 	pem, err := os.ReadFile(id.CertFile)
@@ -128,11 +195,13 @@ users:
 		t.Fatal(err)
 	}
 
-	line, err := n.WaitConsole(ctx, "service[ext-nodeinit-agent](Running)")
-	if err != nil {
-		t.Fatal(err)
+	if ext.Name != "" {
+		line, err := n.WaitConsole(ctx, "service[ext-nodeinit-agent](Running)")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Log(line)
 	}
-	t.Log(line)
 	admin := kubernetes.NewForConfigOrDie(cluster.Admin())
 	var node *corev1.Node
 	deadline := time.Now().Add(90 * time.Second)
@@ -191,6 +260,78 @@ users:
 	if node.Spec.ProviderID != "" {
 		t.Errorf("providerID %q: the metadata policy sets none on the container platform", node.Spec.ProviderID)
 	}
+}
+
+// serveImage builds an image of the agent binary (entrypoint
+// /nodeinit-agent) and serves it as repo from a registry listening on
+// 127.0.0.1:5999 inside the node's network namespace, where the machine
+// config mirrors every registry. It is pushed through a second listener
+// on the host's 127.0.0.1.
+func serveImage(t *testing.T, netns, repo, agentBin string) {
+	t.Helper()
+	bin, err := os.ReadFile(agentBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer, err := tarLayer(map[string][]byte{"nodeinit-agent": bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	cf.Architecture, cf.OS = runtime.GOARCH, "linux"
+	cf.Config.Entrypoint = []string{"/nodeinit-agent"}
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		t.Fatal(err)
+	}
+	handler := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	inNode, err := listenIn(netns, "127.0.0.1:5999")
+	if err != nil {
+		t.Fatal(err)
+	}
+	onHost, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	var wg sync.WaitGroup
+	for _, ln := range []net.Listener{inNode, onHost} {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = srv.Serve(ln) }()
+	}
+	t.Cleanup(func() { _ = srv.Close(); wg.Wait() })
+	ref, err := name.ParseReference(onHost.Addr().String()+"/"+repo, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(ref, img); err != nil {
+		t.Fatalf("pushing the agent's image: %v", err)
+	}
+}
+
+func tarLayer(files map[string][]byte) (v1.Layer, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for p, b := range files {
+		if err := tw.WriteHeader(&tar.Header{Name: p, Mode: 0o755, Size: int64(len(b)), Typeflag: tar.TypeReg}); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(b); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	data := buf.Bytes()
+	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
 }
 
 func initializedWithCIDR(n *corev1.Node) bool {

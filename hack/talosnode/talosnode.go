@@ -259,19 +259,38 @@ func ownCgroup(mnt string, v2 bool, opts string) (string, error) {
 	return "/", nil
 }
 
-// removeCgroups removes the node's cgroups, deepest first.
+// removeCgroups removes the node's cgroups, deepest first. Processes of
+// the node still in them (shims reaped after their PID namespace ended)
+// are killed, and removal is retried until they are gone (10 s at most).
 func removeCgroups(dirs []string) {
-	for _, d := range dirs {
-		var all []string
-		_ = filepath.WalkDir(d, func(p string, e os.DirEntry, err error) error {
-			if err == nil && e.IsDir() {
-				all = append(all, p)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		left := 0
+		for _, d := range dirs {
+			var all []string
+			_ = filepath.WalkDir(d, func(p string, e os.DirEntry, err error) error {
+				if err == nil && e.IsDir() {
+					all = append(all, p)
+				}
+				return nil
+			})
+			for _, p := range slices.Backward(all) {
+				if b, err := os.ReadFile(filepath.Join(p, "cgroup.procs")); err == nil {
+					for _, f := range strings.Fields(string(b)) {
+						if pid, err := strconv.Atoi(f); err == nil {
+							_ = syscall.Kill(pid, syscall.SIGKILL)
+						}
+					}
+				}
+				if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+					left++
+				}
 			}
-			return nil
-		})
-		for _, p := range slices.Backward(all) {
-			_ = os.Remove(p)
 		}
+		if left == 0 || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	cosiv1alpha1 "github.com/cosi-project/runtime/api/v1alpha1"
@@ -78,6 +79,18 @@ func Refused(err error) bool {
 	return strings.Contains(err.Error(), "code = PermissionDenied")
 }
 
+// SocketDenied says what to do when err is the kernel refusing to connect
+// to machined's socket ("" when it is not). The socket is apid's (uid 50,
+// mode 0755): a process needs write access to connect, which root without
+// capabilities lacks, as in a ContainerConfig container by default. This is
+// a setting to fix, not a wait, unlike a socket that is not there yet.
+func SocketDenied(err error) string {
+	if err == nil || !errors.Is(err, syscall.EACCES) && !strings.Contains(err.Error(), "connect: permission denied") {
+		return ""
+	}
+	return "run the agent as the Talos extension service, or, as a ContainerConfig, with security.machinedAccess: true and capabilities.add: [DAC_OVERRIDE]"
+}
+
 // WithReaderRole adds the talos-role metadata machined requires on every call.
 func WithReaderRole(ctx context.Context) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, constants.APIAuthzRoleMetadataKey, string(role.Reader))
@@ -110,7 +123,7 @@ func (r *Reader) Watch(ctx context.Context, update func(facts.Talos)) error {
 		maxB = 10 * time.Second
 	}
 	backoff := minB
-	connected, refused := false, false
+	connected, refused, denied := false, false, false
 	problem := func(err error) {
 		if r.Problem != nil {
 			r.Problem(err)
@@ -121,7 +134,7 @@ func (r *Reader) Watch(ctx context.Context, update func(facts.Talos)) error {
 		err := r.session(ctx, func(f facts.Talos) {
 			if !connected {
 				log.Info("reading facts from machined", "socket", r.socket())
-				connected = true
+				connected, denied = true, false
 			}
 			if refused {
 				log.Info("machined accepts this process now; facts are no longer degraded", "socket", r.socket())
@@ -146,6 +159,12 @@ func (r *Reader) Watch(ctx context.Context, update func(facts.Talos)) error {
 		} else if connected {
 			log.Warn("lost machined, reconnecting", "socket", r.socket(), "error", err)
 			connected = false
+		} else if hint := SocketDenied(err); hint != "" {
+			if !denied {
+				denied = true
+				log.Warn("machined's socket refuses this process at connect: "+hint, "socket", r.socket(), "error", err)
+				problem(fmt.Errorf("%s: %w", hint, err))
+			}
 		} else {
 			log.Debug("machined not reachable", "socket", r.socket(), "error", err, "retry_in", backoff)
 		}
