@@ -85,36 +85,15 @@ func TestAgentUnderRealMachined(t *testing.T) {
 func TestAgentAsContainerConfig(t *testing.T) {
 	root := repoRoot(t)
 	agent := gobuild.Binary(t, filepath.Join(root, "agent"))
-	doc := `---
-apiVersion: v1alpha1
-kind: ContainerConfig
-name: nodeinit-agent
-image: ghcr.io/talos-nodeinit/nodeinit-agent:test
-args: [run]
-network:
-  mode: host
-security:
-  machinedAccess: true
-  # machined's socket is apid's (uid 50, mode 0755): connecting needs write
-  # access, which root without capabilities lacks. DAC_OVERRIDE is the one
-  # capability the agent needs (Talos's own test uses profile: privileged).
-  capabilities:
-    add: [DAC_OVERRIDE]
-mounts:
-  - hostPath: {source: /etc/kubernetes, destination: /etc/kubernetes, options: [ro]}
-  - hostPath: {source: /var/lib/kubelet/pki, destination: /var/lib/kubelet/pki, options: [ro]}
-  # The agent's key: a directory user volume (a hostPath source must exist
-  # already, and nothing creates /var/lib/nodeinit on a Talos node).
-  - userVolume: {name: nodeinit, destination: /var/lib/nodeinit}
-dependsOn:
-  paths: [/etc/kubernetes/kubeconfig-kubelet, /var/lib/kubelet/pki/kubelet-client-current.pem]
-  networks: [addresses]
----
-apiVersion: v1alpha1
-kind: UserVolumeConfig
-name: nodeinit
-volumeType: directory
-`
+	// The shipped patch, its image the test's.
+	shipped, err := os.ReadFile(filepath.Join(root, "extension/patches/container-config-talos-1.14.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := "---\n" + strings.Replace(string(shipped), "image: ghcr.io/talos-nodeinit/nodeinit-agent:v0.1.0", "image: ghcr.io/talos-nodeinit/nodeinit-agent:test", 1)
+	if !strings.Contains(doc, "nodeinit-agent:test") {
+		t.Fatal("the shipped ContainerConfig no longer names the image this test replaces")
+	}
 	agentJoins(t, "talos-w3", "10.231.2.2", "203.0.113.8", Extension{}, []byte(doc), agent)
 }
 
