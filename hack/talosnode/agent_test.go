@@ -45,7 +45,10 @@ import (
 var cluster *testcluster.Cluster
 
 func TestMain(m *testing.M) {
-	os.Exit(testcluster.Main(m, &cluster, testcluster.Options{ControllerManager: true}))
+	// Bootstrap tokens and kube-controller-manager's approval of kubelet
+	// client certificates: Talos's own kubelet joins as kubeadm's does.
+	os.Exit(testcluster.Main(m, &cluster, testcluster.Options{Controllers: []string{"csrapproving"},
+		ExtraAPIServerArgs: []string{"--enable-bootstrap-token-auth"}}))
 }
 
 // The agent, started by Talos's own machined (v1.14.1) through its
@@ -131,7 +134,7 @@ func agentJoins(t *testing.T, name, addr, kernelOnly string, ext Extension, cont
 	}
 	n := Prepare(t, parts, cfg)
 	if containerConfig != nil {
-		serveImage(t, n.NetNS(), "talos-nodeinit/nodeinit-agent:test", agentBin)
+		serveImages(t, n.NetNS(), map[string]imageSpec{"talos-nodeinit/nodeinit-agent:test": {file: agentBin, path: "nodeinit-agent", entrypoint: "/nodeinit-agent"}})
 	}
 	// The kubelet's client certificate, where Talos's kubelet keeps it (/var
 	// is the node's own directory, bind-mounted as the provisioner does).
@@ -241,35 +244,20 @@ users:
 	}
 }
 
-// serveImage builds an image of the agent binary (entrypoint
-// /nodeinit-agent) and serves it as repo from a registry listening on
-// 127.0.0.1:5999 inside the node's network namespace, where the machine
-// config mirrors every registry. It is pushed through a second listener
-// on the host's 127.0.0.1.
-func serveImage(t *testing.T, netns, repo, agentBin string) {
+// imageSpec is a one-file image: file at path, run as entrypoint, with
+// symlinks (name → target).
+type imageSpec struct {
+	file, path, entrypoint string
+	symlinks               map[string]string
+	files                  map[string][]byte // more files, by path
+}
+
+// serveImages builds each image and serves them, by repository, from a
+// registry listening on 127.0.0.1:5999 inside the node's network namespace,
+// where the machine config mirrors every registry. They are pushed through
+// a second listener on the host's 127.0.0.1.
+func serveImages(t *testing.T, netns string, images map[string]imageSpec) {
 	t.Helper()
-	bin, err := os.ReadFile(agentBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	layer, err := tarLayer(map[string][]byte{"nodeinit-agent": bin})
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cf = cf.DeepCopy()
-	cf.Architecture, cf.OS = runtime.GOARCH, "linux"
-	cf.Config.Entrypoint = []string{"/nodeinit-agent"}
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		t.Fatal(err)
-	}
 	handler := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	inNode, err := listenIn(netns, "127.0.0.1:5999")
 	if err != nil {
@@ -286,18 +274,51 @@ func serveImage(t *testing.T, netns, repo, agentBin string) {
 		go func() { defer wg.Done(); _ = srv.Serve(ln) }()
 	}
 	t.Cleanup(func() { _ = srv.Close(); wg.Wait() })
-	ref, err := name.ParseReference(onHost.Addr().String()+"/"+repo, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(ref, img); err != nil {
-		t.Fatalf("pushing the agent's image: %v", err)
+	for repo, spec := range images {
+		bin, err := os.ReadFile(spec.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files := map[string][]byte{spec.path: bin}
+		for p, b := range spec.files {
+			files[p] = b
+		}
+		layer, err := tarLayer(files, spec.symlinks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := mutate.AppendLayers(empty.Image, layer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cf, err := img.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cf = cf.DeepCopy()
+		cf.Architecture, cf.OS = runtime.GOARCH, "linux"
+		cf.Config.Entrypoint = []string{spec.entrypoint}
+		if img, err = mutate.ConfigFile(img, cf); err != nil {
+			t.Fatal(err)
+		}
+		ref, err := name.ParseReference(onHost.Addr().String()+"/"+repo, name.Insecure)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := remote.Write(ref, img); err != nil {
+			t.Fatalf("pushing %s: %v", repo, err)
+		}
 	}
 }
 
-func tarLayer(files map[string][]byte) (v1.Layer, error) {
+func tarLayer(files map[string][]byte, symlinks map[string]string) (v1.Layer, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
+	for name, target := range symlinks {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Linkname: target, Typeflag: tar.TypeSymlink, Mode: 0o777}); err != nil {
+			return nil, err
+		}
+	}
 	for p, b := range files {
 		if err := tw.WriteHeader(&tar.Header{Name: p, Mode: 0o755, Size: int64(len(b)), Typeflag: tar.TypeReg}); err != nil {
 			return nil, err

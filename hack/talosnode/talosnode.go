@@ -407,7 +407,7 @@ func layout(root string, p Parts, cfg Config) error {
 	for _, d := range []string{
 		"usr/bin", "usr/etc", "etc/containerd", "etc/cri/conf.d/hosts", "etc/kubernetes/manifests", "etc/cni/net.d", "etc/ssl/certs",
 		"proc", "sys", "dev", "run", "system", "tmp", "var", "opt", "mnt", "boot", ".extra",
-		"usr/local/etc/containers", "usr/local/lib/containers", "usr/local/share", "usr/lib/firmware", "usr/share/zoneinfo/Etc",
+		"usr/local/etc/containers", "usr/local/lib/containers", "usr/local/share", "usr/lib/firmware", "usr/lib/modules", "usr/share/zoneinfo/Etc",
 		"etc/selinux/targeted/contexts/files", "opt/containerd/bin", "opt/containerd/lib", "usr/local/lib/kubelet/credentialproviders",
 	} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
@@ -422,6 +422,8 @@ func layout(root string, p Parts, cfg Config) error {
 		"etc/containerd/config.toml":      filepath.Join(p.TalosSrc, "hack/containerd.toml"),
 		"etc/cri/containerd.toml":         filepath.Join(p.TalosSrc, "hack/cri-containerd.toml"),
 		"etc/cri/conf.d/00-base.part":     filepath.Join(p.TalosSrc, "hack/cri-plugin.part"),
+		"etc/nfsmount.conf":               filepath.Join(p.TalosSrc, "hack/nfsmount.conf"),
+		"etc/lvm/lvm.conf":                filepath.Join(p.TalosSrc, "hack/lvm.conf"),
 		"etc/ssl/certs/ca-certificates":   "/etc/ssl/certs/ca-certificates.crt",
 	}
 	for _, e := range cfg.Extensions {
