@@ -81,7 +81,7 @@ clean: ## remove build outputs (the kube-tools cache is kept)
 	rm -rf $(BIN)
 
 .PHONY: manifests test-manifests
-manifests: ## install files rendered from coordinator/deploy: bin/manifests/nodeinit-coordinator.yaml (kubectl), talos-patch.yaml (machine config); IMAGE=REPO: the coordinator image you pushed
+manifests: ## install files rendered from coordinator/deploy: bin/manifests/nodeinit-coordinator.yaml (kubectl), talos-patch.yaml and talos-unpatch.yaml (machine config); IMAGE=REPO: the coordinator image you pushed
 	$(GO) -C hack/manifests run . -deploy $(CURDIR)/coordinator/deploy -out $(abspath $(BIN))/manifests $(if $(IMAGE),-image $(IMAGE))
 
 test-manifests: kube-tools ## the manifest, the Talos patch and the Helm chart agree, validate and apply (hack/manifests, its own module)

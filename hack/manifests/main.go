@@ -3,6 +3,7 @@
 //
 //	nodeinit-coordinator.yaml  every object, image pinned to the release (kubectl apply -f)
 //	talos-patch.yaml           the same as a Talos machine-config patch (cluster.inlineManifests)
+//	talos-unpatch.yaml         removes that inline manifest: before talos-patch.yaml to upgrade, alone to uninstall
 //
 // The Helm chart (coordinator/chart) renders the same objects from values;
 // this module's tests prove the three agree.

@@ -84,6 +84,8 @@ func TalosPatch(release string, manifest []byte, coordinatorAllocates bool) ([]b
 	doc := &yaml.Node{Kind: yaml.DocumentNode, HeadComment: fmt.Sprintf(`nodeinit-coordinator %s for Talos, on every node:
   talosctl gen config ... --config-patch @talos-patch.yaml
   talosctl patch mc --nodes <all nodes> --patch @talos-patch.yaml
+To upgrade or apply again, remove the previous one in the same command (Talos appends inline manifests):
+  talosctl patch mc --nodes <all nodes> --patch @talos-unpatch.yaml --patch @talos-patch.yaml
 Rendered by make manifests from coordinator/deploy.`, release),
 		Content: []*yaml.Node{mapping("cluster", cluster)}}
 	var buf bytes.Buffer
@@ -137,12 +139,33 @@ func IPAMEnabled(rendered []byte) (bool, error) {
 	}
 }
 
+// TalosUnpatch is the patch that removes the coordinator's inline
+// manifest (Talos's strategic merge deletes a list item by name). Talos
+// appends inline manifests, so a second talos-patch.yaml alone is refused
+// as a duplicate: an upgrade, or applying again, gives this one first, in
+// the same command; alone it uninstalls the coordinator. On a config
+// without the manifest Talos refuses it (nothing to delete): a first
+// install gives talos-patch.yaml alone.
+func TalosUnpatch(release string) []byte {
+	return []byte(fmt.Sprintf(`# nodeinit-coordinator %s: removes the coordinator's inline manifest.
+# Upgrade, or apply again (Talos appends inline manifests; two of one name are refused):
+#   talosctl patch mc --nodes <all nodes> --patch @talos-unpatch.yaml --patch @talos-patch.yaml
+# Uninstall (then delete what it created: kubectl delete -f nodeinit-coordinator.yaml;
+# NodeRecords are kept, they hold the enrolled agent keys):
+#   talosctl patch mc --nodes <all nodes> --patch @talos-unpatch.yaml
+cluster:
+  inlineManifests:
+    - name: %s
+      $patch: delete
+`, release, InlineManifestName))
+}
+
 // repository is an image repository without tag or digest:
 // host[:port]/path, lower case.
 var repository = regexp.MustCompile(`^[a-z0-9]+([._-][a-z0-9]+)*(\.[a-z0-9-]+)*(:[0-9]+)?(/[a-z0-9]+([._-]|__|[-]*[a-z0-9]+)*)+$`)
 
-// Write renders deployDir into outDir: nodeinit-coordinator.yaml and
-// talos-patch.yaml. image is the coordinator image the kustomization names;
+// Write renders deployDir into outDir: nodeinit-coordinator.yaml,
+// talos-patch.yaml and talos-unpatch.yaml. image is the coordinator image the kustomization names;
 // pushedTo, when not empty, is the repository the rendered Deployment pulls
 // it from instead (the tag stays the release).
 func Write(deployDir, outDir, image, pushedTo string) (files []string, err error) {
@@ -182,7 +205,7 @@ func Write(deployDir, outDir, image, pushedTo string) (files []string, err error
 	for _, f := range []struct {
 		name string
 		data []byte
-	}{{"nodeinit-coordinator.yaml", manifest}, {"talos-patch.yaml", patch}} {
+	}{{"nodeinit-coordinator.yaml", manifest}, {"talos-patch.yaml", patch}, {"talos-unpatch.yaml", TalosUnpatch(release)}} {
 		path := filepath.Join(outDir, f.name)
 		if err := os.WriteFile(path, f.data, 0o644); err != nil {
 			return nil, err
