@@ -70,6 +70,10 @@ type Input struct {
 	Renewals     config.RenewalPolicy
 	PreviousSANs []string
 
+	// NotAdopted: the Node was initialized before the coordinator kept
+	// records and adoptExisting is off; the coordinator leaves it alone.
+	NotAdopted bool
+
 	// Pending counts pending serving CSRs (each Node at most twice);
 	// MaxPending is the flood guard's limit.
 	Pending, MaxPending int
@@ -88,12 +92,23 @@ type Decision struct {
 // claimRecheck is how often a CSR waiting on an address claim is rechecked.
 const claimRecheck = 5 * time.Second
 
+// notAdoptedRecheck is how often a CSR of a Node left alone is looked at
+// again (the admin may adopt it).
+const notAdoptedRecheck = time.Minute
+
 // floodRecheck is how often a CSR held by the flood guard is rechecked.
 const floodRecheck = 30 * time.Second
 
 // Decide returns what to do with the CSR now.
 func Decide(in Input) Decision {
 	v := csrcheck.Check(in.CSR, in.Node, in.Facts, in.Policy)
+	if v.Decision != csrcheck.Deny && in.NotAdopted && in.Node != nil {
+		// What the checks refuse is still denied; anything else would wait
+		// on addresses never recorded for a Node left alone, in silence.
+		return Decision{Action: Hold, Category: "not-adopted", After: notAdoptedRecheck,
+			Reason: fmt.Sprintf("Node %s was initialized before nodeinit-coordinator kept records of it, and adoptExisting is off: the coordinator leaves it alone, its serving CSRs too. "+
+				"Set adoptExisting: true in the coordinator's configuration to adopt such Nodes (their next CSR is checked and approved as usual), or approve this one by hand: kubectl certificate approve %s", in.Node.Name, in.CSR.Name)}
+	}
 	switch v.Decision {
 	case csrcheck.Deny:
 		cat := "check"

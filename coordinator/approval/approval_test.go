@@ -155,6 +155,17 @@ func TestDecide(t *testing.T) {
 			in.Attestation = attest(good, contract.VerdictApprove, "ok")
 			return in
 		}, Approve, "attested"},
+		{"a Node left alone (not adopted): held, saying what to do", func() Input {
+			in := base(good)
+			in.NotAdopted = true
+			in.Attestation = attest(good, contract.VerdictApprove, "ok")
+			return in
+		}, Hold, "adoptExisting"},
+		{"a Node left alone: what the checks refuse is still denied", func() Input {
+			in := base(request(t, "csr-n2", []string{"node-a", "node-b"}))
+			in.NotAdopted = true
+			return in
+		}, Deny, "node-b"},
 		{"flood guard holds", func() Input {
 			in := base(good)
 			in.Pending, in.MaxPending = 101, 100

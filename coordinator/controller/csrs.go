@@ -24,6 +24,7 @@ var heldReasons = map[string]string{
 	"renewal-names-changed": "RenewalNamesChanged",
 	"flood-guard":           "ApprovalPaused",
 	"no-enrolled-key":       "NoEnrolledAgentKey",
+	"not-adopted":           "NodeNotAdopted",
 	"agent-key-changed":     "AgentKeyChanged",
 	"address-claimed":       "AddressClaimedByOtherNode",
 	"attestation-invalid":   "AttestationIgnored",
@@ -130,6 +131,7 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 		}
 	}
 	rec, _ := c.records.Get(nodeName)
+	in.NotAdopted = rec != nil && rec.Spec.NotAdopted && rec.Spec.NodeUID == string(self.UID) && !c.settings.AdoptExisting
 	if rec != nil && rec.Spec.NodeUID == string(self.UID) {
 		// An address counts as stable only as long as it has been both
 		// observed on the Node and recorded as its own.
