@@ -163,24 +163,31 @@ func (s *Store) Owner(ip netip.Addr) string {
 			}
 		}
 	}
+	s.each(byClaim, key, consider)
+	return best
+}
+
+// each calls f with every record the informer's index holds under key,
+// and every record of the store's own writes not yet in the cache (an own
+// write newer than the cache counts, not the cache's older version).
+func (s *Store) each(index, key string, f func(name string, spec *Spec)) {
 	s.mu.Lock()
 	overlay := make(map[string]bool, len(s.written))
 	for name, w := range s.written {
 		overlay[name] = true
-		consider(name, &w.Spec) // an own write newer than the cache counts, not the cache
+		f(name, &w.Spec)
 	}
 	s.mu.Unlock()
-	objs, _ := s.informer.GetIndexer().ByIndex(byClaim, key)
+	objs, _ := s.informer.GetIndexer().ByIndex(index, key)
 	for _, o := range objs {
 		u := o.(*unstructured.Unstructured)
 		if overlay[u.GetName()] {
 			continue
 		}
 		if r, err := s.decoded(u); err == nil {
-			consider(r.Name, &r.Spec)
+			f(r.Name, &r.Spec)
 		}
 	}
-	return best
 }
 
 // Near returns what every record holds in the /64s around p (a node prefix
@@ -189,23 +196,7 @@ func (s *Store) Owner(ip netip.Addr) string {
 func (s *Store) Near(p netip.Prefix) []Holding {
 	key := key64(p.Addr())
 	var out []Holding
-	s.mu.Lock()
-	overlay := make(map[string]bool, len(s.written))
-	for name, w := range s.written {
-		overlay[name] = true
-		out = append(out, w.Spec.holdings(name)...) // an own write newer than the cache counts, not the cache
-	}
-	s.mu.Unlock()
-	objs, _ := s.informer.GetIndexer().ByIndex(by64, key)
-	for _, o := range objs {
-		u := o.(*unstructured.Unstructured)
-		if overlay[u.GetName()] {
-			continue
-		}
-		if r, err := s.decoded(u); err == nil {
-			out = append(out, r.Spec.holdings(r.Name)...)
-		}
-	}
+	s.each(by64, key, func(name string, spec *Spec) { out = append(out, spec.holdings(name)...) })
 	return slices.DeleteFunc(out, func(h Holding) bool {
 		a := h.Addr
 		if h.Prefix.IsValid() {
