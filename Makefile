@@ -6,9 +6,10 @@ BIN     ?= bin
 # Tests start real etcd/kube-apiserver binaries; the first build takes ~6-10 min.
 TEST_TIMEOUT ?= 30m
 FUZZTIME ?= 10s
-# The Kubernetes minor the tests run against: 1.36 is what Talos 1.13 installs
-# by default, 1.31 the oldest it supports (make test-compat).
-KUBE_VERSION ?= 1.36
+# The Kubernetes minor the tests run against: 1.37 is what Talos 1.14 installs
+# by default; 1.36 Talos 1.13's (KUBE_VERSION=1.36); 1.31 the oldest Talos
+# 1.13 supports (make test-compat).
+KUBE_VERSION ?= 1.37
 export KUBE_VERSION
 KT = KUBE_TOOLS_DIR=$$(hack/kube-tools/build.sh 2>/dev/null)
 
@@ -27,7 +28,7 @@ extension: ## the Talos system extension without Docker: bin/extension/{oci,amd6
 images: ## coordinator and agent-pod images without Docker, tagged VERSION: bin/images/<image>/ (OCI, amd64+arm64), <image>-<arch>.tar
 	$(GO) run ./hack/images -out $(BIN)/images -version $(VERSION)
 
-kube-tools: ## build (or reuse from cache) etcd, kube-apiserver, kube-controller-manager for KUBE_VERSION (1.36; 1.31)
+kube-tools: ## build (or reuse from cache) etcd, kube-apiserver, kube-controller-manager for KUBE_VERSION (1.37; 1.36, 1.31)
 	@hack/kube-tools/build.sh
 
 test: kube-tools ## all Go tests against the real control plane (needs root for netns tests); -race except hack/bench's fault tests, whose storms are timed
@@ -81,7 +82,7 @@ clean: ## remove build outputs (the kube-tools cache is kept)
 	rm -rf $(BIN)
 
 .PHONY: manifests test-manifests
-manifests: ## install files rendered from coordinator/deploy: bin/manifests/nodeinit-coordinator.yaml (kubectl), talos-patch.yaml and talos-unpatch.yaml (machine config); IMAGE=REPO: the coordinator image you pushed
+manifests: ## install files rendered from coordinator/deploy: bin/manifests/nodeinit-coordinator.yaml (kubectl), talos-patch.yaml, talos-unpatch.yaml (machine config) and their -1.14 forms; IMAGE=REPO: the coordinator image you pushed
 	$(GO) -C hack/manifests run . -deploy $(CURDIR)/coordinator/deploy -out $(abspath $(BIN))/manifests $(if $(IMAGE),-image $(IMAGE))
 
 test-manifests: kube-tools ## the manifest, the Talos patch and the Helm chart agree, validate and apply (hack/manifests, its own module)

@@ -7,7 +7,6 @@ package main
 import (
 	"context"
 	"crypto/ed25519"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -109,7 +108,12 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	}
 	defer telemetry.RouteKlog(log)()                   // from here on client-go logs too, until run returns
 	pol, _ := desired.ParseProviderIDPolicy(*f.policy) // checked above
-	rs, err := loadRules(*f.rulesFile, *f.rulesFile == DefaultRulesFile)
+	optionalRules := *f.rulesFile == DefaultRulesFile
+	rulesText, err := readRules(*f.rulesFile, optionalRules)
+	var rs *rules.Rules
+	if err == nil {
+		rs, err = compileRules(*f.rulesFile, rulesText)
+	}
 	if err != nil {
 		// Talos restarts the service; `talosctl logs ext-nodeinit-agent` shows this.
 		log.Error("invalid rules; not starting", "file", *f.rulesFile, "err", err)
@@ -178,20 +182,17 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	log.Info("starting", "version", version.Version, "rules", rs.Names(), "provider-id-policy", pol, "facts", *f.facts, "netns", *f.netns)
+	if *f.rulesFile != "" {
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			watchRules(ctx, *f.rulesFile, optionalRules, rulesText, rulesPoll, log, stop)
+		}()
+		defer func() { stop(); <-watched }()
+	}
 	if err := agent.Run(ctx); err != nil {
 		log.Error("stopped", "err", err)
 		return 1
 	}
 	return 0
-}
-
-func loadRules(path string, optional bool) (*rules.Rules, error) {
-	if path == "" {
-		return rules.Compile(rules.File{})
-	}
-	rs, err := rules.LoadFile(path)
-	if err != nil && optional && errors.Is(err, os.ErrNotExist) {
-		return rules.Compile(rules.File{})
-	}
-	return rs, err
 }

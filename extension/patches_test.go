@@ -4,31 +4,40 @@
 package extension_test
 
 import (
-	"bytes"
 	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
+	talosconfig "github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/agentkey"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/rulesource"
 )
 
-type runtimeMode struct{}
+// runtimeMode stands for Talos's runtime modes in validation: metal, or
+// container (the docker provisioner's).
+type runtimeMode struct{ container bool }
 
-func (runtimeMode) String() string        { return "metal" }
+func (m runtimeMode) String() string {
+	if m.container {
+		return "container"
+	}
+	return "metal"
+}
 func (runtimeMode) RequiresInstall() bool { return false }
-func (runtimeMode) InContainer() bool     { return false }
+func (m runtimeMode) InContainer() bool   { return m.container }
 
 func patch(t *testing.T, name string) configpatcher.Patch {
 	t.Helper()
@@ -43,8 +52,11 @@ func patch(t *testing.T, name string) configpatcher.Patch {
 	return p
 }
 
+// The v1alpha1 forms, on a cluster created with Talos 1.13 (its version
+// contract: machine.kubelet and cluster.controllerManager in the v1alpha1
+// document), which Talos 1.14 keeps when it upgrades such a cluster.
 func TestPatchesApplyAndValidate(t *testing.T) {
-	in, err := generate.NewInput("nodeinit", "https://10.5.0.1:6443", "1.34.4")
+	in, err := generate.NewInput("nodeinit", "https://10.5.0.1:6443", "1.36.3", generate.WithVersionContract(talosconfig.TalosVersion1_13))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +94,7 @@ func TestPatchesApplyAndValidate(t *testing.T) {
 		if !cfg.Cluster().ExternalCloudProvider().Enabled() {
 			t.Errorf("%s: cluster.externalCloudProvider.enabled is off", tc.typ)
 		}
-		args := cfg.Machine().Kubelet().ExtraArgs()
+		args := cfg.K8sKubeletConfig().ExtraArgs()
 		if !slices.Equal(args["rotate-server-certificates"], []string{"true"}) {
 			t.Errorf("kubelet extraArgs %v: want rotate-server-certificates", args)
 		}
@@ -119,11 +131,14 @@ func TestPatchesApplyAndValidate(t *testing.T) {
 			t.Error("no ExtensionServiceConfig for nodeinit-agent")
 		}
 		if tc.typ == machine.TypeControlPlane {
-			if got := cfg.Cluster().ControllerManager().ExtraArgs()["allocate-node-cidrs"]; !slices.Equal(got, []string{"false"}) {
+			if got := cfg.K8sControllerManagerConfig().ExtraArgs()["allocate-node-cidrs"]; !slices.Equal(got, []string{"false"}) {
 				t.Errorf("allocate-node-cidrs = %q", got)
 			}
 		} else {
-			pods := cfg.Machine().Pods()
+			var pods []map[string]any
+			for _, sp := range cfg.K8sStaticPodConfigs() {
+				pods = append(pods, sp.Pod())
+			}
 			if len(pods) != 1 || pods[0]["metadata"].(map[string]any)["name"] != "nodeinit-agent" {
 				t.Fatalf("static pods %v", pods)
 			}
@@ -131,7 +146,7 @@ func TestPatchesApplyAndValidate(t *testing.T) {
 			if !slices.Contains(container["args"].([]any), any("--facts=cmdline")) {
 				t.Errorf("the static pod must run degraded (--facts=cmdline): %v", container["args"])
 			}
-			checkStaticPodKeyDir(t, pods[0], cfg.Machine().Kubelet().ExtraMounts())
+			checkStaticPodKeyDir(t, pods[0], cfg.K8sKubeletConfig().ExtraMounts())
 		}
 	}
 }
@@ -184,69 +199,150 @@ func defaultRulesFile(t *testing.T) string {
 	return string(m[1])
 }
 
-// kubeletConfig114 mirrors Talos 1.14's KubeletConfig document
-// (machinery v1.14.1, config/types/k8s/kubelet.go). That machinery cannot be
-// built here (it needs a cosi-project/runtime version the module proxy
-// refuses), so the document is checked against the schema as published:
-// known fields only, an image, and the two flags.
-type kubeletConfig114 struct {
-	APIVersion                          string            `yaml:"apiVersion"`
-	Kind                                string            `yaml:"kind"`
-	Image                               string            `yaml:"image"`
-	Config                              map[string]any    `yaml:"config,omitempty"`
-	ExtraArgs                           map[string]string `yaml:"extraArgs,omitempty"`
-	ClusterDNS                          []string          `yaml:"clusterDNS,omitempty"`
-	DefaultRuntimeSeccompProfileEnabled *bool             `yaml:"defaultRuntimeSeccompProfileEnabled,omitempty"`
-}
-
-func TestKubeletConfigDocumentTalos114(t *testing.T) {
-	data, err := os.ReadFile("patches/kubelet-talos-1.14.yaml")
+// Talos 1.14's documents, loaded, patched into a config generated for a
+// Talos 1.14 cluster (multi-document: KubeletConfig,
+// KubeControllerManagerConfig…) and validated by Talos machinery v1.14.1
+// itself (its configpatcher, configloader and validators), in container
+// mode and on metal: the KubeletConfig and KubeControllerManagerConfig
+// documents, the ContainerConfig and its UserVolumeConfig and
+// EtcFileConfig. Then what the agent needs of them.
+func TestTalos114Patches(t *testing.T) {
+	in, err := generate.NewInput("nodeinit", "https://10.5.0.1:6443", "1.37.0", generate.WithVersionContract(talosconfig.TalosVersion1_14))
 	if err != nil {
 		t.Fatal(err)
 	}
-	type clusterDoc struct {
-		Cluster struct {
-			ExternalCloudProvider struct {
-				Enabled bool `yaml:"enabled"`
-			} `yaml:"externalCloudProvider"`
-		} `yaml:"cluster"`
+	base, err := in.Config(machine.TypeControlPlane)
+	if err != nil {
+		t.Fatal(err)
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	var v1alpha1 clusterDoc
-	var doc kubeletConfig114
-	if err := dec.Decode(&v1alpha1); err != nil {
-		t.Fatalf("the v1alpha1 document: %v", err)
+	generatedImage := base.K8sKubeletConfig().Image()
+	ps := []configpatcher.Patch{patch(t, "kubelet-talos-1.14.yaml"), patch(t, "controller-manager-no-ipam-talos-1.14.yaml"), patch(t, "container-config-talos-1.14.yaml")}
+	out, err := configpatcher.Apply(configpatcher.WithConfig(base), ps)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := dec.Decode(&doc); err != nil {
-		t.Fatalf("the KubeletConfig document: %v", err)
+	cfg, err := out.Config()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !v1alpha1.Cluster.ExternalCloudProvider.Enabled {
+	for _, mode := range []runtimeMode{{}, {container: true}} {
+		if _, err := cfg.Validate(mode); err != nil {
+			t.Errorf("validated as %s: %v", mode, err)
+		}
+	}
+	// The documents alone, as `talosctl patch mc` loads them.
+	for _, name := range []string{"kubelet-talos-1.14.yaml", "controller-manager-no-ipam-talos-1.14.yaml", "container-config-talos-1.14.yaml"} {
+		data, err := os.ReadFile(filepath.Join("patches", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := configloader.NewFromBytes(data, configloader.WithNoValidation()); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	// Merged into the cluster's own documents: its kubelet image is kept.
+	if got := cfg.K8sKubeletConfig().Image(); got != generatedImage {
+		t.Errorf("kubelet image %q after the patch, want the cluster's %q", got, generatedImage)
+	}
+	if got := cfg.K8sControllerManagerConfig().ExtraArgs()["allocate-node-cidrs"]; !slices.Equal(got, []string{"false"}) {
+		t.Errorf("allocate-node-cidrs = %q", got)
+	}
+	if !cfg.Cluster().ExternalCloudProvider().Enabled() {
 		t.Error("cluster.externalCloudProvider.enabled is off")
 	}
-	if doc.APIVersion != "v1alpha1" || doc.Kind != "KubeletConfig" || doc.Image == "" {
-		t.Errorf("document %+v: want apiVersion v1alpha1, kind KubeletConfig and an image", doc)
+	kc := cfg.K8sKubeletConfig()
+	if kc == nil {
+		t.Fatal("no KubeletConfig document")
 	}
-	// The v1alpha1 form must say the same.
-	legacy, err := os.ReadFile("patches/kubelet.yaml")
+	if args := kc.ExtraArgs(); !slices.Equal(args["rotate-server-certificates"], []string{"true"}) || args["cloud-provider"] != nil {
+		t.Errorf("KubeletConfig extraArgs %v: want rotate-server-certificates only (Talos sets cloud-provider)", args)
+	}
+
+	var agent config.ContainerConfig
+	for _, c := range cfg.ContainerConfigs() {
+		if c.Name() == "nodeinit-agent" {
+			agent = c
+		}
+	}
+	if agent == nil {
+		t.Fatalf("no ContainerConfig nodeinit-agent among %d", len(cfg.ContainerConfigs()))
+	}
+	if !agent.Security().MachinedAccess() || !slices.Equal(agent.Args(), []string{"run"}) {
+		t.Errorf("ContainerConfig: machinedAccess %v, args %v; want true, [run]", agent.Security().MachinedAccess(), agent.Args())
+	}
+	// The rules: Talos writes the EtcFileConfig to /etc/<name>, mounted
+	// at the agent's default --rules-file, and the container waits for it.
+	var rulesDoc config.EtcFileConfig
+	for _, f := range cfg.EtcFileConfigs() {
+		if f.Name() == rulesource.EtcFileName {
+			rulesDoc = f
+		}
+	}
+	if rulesDoc == nil {
+		t.Fatalf("no EtcFileConfig %s", rulesource.EtcFileName)
+	}
+	if _, err := rules.Load([]byte(rulesDoc.Content())); err != nil {
+		t.Errorf("the shipped rules do not load: %v", err)
+	}
+	hostRules := "/etc/" + rulesource.EtcFileName
+	var mounted, keyMounted bool
+	for _, m := range agent.Mounts() {
+		if hp, ok := m.HostPath().Get(); ok && hp.Source() == filepath.Dir(hostRules) && hp.Destination() == filepath.Dir(defaultRulesFile(t)) {
+			mounted = true
+		}
+		if uv, ok := m.UserVolume().Get(); ok && uv.Destination() == filepath.Dir(agentkey.DefaultFile) {
+			keyMounted = true
+		}
+	}
+	if !mounted || !keyMounted {
+		t.Errorf("ContainerConfig mounts: the rules' directory mounted at %s: %v; a user volume at the key's directory %s: %v",
+			filepath.Dir(defaultRulesFile(t)), mounted, filepath.Dir(agentkey.DefaultFile), keyMounted)
+	}
+	if !slices.Contains(agent.DependsOn().Paths(), hostRules) {
+		t.Errorf("the container does not wait for %s: dependsOn.paths %v", hostRules, agent.DependsOn().Paths())
+	}
+
+	// The v1alpha1 forms (Talos 1.13) say the same, and a 1.14 cluster
+	// refuses them, as a 1.13 one refuses the 1.14 forms: the README and
+	// the installer must pick the form by how the cluster was created.
+	in13, err := generate.NewInput("nodeinit", "https://10.5.0.1:6443", "1.36.3", generate.WithVersionContract(talosconfig.TalosVersion1_13))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var v1 struct {
-		clusterDoc `yaml:",inline"`
-		Machine    struct {
-			Kubelet struct {
-				ExtraArgs map[string]string `yaml:"extraArgs"`
-			} `yaml:"kubelet"`
-		} `yaml:"machine"`
-	}
-	if err := yaml.Unmarshal(legacy, &v1); err != nil {
+	base13, err := in13.Config(machine.TypeControlPlane)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if !maps.Equal(v1.Machine.Kubelet.ExtraArgs, doc.ExtraArgs) || v1.Cluster != v1alpha1.Cluster {
-		t.Errorf("the two forms differ: %+v vs %+v %v", v1, v1alpha1, doc.ExtraArgs)
+	out13, err := configpatcher.Apply(configpatcher.WithConfig(base13), []configpatcher.Patch{patch(t, "kubelet.yaml")})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if doc.ExtraArgs["rotate-server-certificates"] != "true" || doc.ExtraArgs["cloud-provider"] != "" {
-		t.Errorf("extraArgs %v: want rotate-server-certificates only (Talos sets cloud-provider)", doc.ExtraArgs)
+	cfg13, err := out13.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.EqualFunc(cfg13.K8sKubeletConfig().ExtraArgs(), kc.ExtraArgs(), slices.Equal) {
+		t.Errorf("the two forms differ: %v vs %v", cfg13.K8sKubeletConfig().ExtraArgs(), kc.ExtraArgs())
+	}
+	for _, c := range []struct {
+		base  talosconfig.Provider
+		patch string
+		want  string
+	}{
+		{base, "kubelet.yaml", "kubelet config is already set"},
+		{base, "controller-manager-no-ipam.yaml", "kube-controller-manager config is already set"},
+		{base13, "kubelet-talos-1.14.yaml", "kubelet config is already set"},
+		{base13, "controller-manager-no-ipam-talos-1.14.yaml", "kube-controller-manager config is already set"},
+	} {
+		out, err := configpatcher.Apply(configpatcher.WithConfig(c.base), []configpatcher.Patch{patch(t, c.patch)})
+		if err == nil {
+			var cfg talosconfig.Provider
+			if cfg, err = out.Config(); err == nil {
+				_, err = cfg.Validate(runtimeMode{})
+			}
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s on the other Talos's config: %v, want refused (%s)", c.patch, err, c.want)
+		}
 	}
 }

@@ -64,6 +64,7 @@ func TestTalosctlYAMLIsWhatTheAgentReads(t *testing.T) {
 		Manufacturer: "Supermicro",
 		ProductName:  "SYS-5019C-MR",
 		Version:      "0123456789",
+		BIOSVersion:  "2.7a",
 		SerialNumber: "S123-SERIAL",
 		UUID:         "4c4c4544-0042-3510-8044-b4c04f4d4e31",
 		WakeUpType:   "Power Switch",

@@ -146,6 +146,13 @@ func checkSBOM(t *testing.T, out string) {
 	for _, r := range mf.Require {
 		pinned[r.Mod.Path] = r.Mod.Version
 	}
+	// A replaced module is linked at its replacement's version (go.mod's
+	// replace block says why), and the SBOM must say that one.
+	for _, r := range mf.Replace {
+		if r.New.Version != "" {
+			pinned[r.Old.Path] = r.New.Version
+		}
+	}
 	got := map[string]string{}
 	for _, p := range items {
 		got[p.Name] = p.Version

@@ -9,8 +9,9 @@
 # built. A build that is interrupted leaves nothing half-done behind (each
 # binary is renamed into place).
 #
-# Usage: build.sh [VERSION]   VERSION is a minor such as 1.36 (the default,
-# what Talos 1.13 installs) or 1.31 (the oldest Talos 1.13 supports); the
+# Usage: build.sh [VERSION]   VERSION is a minor such as 1.37 (the default,
+# what Talos 1.14 installs), 1.36 (Talos 1.13's) or 1.31 (the oldest Talos
+# 1.13 supports); the
 # environment variable KUBE_VERSION does the same.
 # KUBE_TOOLS_BINS lists the binaries wanted (default: kube-apiserver
 # kube-controller-manager etcd; kubelet and kube-scheduler are also known,
@@ -20,7 +21,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-default_version=1.36
+default_version=1.37
 version=${1:-${KUBE_VERSION:-$default_version}}
 version=${version#v}
 mod="$here/v$version"

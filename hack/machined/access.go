@@ -17,7 +17,7 @@ import (
 )
 
 // accessPolicy is machined's filter on the COSI state it serves, rebuilt from
-// Talos v1.13.7's internal/app/resources/access.go (an internal package, so
+// Talos v1.14.1's internal/app/resources/access.go (an internal package, so
 // not importable): no writes at all; only registered resource types in
 // registered namespaces; sensitive types only with os:admin.
 func accessPolicy(st state.State) state.FilteringRule {

@@ -17,11 +17,11 @@ mkdir -p "$cache_root"
 exec 9>"$cache_root/.lock"
 flock 9
 if [ ! -x "$dest" ]; then
-	echo "machined: building the machined stand-in from Talos v1.13.7's authorization packages (about 1 min cold)" >&2
+	echo "machined: building the machined stand-in from Talos v1.14.1's authorization packages (about 1 min cold)" >&2
 	start=$(date +%s)
 	tmp=$(mktemp -d "$cache_root/.build-XXXXXX")
 	trap 'rm -rf "$tmp"' EXIT
-	(cd "$here" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/machined-standin" .)
+	(cd "$here" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/siderolabs/talos/pkg/machinery/version.Tag=$(go list -m -f '{{.Version}}' github.com/siderolabs/talos)" -o "$tmp/machined-standin" .)
 	rm -rf "$cache_root/$key"
 	mv "$tmp" "$cache_root/$key"
 	trap - EXIT

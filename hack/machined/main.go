@@ -1,5 +1,5 @@
 // Command machined-standin serves machined's API socket the way Talos
-// v1.13.7's machined does, from Talos's own public packages, for many
+// v1.14.1's machined does, from Talos's own public packages, for many
 // simulated nodes at once. Each node gets its own COSI state and two sockets:
 //
 //   - machine.sock, machined's socket as an extension service sees it:
@@ -49,7 +49,7 @@ func main() {
 	dir := flag.String("dir", "", "directory for admin.sock and each node's sockets (keep it short: unix socket paths are limited to 108 bytes)")
 	verbose := flag.Bool("v", false, "log every authorization decision, as machined's authorizers do")
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "Usage: machined-standin --dir DIR [-v]\n       machined-standin talosctl-get --socket PATH --type TYPE [--id ID] [-o FORMAT] [--nodes N]\n\nServe machined's API socket (Talos v1.13.7's authorization) for simulated nodes,\nor print a node's resources as `talosctl get` does (talosctl-get -h).\n\n")
+		fmt.Fprintf(flag.CommandLine.Output(), "Usage: machined-standin --dir DIR [-v]\n       machined-standin talosctl-get --socket PATH --type TYPE [--id ID] [-o FORMAT] [--nodes N]\n\nServe machined's API socket (Talos v1.14.1's authorization) for simulated nodes,\nor print a node's resources as `talosctl get` does (talosctl-get -h).\n\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"os"
 	"path/filepath"
@@ -17,10 +16,12 @@ import (
 	"github.com/cosi-project/runtime/pkg/state/protobuf/server"
 	"github.com/cosi-project/runtime/pkg/state/registry"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/siderolabs/talos/pkg/grpc/factory"
 	"github.com/siderolabs/talos/pkg/grpc/middleware/auth/unix"
 	"github.com/siderolabs/talos/pkg/grpc/middleware/authz"
+	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
@@ -29,6 +30,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"github.com/siderolabs/talos/pkg/machinery/resources/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/role"
+	"github.com/siderolabs/talos/pkg/machinery/version"
 )
 
 // node is one simulated node's machined.
@@ -86,6 +88,17 @@ func newState(ctx context.Context) (state.State, error) {
 	return st, nil
 }
 
+// versionServer answers MachineService.Version as machined does
+// (v1alpha1_server.go: version.NewVersion()); talosctl asks it before
+// `get` since Talos 1.14. Every other machine RPC is unimplemented here.
+type versionServer struct {
+	machine.UnimplementedMachineServiceServer
+}
+
+func (versionServer) Version(context.Context, *emptypb.Empty) (*machine.VersionResponse, error) {
+	return &machine.VersionResponse{Messages: []*machine.Version{{Version: version.NewVersion()}}}, nil
+}
+
 type registrator func(*grpc.Server)
 
 func (r registrator) Register(s *grpc.Server) { r(s) }
@@ -104,15 +117,17 @@ func startNode(ctx context.Context, dir, name string, verbose bool) (*node, erro
 	if verbose {
 		logw = os.Stderr
 	}
-	logf := func(prefix string) func(string, ...any) {
-		return log.New(logw, name+" "+prefix+" ", log.Flags()).Printf
-	}
-	// As machined.go builds it: injector → PID authorizer → role rules.
-	injector := &authz.Injector{Mode: authz.MetadataOnly, Logger: logf("machined/authz/injector")}
-	authorizer := &authz.Authorizer{Rules: rules, FallbackRoles: role.MakeSet(role.Admin), Logger: logf("machined/authz/authorizer")}
-	pidAuthorizer := &unix.Authorizer{Resources: st, AllowedServices: allowedServices, Logger: logf("machined/authz/unix/authorizer")}
+	// As machined.go (v1.14.1) builds it: injector → PID authorizer → role
+	// rules. Talos 1.14 logs authorization through grpclog annotations on
+	// the request line (factory.WithLog), not through loggers of their own.
+	injector := &authz.Injector{Mode: authz.MetadataOnly, Verbose: verbose}
+	authorizer := &authz.Authorizer{Rules: rules, FallbackRoles: role.MakeSet(role.Admin)}
+	pidAuthorizer := &unix.Authorizer{Resources: st, AllowedServices: allowedServices}
 	filtered := state.WrapCore(state.Filter(st, accessPolicy(st)))
-	n.api = factory.NewServer(registrator(func(s *grpc.Server) { v1alpha1.RegisterStateServer(s, server.NewState(filtered)) }),
+	n.api = factory.NewServer(registrator(func(s *grpc.Server) {
+		v1alpha1.RegisterStateServer(s, server.NewState(filtered))
+		machine.RegisterMachineServiceServer(s, versionServer{})
+	}),
 		factory.ServerOptions(grpc.MaxRecvMsgSize(constants.GRPCMaxMessageSize), grpc.Creds(unix.NewServerCredentials())),
 		factory.WithUnaryInterceptor(injector.UnaryInterceptor()),
 		factory.WithStreamInterceptor(injector.StreamInterceptor()),

@@ -2,10 +2,11 @@ package main
 
 import (
 	"github.com/siderolabs/talos/pkg/grpc/middleware/auth/unix"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 )
 
-// rules and allowedServices are copied verbatim from Talos v1.13.7's
+// rules and allowedServices are copied verbatim from Talos v1.14.1's
 // internal/app/machined/pkg/system/services/machined.go (internal, so not
 // importable). TestRulesMatchTalos compares them with that file in the
 // module cache, so an upgrade that changes them fails loudly.
@@ -85,15 +86,37 @@ var rules = map[string]role.Set{
 	"/machine.MachineService/Version":                     role.MakeSet(role.Admin, role.Operator, role.Reader),
 
 	// per-type authorization is handled by the service itself
-	"/cosi.resource.State/Create":  role.MakeSet(role.Admin),
-	"/cosi.resource.State/Destroy": role.MakeSet(role.Admin),
-	"/cosi.resource.State/Get":     role.MakeSet(role.Admin, role.Operator, role.Reader),
-	"/cosi.resource.State/List":    role.MakeSet(role.Admin, role.Operator, role.Reader),
-	"/cosi.resource.State/Update":  role.MakeSet(role.Admin),
-	"/cosi.resource.State/Watch":   role.MakeSet(role.Admin, role.Operator, role.Reader),
+	"/cosi.resource.State/Create":             role.MakeSet(role.Admin),
+	"/cosi.resource.State/Destroy":            role.MakeSet(role.Admin),
+	"/cosi.resource.State/Teardown":           role.MakeSet(role.Admin),
+	"/cosi.resource.State/TeardownAndDestroy": role.MakeSet(role.Admin),
+	"/cosi.resource.State/Get":                role.MakeSet(role.Admin, role.Operator, role.Reader),
+	"/cosi.resource.State/List":               role.MakeSet(role.Admin, role.Operator, role.Reader),
+	"/cosi.resource.State/Update":             role.MakeSet(role.Admin),
+	"/cosi.resource.State/Watch":              role.MakeSet(role.Admin, role.Operator, role.Reader),
 
 	"/storage.StorageService/Disks": role.MakeSet(role.Admin, role.Operator, role.Reader),
 	"/storage.StorageService/BlockDeviceWipe": role.MakeSet(
+		role.Admin,
+		// for maintenance only, verified in the handler
+		role.Reader,
+	),
+	"/machine.LVMService/LogicalVolumeRemove": role.MakeSet(
+		role.Admin,
+		// for maintenance only, verified in the handler
+		role.Reader,
+	),
+	"/machine.LVMService/VolumeGroupRemove": role.MakeSet(
+		role.Admin,
+		// for maintenance only, verified in the handler
+		role.Reader,
+	),
+	"/machine.LVMService/PhysicalVolumeRemove": role.MakeSet(
+		role.Admin,
+		// for maintenance only, verified in the handler
+		role.Reader,
+	),
+	"/machine.MDService/Destroy": role.MakeSet(
 		role.Admin,
 		// for maintenance only, verified in the handler
 		role.Reader,
@@ -139,6 +162,13 @@ var allowedServices = []unix.AllowedService{
 		Pattern:      "ext-*",
 		AllowedRoles: role.All,
 		// allow processes forked inside the container to access apid as well
+		AllowNamespaceMatch: true,
+	},
+	{
+		// containers with security.machinedAccess enabled.
+		Pattern:      constants.ContainerServicePIDPrefix + "*",
+		AllowedRoles: role.All,
+		// allow processes forked inside the container to access machined as well
 		AllowNamespaceMatch: true,
 	},
 }

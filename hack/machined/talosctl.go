@@ -2,14 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"strings"
 
 	"github.com/cosi-project/runtime/pkg/resource"
-	"github.com/cosi-project/runtime/pkg/resource/meta"
-	"github.com/hashicorp/go-multierror"
+	"github.com/cosi-project/runtime/pkg/state"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -23,13 +23,13 @@ import (
 
 // talosctlGet is `machined-standin talosctl-get`: `talosctl get TYPE [ID]`
 // against one node's machine.sock, printed by talosctl's own code. It is
-// the non-watch branch of getResources in Talos v1.13.7's
-// cmd/talosctl/cmd/talos/get.go, line for line: helpers.ClientVersionCheck,
-// output.NewWriter(format) (cmd/talosctl/cmd/talos/output; "yaml" is
-// output.YAML, which writes "node: NODE", then resource.MarshalYAML of the
-// resource, through go.yaml.in/yaml/v4), and helpers.ForEachResource
-// (cmd/talosctl/pkg/talos/helpers) fetching the resources with the
-// Protobuf unmarshalling skipped, exactly as talosctl does.
+// the non-watch branch of getResources and listResources in Talos
+// v1.14.1's cmd/talosctl/cmd/talos/get.go, step for step:
+// helpers.ClientVersionCheck, output.NewWriter(format) (cmd/talosctl/cmd/talos/output;
+// "yaml" is output.YAML, which writes "node: NODE", then
+// resource.MarshalYAML of the resource, through go.yaml.in/yaml/v4),
+// ResolveResourceKind, and COSI List or Get per node with the Protobuf
+// unmarshalling skipped, exactly as talosctl does.
 //
 // Only the connection differs from talosctl's WithClient: machined's socket
 // is a unix socket without TLS, dialed as Talos's own on-node clients dial it
@@ -54,7 +54,7 @@ func talosctlGet(args []string) int {
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: machined-standin talosctl-get --socket PATH --type TYPE [--id ID] [-o yaml] [--nodes N]\n\n"+
 			"Print a node's resources exactly as `talosctl get TYPE [ID] -o FORMAT` does, with talosctl's own code\n"+
-			"(Talos v1.13.7 cmd/talosctl), over machined's socket with the os:reader role.\n\n")
+			"(Talos v1.14.1 cmd/talosctl), over machined's socket with the os:reader role.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -99,33 +99,75 @@ func runTalosctlGet(ctx context.Context, socket string, nodes []string, roles ro
 		return fmt.Errorf("error connecting to the machine service: %w", err)
 	}
 	defer c.Close() //nolint:errcheck
-	if len(nodes) > 0 {
-		ctx = client.WithNodes(ctx, nodes...) // as talosctl's WithClient does
+	if len(nodes) == 0 {
+		nodes = []string{""} // talosctl without --nodes: one client, "node: "
 	}
+	factory := &clientFactory{c: c, nodes: nodes}
 
-	// From here on, getResources (get.go) for `get TYPE [ID]` without -w.
-	if err := helpers.ClientVersionCheck(ctx, c); err != nil {
+	// From here on, getResources and listResources (get.go) for
+	// `get TYPE [ID]` without -w.
+	if err := helpers.ClientVersionCheck(ctx, factory); err != nil {
 		return err
 	}
-	out, err := output.NewWriter(format)
+	out, err := output.NewWriter(format, os.Stdout)
 	if err != nil {
 		return err
 	}
 	defer out.Flush() //nolint:errcheck
-
-	var multiErr *multierror.Error
-	callbackResource := func(_ context.Context, hostname string, r resource.Resource, callError error) error {
-		if callError != nil {
-			multiErr = multierror.Append(multiErr, callError)
-			return nil
-		}
-		return out.WriteResource(hostname, r, 0)
-	}
-	callbackRD := func(definition *meta.ResourceDefinition) error {
-		return out.WriteHeader(definition, false)
-	}
-	if err := helpers.ForEachResource(ctx, c, callbackRD, callbackResource, namespace, args...); err != nil {
+	firstCtx, firstC, err := factory.BuildClient(ctx, nodes[0])
+	if err != nil {
 		return err
 	}
-	return multiErr.ErrorOrNil()
+	rd, err := firstC.ResolveResourceKind(firstCtx, &namespace, args[0])
+	if err != nil {
+		return err
+	}
+	if err := out.WriteHeader(rd, false); err != nil {
+		return err
+	}
+	var errs error
+	for _, node := range nodes {
+		nodeCtx, nodeClient, err := factory.BuildClient(ctx, node)
+		if err != nil {
+			errs = errors.Join(errs, err)
+			continue
+		}
+		if len(args) == 1 {
+			items, err := nodeClient.COSI.List(nodeCtx, resource.NewMetadata(namespace, rd.TypedSpec().Type, "", resource.VersionUndefined),
+				state.WithListUnmarshalOptions(state.WithSkipProtobufUnmarshal()))
+			if err != nil {
+				errs = errors.Join(errs, fmt.Errorf("error listing resources on node %s: %w", node, err))
+				continue
+			}
+			for _, item := range items.Items {
+				errs = errors.Join(errs, out.WriteResource(node, item, 0))
+			}
+			continue
+		}
+		r, err := nodeClient.COSI.Get(nodeCtx, resource.NewMetadata(namespace, rd.TypedSpec().Type, args[1], resource.VersionUndefined),
+			state.WithGetUnmarshalOptions(state.WithSkipProtobufUnmarshal()))
+		if err != nil {
+			errs = errors.Join(errs, fmt.Errorf("error getting resource on node %s: %w", node, err))
+			continue
+		}
+		errs = errors.Join(errs, out.WriteResource(node, r, 0))
+	}
+	return errs
 }
+
+// clientFactory is talosctl's global.ClientFactory for one connection: a
+// node's client is the connection with the node in its metadata
+// (client.WithNode, as talosctl's BuildClient sets it).
+type clientFactory struct {
+	c     *client.Client
+	nodes []string
+}
+
+func (f *clientFactory) BuildClient(ctx context.Context, node string) (context.Context, *client.Client, error) {
+	if node != "" {
+		ctx = client.WithNode(ctx, node)
+	}
+	return ctx, f.c, nil
+}
+
+func (f *clientFactory) Nodes() []string { return f.nodes }

@@ -4,6 +4,9 @@
 //	nodeinit-coordinator.yaml  every object, image pinned to the release (kubectl apply -f)
 //	talos-patch.yaml           the same as a Talos machine-config patch (cluster.inlineManifests)
 //	talos-unpatch.yaml         removes that inline manifest: before talos-patch.yaml to upgrade, alone to uninstall
+//	talos-patch-1.14.yaml      the same for the workers of a cluster created with Talos 1.14 (multi-document config)
+//	talos-patch-1.14-controlplane.yaml  and its control-plane nodes (KubeControllerManagerConfig is theirs only)
+//	talos-unpatch-1.14.yaml    removes it (uninstall); applying talos-patch-1.14.yaml again replaces it
 //
 // The Helm chart (coordinator/chart) renders the same objects from values;
 // this module's tests prove the three agree.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	talosconfig "github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
@@ -56,6 +57,20 @@ func outputs(t *testing.T) (manifest, patch []byte) {
 		t.Fatal(err)
 	}
 	return manifest, patch
+}
+
+// output renders the install files and returns one of them.
+func output(t *testing.T, name string) []byte {
+	t.Helper()
+	dir := t.TempDir()
+	if _, err := Write(deployDir, dir, CoordinatorImage, ""); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // helmTemplate renders the chart as `helm template -n NAMESPACE` does, in
@@ -145,9 +160,10 @@ func deployment(t *testing.T, objs []*unstructured.Unstructured) *appsv1.Deploym
 
 // inlineManifest applies the Talos patch to a generated machine config of
 // the given type and returns the validated config's inline manifest.
-func talosConfig(t *testing.T, typ machine.Type, patches ...[]byte) (inline []byte, cloudProvider bool, cmArgs map[string][]string) {
+// contract is the Talos version the cluster was created with (its config's form).
+func talosConfig(t *testing.T, typ machine.Type, contract *talosconfig.VersionContract, patches ...[]byte) (inline []byte, cloudProvider bool, cmArgs map[string][]string) {
 	t.Helper()
-	in, err := generate.NewInput("nodeinit", "https://10.5.0.1:6443", "1.34.4")
+	in, err := generate.NewInput("nodeinit", "https://10.5.0.1:6443", "1.36.3", generate.WithVersionContract(contract))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,13 +188,13 @@ func talosConfig(t *testing.T, typ machine.Type, patches ...[]byte) (inline []by
 		t.Fatal(err)
 	}
 	if _, err := cfg.Validate(runtimeMode{}); err != nil {
-		t.Errorf("%s config with talos-patch.yaml: %v", typ, err)
+		t.Errorf("%s config (Talos %s) with the Talos patch: %v", typ, contract, err)
 	}
-	ims := cfg.Cluster().InlineManifests()
+	ims := cfg.K8sInlineManifestConfigs()
 	if len(ims) != 1 || ims[0].Name() != InlineManifestName {
 		t.Fatalf("%s: inline manifests %v, want one named %s", typ, ims, InlineManifestName)
 	}
-	return []byte(ims[0].Contents()), cfg.Cluster().ExternalCloudProvider().Enabled(), cfg.Cluster().ControllerManager().ExtraArgs()
+	return []byte(ims[0].Contents()), cfg.Cluster().ExternalCloudProvider().Enabled(), cfg.K8sControllerManagerConfig().ExtraArgs()
 }
 
 type runtimeMode struct{}
@@ -220,19 +236,34 @@ func TestThreeOutputsAgree(t *testing.T) {
 	if err := yaml.Unmarshal(noIPAM, &want); err != nil {
 		t.Fatal(err)
 	}
-	for _, typ := range []machine.Type{machine.TypeControlPlane, machine.TypeWorker} {
-		inline, external, cmArgs := talosConfig(t, typ, patch, kubelet)
-		if !bytes.Equal(inline, manifest) {
-			t.Errorf("%s: the inline manifest differs from nodeinit-coordinator.yaml", typ)
-		}
-		if !external {
-			t.Errorf("%s: cluster.externalCloudProvider.enabled is off", typ)
-		}
-		// The shipped ConfigMap has ipam.enabled: the patch turns the
-		// controller manager's allocation off, as extension/patches does.
-		for k, v := range want.Cluster.ControllerManager.ExtraArgs {
-			if !slices.Equal(cmArgs[k], []string{v}) {
-				t.Errorf("%s: controller manager %s = %v, want %s (extension/patches/controller-manager-no-ipam.yaml)", typ, k, cmArgs[k], v)
+	patch114 := map[machine.Type][]byte{machine.TypeWorker: output(t, "talos-patch-1.14.yaml"), machine.TypeControlPlane: output(t, "talos-patch-1.14-controlplane.yaml")}
+	kubelet114, err := os.ReadFile("../../extension/patches/kubelet-talos-1.14.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, form := range []struct {
+		contract *talosconfig.VersionContract
+		patch    map[machine.Type][]byte
+		kubelet  []byte
+	}{{talosconfig.TalosVersion1_13, map[machine.Type][]byte{machine.TypeWorker: patch, machine.TypeControlPlane: patch}, kubelet}, {talosconfig.TalosVersion1_14, patch114, kubelet114}} {
+		for _, typ := range []machine.Type{machine.TypeControlPlane, machine.TypeWorker} {
+			inline, external, cmArgs := talosConfig(t, typ, form.contract, form.patch[typ], form.kubelet)
+			if !bytes.Equal(inline, manifest) {
+				t.Errorf("%s (Talos %s): the inline manifest differs from nodeinit-coordinator.yaml", typ, form.contract)
+			}
+			if !external {
+				t.Errorf("%s (Talos %s): cluster.externalCloudProvider.enabled is off", typ, form.contract)
+			}
+			// The shipped ConfigMap has ipam.enabled: the patch turns the
+			// controller manager's allocation off, as extension/patches does
+			// (on 1.14, on the control plane: the document is theirs only).
+			if form.contract == talosconfig.TalosVersion1_14 && typ == machine.TypeWorker {
+				continue
+			}
+			for k, v := range want.Cluster.ControllerManager.ExtraArgs {
+				if !slices.Equal(cmArgs[k], []string{v}) {
+					t.Errorf("%s (Talos %s): controller manager %s = %v, want %s (extension/patches/controller-manager-no-ipam.yaml)", typ, form.contract, k, cmArgs[k], v)
+				}
 			}
 		}
 	}
@@ -369,7 +400,7 @@ func TestEachAppliesToTheAPIServer(t *testing.T) {
 	}
 	t.Cleanup(cluster.Close)
 	manifest, patch := outputs(t)
-	inline, _, _ := talosConfig(t, machine.TypeControlPlane, patch)
+	inline, _, _ := talosConfig(t, machine.TypeControlPlane, talosconfig.TalosVersion1_13, patch)
 	chart, err := helmTemplate(t, "kube-system", nil)
 	if err != nil {
 		t.Fatal(err)

@@ -1,19 +1,30 @@
 package main
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
+	talosconfig "github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 )
 
 // applyAll applies patches in turn, as successive `talosctl patch mc`
-// calls do, to a generated control-plane config, and validates it.
+// calls do, to a control-plane config generated for a cluster created
+// with Talos 1.13, and validates it.
 func applyAll(t *testing.T, patches ...[]byte) ([]string, error) {
 	t.Helper()
-	in, err := generate.NewInput("nodeinit", "https://10.5.0.1:6443", "1.34.4")
+	names, _, err := applyTo(t, talosconfig.TalosVersion1_13, patches...)
+	return names, err
+}
+
+// applyTo is applyAll for a cluster created with the given Talos; it also
+// returns the inline manifests' contents.
+func applyTo(t *testing.T, contract *talosconfig.VersionContract, patches ...[]byte) ([]string, []string, error) {
+	t.Helper()
+	in, err := generate.NewInput("nodeinit", "https://10.5.0.1:6443", "1.36.3", generate.WithVersionContract(contract))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,14 +40,14 @@ func applyAll(t *testing.T, patches ...[]byte) ([]string, error) {
 		}
 		out, err := configpatcher.Apply(cfg, []configpatcher.Patch{p})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		c, err := out.Config()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if _, err := c.Validate(runtimeMode{}); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		cfg = configpatcher.WithConfig(c)
 	}
@@ -44,11 +55,12 @@ func applyAll(t *testing.T, patches ...[]byte) ([]string, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names []string
-	for _, m := range c.Cluster().InlineManifests() {
+	var names, contents []string
+	for _, m := range c.K8sInlineManifestConfigs() {
 		names = append(names, m.Name())
+		contents = append(contents, m.Contents())
 	}
-	return names, nil
+	return names, contents, nil
 }
 
 // Applying the Talos patch again, as an upgrade or a second run of the
@@ -81,5 +93,49 @@ func TestReapplyingThePatch(t *testing.T) {
 		if got := strings.Join(names, ","); got != c.want {
 			t.Errorf("%s: inline manifests %q, want %q", c.name, got, c.want)
 		}
+	}
+}
+
+// On a cluster created with Talos 1.14 the coordinator's manifest is a
+// named document: applying the patch again is a no-op, a newer release's
+// replaces it, the unpatch removes it; and the v1alpha1 patch is refused
+// there (cluster.controllerManager), as the 1.14 one is on an older cluster.
+func TestReapplyingThePatch114(t *testing.T) {
+	patch := output(t, "talos-patch-1.14-controlplane.yaml")
+	unpatch := output(t, "talos-unpatch-1.14.yaml")
+	newer := bytes.Replace(patch, []byte("kind: Namespace"), []byte("kind: Namespace # newer"), 1)
+	if bytes.Equal(newer, patch) {
+		newer = append(bytes.Clone(patch), []byte("    # a newer release\n")...)
+	}
+	for _, c := range []struct {
+		name    string
+		patches [][]byte
+		want    string
+		newer   bool
+	}{
+		{"install", [][]byte{patch}, InlineManifestName, false},
+		{"install twice", [][]byte{patch, patch}, InlineManifestName, false},
+		{"install, then upgrade", [][]byte{patch, newer}, InlineManifestName, true},
+		{"install, then uninstall", [][]byte{patch, unpatch}, "", false},
+		{"uninstall, install again", [][]byte{patch, unpatch, patch}, InlineManifestName, false},
+	} {
+		names, contents, err := applyTo(t, talosconfig.TalosVersion1_14, c.patches...)
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if got := strings.Join(names, ","); got != c.want {
+			t.Errorf("%s: inline manifests %q, want %q", c.name, got, c.want)
+		}
+		if c.newer && (len(contents) != 1 || !strings.Contains(contents[0], "# a newer release") && !strings.Contains(contents[0], "# newer")) {
+			t.Errorf("%s: the manifest was not replaced by the newer one", c.name)
+		}
+	}
+	_, old := outputs(t)
+	if _, _, err := applyTo(t, talosconfig.TalosVersion1_14, old); err == nil || !strings.Contains(err.Error(), "kube-controller-manager config is already set") {
+		t.Errorf("talos-patch.yaml on a Talos 1.14 cluster: %v, want refused", err)
+	}
+	if _, _, err := applyTo(t, talosconfig.TalosVersion1_13, patch); err == nil || !strings.Contains(err.Error(), "already set") {
+		t.Errorf("talos-patch-1.14.yaml on a Talos 1.13 cluster: %v, want refused", err)
 	}
 }

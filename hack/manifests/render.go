@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -160,12 +161,78 @@ cluster:
 `, release, InlineManifestName))
 }
 
+// TalosPatch114 is TalosPatch for a cluster created with Talos 1.14, whose
+// machine config is multi-document, for one kind of node. Talos refuses
+// the v1alpha1 cluster.controllerManager section there (the
+// KubeControllerManagerConfig document holds it), and refuses that
+// document on workers, so the control-plane form (controlPlane) carries
+// the controller manager's flag and the worker form does not. The
+// coordinator's manifest is its own named document, merged by name:
+// applying the patch again, or a newer release's, replaces it instead of
+// adding a second (no unpatch needed to upgrade). externalCloudProvider
+// stays in the v1alpha1 document, as Talos 1.14 has it.
+func TalosPatch114(release string, manifest []byte, coordinatorAllocates, controlPlane bool) ([]byte, error) {
+	name, other, nodes := "talos-patch-1.14.yaml", "talos-patch-1.14-controlplane.yaml", "<worker nodes>"
+	if controlPlane {
+		name, other, nodes = other, name, "<control-plane nodes>"
+	}
+	docs := []*yaml.Node{
+		{Kind: yaml.DocumentNode, HeadComment: fmt.Sprintf(`nodeinit-coordinator %s for a cluster created with Talos 1.14, on %s
+(%s is for the others):
+  talosctl gen config ... --config-patch-%s @%s
+  talosctl patch mc --nodes %s --patch @%s
+Applying it again, or a newer release's, replaces the manifest (a named document merges).
+Uninstall: talosctl patch mc --nodes <all nodes> --patch @talos-unpatch-1.14.yaml
+A cluster created with Talos 1.13 or earlier (machine.kubelet in its v1alpha1 document) takes talos-patch.yaml.
+Rendered by make manifests from coordinator/deploy.`, release, strings.Trim(nodes, "<>"), other, map[bool]string{true: "control-plane", false: "worker"}[controlPlane], name, nodes, name),
+			Content: []*yaml.Node{mapping("cluster", mapping("externalCloudProvider", mapping("enabled", scalar("true", "!!bool"))))}},
+	}
+	if coordinatorAllocates && controlPlane {
+		docs = append(docs, &yaml.Node{Kind: yaml.DocumentNode, HeadComment: "The coordinator allocates pod CIDRs (ipam.enabled in its ConfigMap).",
+			Content: []*yaml.Node{mapping("apiVersion", scalar("v1alpha1", "!!str"), "kind", scalar("KubeControllerManagerConfig", "!!str"),
+				"extraArgs", mapping("allocate-node-cidrs", scalar("false", "!!str")))}})
+	}
+	docs = append(docs, &yaml.Node{Kind: yaml.DocumentNode,
+		Content: []*yaml.Node{mapping("apiVersion", scalar("v1alpha1", "!!str"), "kind", scalar("KubeInlineManifestConfig", "!!str"),
+			"name", scalar(InlineManifestName, "!!str"),
+			"manifest", &yaml.Node{Kind: yaml.ScalarNode, Style: yaml.LiteralStyle, Value: string(manifest)})}})
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	for _, d := range docs {
+		if err := enc.Encode(d); err != nil {
+			return nil, err
+		}
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// TalosUnpatch114 removes the coordinator's KubeInlineManifestConfig
+// document: uninstall on a cluster created with Talos 1.14.
+func TalosUnpatch114(release string) []byte {
+	return []byte(fmt.Sprintf(`# nodeinit-coordinator %s, a cluster created with Talos 1.14: removes the coordinator's
+# inline manifest. Uninstall (then delete what it created: kubectl delete -f nodeinit-coordinator.yaml;
+# NodeRecords are kept, they hold the enrolled agent keys):
+#   talosctl patch mc --nodes <all nodes> --patch @talos-unpatch-1.14.yaml
+apiVersion: v1alpha1
+kind: KubeInlineManifestConfig
+name: %s
+$patch: delete
+`, release, InlineManifestName))
+}
+
 // repository is an image repository without tag or digest:
 // host[:port]/path, lower case.
 var repository = regexp.MustCompile(`^[a-z0-9]+([._-][a-z0-9]+)*(\.[a-z0-9-]+)*(:[0-9]+)?(/[a-z0-9]+([._-]|__|[-]*[a-z0-9]+)*)+$`)
 
 // Write renders deployDir into outDir: nodeinit-coordinator.yaml,
-// talos-patch.yaml and talos-unpatch.yaml. image is the coordinator image the kustomization names;
+// talos-patch.yaml and talos-unpatch.yaml (clusters created with Talos 1.13
+// or earlier), talos-patch-1.14.yaml (workers),
+// talos-patch-1.14-controlplane.yaml and talos-unpatch-1.14.yaml (created
+// with Talos 1.14). image is the coordinator image the kustomization names;
 // pushedTo, when not empty, is the repository the rendered Deployment pulls
 // it from instead (the tag stays the release).
 func Write(deployDir, outDir, image, pushedTo string) (files []string, err error) {
@@ -199,13 +266,22 @@ func Write(deployDir, outDir, image, pushedTo string) (files []string, err error
 	if err != nil {
 		return nil, err
 	}
+	patch114, err := TalosPatch114(release, manifest, allocates, false)
+	if err != nil {
+		return nil, err
+	}
+	patch114cp, err := TalosPatch114(release, manifest, allocates, true)
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return nil, err
 	}
 	for _, f := range []struct {
 		name string
 		data []byte
-	}{{"nodeinit-coordinator.yaml", manifest}, {"talos-patch.yaml", patch}, {"talos-unpatch.yaml", TalosUnpatch(release)}} {
+	}{{"nodeinit-coordinator.yaml", manifest}, {"talos-patch.yaml", patch}, {"talos-unpatch.yaml", TalosUnpatch(release)},
+		{"talos-patch-1.14.yaml", patch114}, {"talos-patch-1.14-controlplane.yaml", patch114cp}, {"talos-unpatch-1.14.yaml", TalosUnpatch114(release)}} {
 		path := filepath.Join(outDir, f.name)
 		if err := os.WriteFile(path, f.data, 0o644); err != nil {
 			return nil, err

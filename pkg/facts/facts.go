@@ -31,11 +31,13 @@ type Platform struct {
 }
 
 // System mirrors Talos's SystemInformationSpec (resources/hardware), as
-// Platform does PlatformMetadataSpec.
+// Platform does PlatformMetadataSpec: the same fields in the same order
+// (machinery v1.14.1 added BIOSVersion), so that one converts to the other.
 type System struct {
 	Manufacturer string
 	ProductName  string
 	Version      string
+	BIOSVersion  string
 	SerialNumber string
 	UUID         string
 	WakeUpType   string

@@ -1,7 +1,8 @@
 // Package rulesource finds the agent's rules in the files users have: a bare
 // rules file (Talos CCM's configuration format), the ExtensionServiceConfig
-// document that delivers it, a Talos machine config holding that document,
-// or Talos CCM's own ConfigMap. It is pure; LoadFile is the one edge that
+// document that delivers it to the extension, the EtcFileConfig document that
+// delivers it to the ContainerConfig (Talos 1.14), a Talos machine config
+// holding either, or Talos CCM's own ConfigMap. It is pure; LoadFile is the one edge that
 // reads a file.
 package rulesource
 
@@ -23,6 +24,11 @@ const MountPath = "/usr/local/etc/nodeinit/rules.yaml"
 // ServiceName is the extension service's name, as ExtensionServiceConfig names it.
 const ServiceName = "nodeinit-agent"
 
+// EtcFileName is the EtcFileConfig (Talos 1.14) that delivers the rules to
+// the agent run as a ContainerConfig: Talos writes /etc/nodeinit/rules.yaml,
+// which the container mounts at MountPath.
+const EtcFileName = "nodeinit/rules.yaml"
+
 // TalosCCMConfigKey is the key of Talos CCM's ConfigMap holding its configuration.
 const TalosCCMConfigKey = "ccm-config.yaml"
 
@@ -32,6 +38,7 @@ type Kind string
 const (
 	KindRules                  Kind = "rules file"
 	KindExtensionServiceConfig Kind = "ExtensionServiceConfig"
+	KindEtcFileConfig          Kind = "EtcFileConfig"
 	KindMachineConfig          Kind = "Talos machine config"
 	KindTalosCCMConfigMap      Kind = "Talos CCM ConfigMap"
 	KindTalosCCMHelmValues     Kind = "Talos CCM Helm values"
@@ -87,6 +94,8 @@ func (s Source) Describe() string {
 		return fmt.Sprintf("%s (data.%s, document %d)", s.Kind, TalosCCMConfigKey, s.Doc)
 	case KindTalosCCMHelmValues:
 		return fmt.Sprintf("%s (transformations)", s.Kind)
+	case KindEtcFileConfig:
+		return fmt.Sprintf("%s %s (contents, document %d)", s.Kind, EtcFileName, s.Doc)
 	}
 	return fmt.Sprintf("%s %s (configFiles %s, document %d)", s.Kind, ServiceName, MountPath, s.Doc)
 }
@@ -119,6 +128,16 @@ func Find(data []byte) (Source, error) {
 				continue
 			}
 			s.Doc = i + 1
+			found = append(found, s)
+		case kind == "EtcFileConfig" && name == EtcFileName:
+			c := value(root, "contents")
+			if c == nil || c.Kind != yaml.ScalarNode {
+				problems = append(problems, rules.Problem{Pos: pos(root), Rule: "EtcFileConfig " + EtcFileName,
+					Msg: "has no contents", Fix: "write the rules under contents: |"})
+				continue
+			}
+			s := embedded(data, c)
+			s.Kind, s.Doc = KindEtcFileConfig, i+1
 			found = append(found, s)
 		case kind == "ConfigMap":
 			d := value(root, "data")
@@ -168,7 +187,7 @@ func Find(data []byte) (Source, error) {
 		return Source{}, problems
 	}
 	return Source{}, rules.Problems{{Msg: "no nodeinit-agent rules here",
-		Fix: fmt.Sprintf("give a rules file (transformations: …), an ExtensionServiceConfig named %s with a configFiles entry at %s, a machine config holding one, or Talos CCM's ConfigMap (data.%s)", ServiceName, MountPath, TalosCCMConfigKey)}}
+		Fix: fmt.Sprintf("give a rules file (transformations: …), an ExtensionServiceConfig named %s with a configFiles entry at %s, an EtcFileConfig named %s, a machine config holding one, or Talos CCM's ConfigMap (data.%s)", ServiceName, MountPath, EtcFileName, TalosCCMConfigKey)}}
 }
 
 // fromExtensionServiceConfig finds the configFiles entry mounted at MountPath.

@@ -105,6 +105,13 @@ func TestNodeIdentityLimits(t *testing.T) {
 	// (AuthorizeNodeWithSelectors: alpha in 1.31, on by default from 1.32):
 	// before, a node reads every Node.
 	refusedSince := map[string]int{"GET another Node": 32, "list all Nodes": 32}
+	// refusedWithSince: from this minor on a row is refused with another
+	// error, by an earlier stage. From 1.37 spec.providerID is immutable
+	// once set for every client (API validation, before NodeRestriction).
+	refusedWithSince := map[string]struct {
+		minor int
+		err   string
+	}{"providerID changed": {37, "spec.providerID: Invalid value"}}
 	var rows []row
 	info, err := admin.Discovery().ServerVersion()
 	if err != nil {
@@ -200,6 +207,9 @@ func TestNodeIdentityLimits(t *testing.T) {
 		t.Run(r.name, func(t *testing.T) {
 			if minor < refusedSince[r.name] {
 				r.wantErr = ""
+			}
+			if w, ok := refusedWithSince[r.name]; ok && minor >= w.minor {
+				r.wantErr = w.err
 			}
 			err := r.do()
 			switch {
