@@ -1,10 +1,13 @@
 package main
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // validate checks the NODEINIT_* environment an ExtensionServiceConfig
@@ -72,5 +75,89 @@ environment:
 				t.Errorf("the problem is not placed at its environment entry (%s:9:5 or :10:5):\n%s", file, errOut)
 			}
 		})
+	}
+}
+
+// Talos appends each patch's environment entries to the extension's (a
+// migration patch's NODEINIT_PROVIDER_ID_POLICY after the install's), and
+// the container runtime passes them all to the agent. The real binary,
+// given such an environment as execve gives it (os/exec would drop the
+// duplicates, so it is started with syscall.ForkExec), takes the last
+// entry and says so; before, Go's os.Getenv returned the first and the
+// later patch was silently lost.
+func TestRunTakesTheLastOfARepeatedSetting(t *testing.T) {
+	bin := agentBinary(t)
+	run := func(env ...string) (int, string) {
+		t.Helper()
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		devnull, err := os.Open(os.DevNull)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer devnull.Close()
+		pid, err := syscall.ForkExec(bin, []string{bin, "run", "--kubeconfig", "/nonexistent/kubeconfig", "--rules-file", "", "--key-file", filepath.Join(t.TempDir(), "key"), "--facts", "cmdline", "--node-name", "w1", "--cmdline-file", "/dev/null"},
+			&syscall.ProcAttr{Env: append([]string{"PATH=/usr/bin:/bin"}, env...), Files: []uintptr{devnull.Fd(), devnull.Fd(), w.Fd()}})
+		w.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A valid setting lets it start and wait for its kubeconfig: the
+		// log is read for a few seconds, then it is stopped.
+		_ = r.SetReadDeadline(time.Now().Add(5 * time.Second))
+		out, _ := io.ReadAll(r)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		var ws syscall.WaitStatus
+		if _, err := syscall.Wait4(pid, &ws, 0, nil); err != nil {
+			t.Fatal(err)
+		}
+		return ws.ExitStatus(), string(out)
+	}
+	// The install patch said metadata, the migration patch a bad value:
+	// the agent must read the migration's, and refuse it.
+	code, out := run("NODEINIT_PROVIDER_ID_POLICY=metadata", "NODEINIT_PROVIDER_ID_POLICY=talos-fallbak")
+	if code != 2 || !strings.Contains(out, "talos-fallbak") {
+		t.Errorf("exit %d, want 2 refusing the last value talos-fallbak:\n%s", code, out)
+	}
+	// Both valid: the last is used, and the start-up log says the setting is repeated.
+	code, out = run("NODEINIT_PROVIDER_ID_POLICY=metadata", "NODEINIT_PROVIDER_ID_POLICY=talos-fallback")
+	for _, want := range []string{`NODEINIT_PROVIDER_ID_POLICY is set 2 times (\"metadata\", \"talos-fallback\"): using the last, \"talos-fallback\"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("exit %d; the log lacks %q:\n%s", code, want, out)
+		}
+	}
+}
+
+// explain reads the agent's settings from the document's environment, as
+// run does (the last entry of a name): a migration patch's
+// NODEINIT_PROVIDER_ID_POLICY=talos-fallback appended after the install's
+// metadata shows in explain's providerID; before, explain ignored the
+// environment and showed none.
+func TestExplainReadsTheDocumentsEnvironment(t *testing.T) {
+	doc := writeFile(t, "merged.yaml", `apiVersion: v1alpha1
+kind: ExtensionServiceConfig
+name: nodeinit-agent
+configFiles:
+  - mountPath: /usr/local/etc/nodeinit/rules.yaml
+    content: |
+      transformations: []
+environment:
+  - NODEINIT_PROVIDER_ID_POLICY=metadata
+  - NODEINIT_PROVIDER_ID_POLICY=talos-fallback
+`)
+	md := writeFile(t, "md.yaml", "platform: metal\nhostname: w1\n")
+	code, out, errOut := runCmd("explain", "--rules-file", doc, "--platform-metadata", md, "--addresses", "192.168.1.10/24", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, `"providerID": "talos://metal/192.168.1.10"`) || !strings.Contains(errOut, "provider-id-policy talos-fallback, from "+doc+":10") {
+		t.Errorf("explain with the merged document's environment:\nstdout %s\nstderr %s", out, errOut)
+	}
+	// The command line still wins.
+	if code, out, _ := runCmd("explain", "--rules-file", doc, "--platform-metadata", md, "--addresses", "192.168.1.10/24", "--provider-id-policy", "never", "-o", "json"); code != 0 || strings.Contains(out, "talos://") {
+		t.Errorf("--provider-id-policy never: exit %d, %s", code, out)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"net/netip"
@@ -10,6 +11,7 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/agent/explain"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/config"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/envflag"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/facts"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rulesource"
@@ -39,15 +41,29 @@ func explainCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "explain: --platform-metadata FILE is required")
 		return 2
 	}
+	var rs *rules.Rules
+	var src rulesource.Source
+	var err error
+	if rulesFile() == "" {
+		rs, _ = rules.Compile(rules.File{})
+	} else if rs, src, err = rulesource.LoadFile(rulesFile()); err != nil {
+		return fail(fmt.Errorf("%s: invalid:\n%w", rulesFile(), err))
+	}
+	// The document's environment is what `run` reads (its last entry of a
+	// name, as Talos appends patches' entries), unless the command line says.
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["provider-id-policy"] {
+		for _, e := range src.Environment {
+			if v, ok := strings.CutPrefix(e.Entry, envflag.Name(envPrefix, "provider-id-policy")+"="); ok {
+				*policy = v
+				fmt.Fprintf(stderr, "explain: provider-id-policy %s, from %s:%d\n", v, rulesFile(), e.Pos.Line)
+			}
+		}
+	}
 	pol, err := desired.ParseProviderIDPolicy(*policy)
 	if err != nil {
 		return fail(err)
-	}
-	var rs *rules.Rules
-	if rulesFile() == "" {
-		rs, _ = rules.Compile(rules.File{})
-	} else if rs, _, err = rulesource.LoadFile(rulesFile()); err != nil {
-		return fail(fmt.Errorf("%s: invalid:\n%w", rulesFile(), err))
 	}
 	data, err := os.ReadFile(*mdFile)
 	if err != nil {

@@ -106,6 +106,11 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return envflag.Fail(fs, err.Error())
 	}
+	// Talos appends each patch's environment entries: a setting given twice
+	// takes its last value (envflag.Parse), and says so.
+	for _, w := range envflag.Repeated(envPrefix, envflag.Environ()) {
+		log.Warn(w)
+	}
 	defer telemetry.RouteKlog(log)()                   // from here on client-go logs too, until run returns
 	pol, _ := desired.ParseProviderIDPolicy(*f.policy) // checked above
 	optionalRules := *f.rulesFile == DefaultRulesFile

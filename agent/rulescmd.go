@@ -157,8 +157,8 @@ func environmentProblems(env []rulesource.Env) rules.Problems {
 			continue
 		}
 		if prev, twice := seen[name]; twice {
-			ps = append(ps, rules.Problem{Pos: e.Pos, Rule: where, Msg: fmt.Sprintf("%s is set twice (first at line %d); only one value reaches the agent", name, prev.Line),
-				Fix: "keep one"})
+			ps = append(ps, rules.Problem{Pos: e.Pos, Rule: where, Msg: fmt.Sprintf("%s is set twice (first at line %d); the agent takes this last one", name, prev.Line),
+				Fix: "keep one (Talos appends the environment entries of each patch it applies; the agent takes the last)"})
 			continue
 		}
 		seen[name] = e.Pos

@@ -23,25 +23,107 @@ func Name(prefix, flagName string) string {
 
 // Parse parses args, then sets each flag not given on the command line from
 // its environment variable, if present. A bad value names the variable.
+// The environment is the process's as it was given (Environ): a variable
+// set more than once takes its last value.
 func Parse(fs *flag.FlagSet, prefix string, args []string) error {
+	return ParseEnviron(fs, prefix, args, Environ())
+}
+
+// ParseEnviron is Parse with the environment given: NAME=value entries,
+// duplicates included, the last of a name winning. Talos appends a
+// patch's environment entries to an ExtensionServiceConfig's (and a
+// ContainerConfig's) instead of replacing them, so the entry a later
+// patch meant is the last one; Go's os.Getenv, like C's getenv, would
+// return the first.
+func ParseEnviron(fs *flag.FlagSet, prefix string, args, environ []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	last := map[string]string{}
+	for _, e := range environ {
+		if k, v, ok := strings.Cut(e, "="); ok {
+			last[k] = v
+		}
+	}
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
 		if _, isVersion := f.Value.(*versionFlag); given[f.Name] || err != nil || isVersion {
 			return
 		}
 		env := Name(prefix, f.Name)
-		if v, ok := os.LookupEnv(env); ok {
+		if v, ok := last[env]; ok {
 			if e := fs.Set(f.Name, v); e != nil {
 				err = fmt.Errorf("environment %s=%q: %w", env, v, e)
 			}
 		}
 	})
 	return err
+}
+
+// Repeated names each variable with prefix set more than once in environ,
+// with its values in order: a message per variable, for a warning at start.
+func Repeated(prefix string, environ []string) []string {
+	values := map[string][]string{}
+	var order []string
+	for _, e := range environ {
+		k, v, ok := strings.Cut(e, "=")
+		if !ok || !strings.HasPrefix(k, prefix) {
+			continue
+		}
+		if _, seen := values[k]; !seen {
+			order = append(order, k)
+		}
+		values[k] = append(values[k], v)
+	}
+	var out []string
+	for _, k := range order {
+		if vs := values[k]; len(vs) > 1 {
+			out = append(out, fmt.Sprintf("%s is set %d times (%s): using the last, %q. Talos appends the environment entries of each patch; keep one",
+				k, len(vs), strings.Join(quoteAll(vs), ", "), vs[len(vs)-1]))
+		}
+	}
+	return out
+}
+
+func quoteAll(vs []string) []string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = strconv.Quote(v)
+	}
+	return out
+}
+
+// Environ is the process's environment with the duplicates it was given:
+// Go's os.Environ keeps only the first entry of each name, so a name still
+// holding that first value is listed with every entry /proc/self/environ
+// has for it (the environment at exec). A name set or changed since (by
+// the process itself) is listed with its current value.
+func Environ() []string {
+	cur := os.Environ()
+	b, err := os.ReadFile("/proc/self/environ")
+	if err != nil {
+		return cur
+	}
+	raw := map[string][]string{}
+	for e := range strings.SplitSeq(string(b), "\x00") {
+		if k, v, ok := strings.Cut(e, "="); ok {
+			raw[k] = append(raw[k], v)
+		}
+	}
+	var out []string
+	for _, e := range cur {
+		k, v, _ := strings.Cut(e, "=")
+		if vs := raw[k]; len(vs) > 1 && vs[0] == v {
+			for _, rv := range vs {
+				out = append(out, k+"="+rv)
+			}
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // Spelling is how a flag is written on the command line, as Kubernetes

@@ -144,3 +144,48 @@ func TestFail(t *testing.T) {
 		t.Errorf("Fail: %d %q", code, buf.String())
 	}
 }
+
+// Talos appends a later patch's environment entries to the earlier ones:
+// the last entry of a name is the one meant, and each repeated name is
+// reported with its values.
+func TestRepeatedEnvironment(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		environ []string
+		want    string
+		repeats []string
+	}{
+		{"once", []string{"NI_MODE=a"}, "a", nil},
+		{"twice: the last", []string{"NI_MODE=a", "PATH=/bin", "NI_MODE=b"}, "b", []string{`NI_MODE is set 2 times ("a", "b"): using the last, "b"`}},
+		{"three times", []string{"NI_MODE=a", "NI_MODE=b", "NI_MODE=c"}, "c", []string{`NI_MODE is set 3 times ("a", "b", "c"): using the last, "c"`}},
+		{"the same value twice", []string{"NI_MODE=a", "NI_MODE=a"}, "a", []string{`NI_MODE is set 2 times ("a", "a")`}},
+		{"others' variables repeated are not ours", []string{"OTHER=1", "OTHER=2", "NI_MODE=a"}, "a", nil},
+		{"empty last value", []string{"NI_MODE=a", "NI_MODE="}, "", []string{`using the last, ""`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("x", flag.ContinueOnError)
+			mode := fs.String("mode", "default", "")
+			if err := ParseEnviron(fs, "NI_", nil, tc.environ); err != nil {
+				t.Fatal(err)
+			}
+			if *mode != tc.want {
+				t.Errorf("--mode %q, want %q", *mode, tc.want)
+			}
+			got := Repeated("NI_", tc.environ)
+			if len(got) != len(tc.repeats) {
+				t.Fatalf("Repeated: %q, want %d messages", got, len(tc.repeats))
+			}
+			for i, w := range tc.repeats {
+				if !strings.Contains(got[i], w) {
+					t.Errorf("Repeated[%d] = %q, want it to contain %q", i, got[i], w)
+				}
+			}
+		})
+	}
+	// A flag on the command line still wins.
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	mode := fs.String("mode", "default", "")
+	if err := ParseEnviron(fs, "NI_", []string{"--mode", "cli"}, []string{"NI_MODE=a", "NI_MODE=b"}); err != nil || *mode != "cli" {
+		t.Errorf("--mode %q (%v), want cli", *mode, err)
+	}
+}
