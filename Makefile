@@ -13,7 +13,7 @@ KUBE_VERSION ?= 1.37
 export KUBE_VERSION
 KT = KUBE_TOOLS_DIR=$$(hack/kube-tools/build.sh 2>/dev/null)
 
-.PHONY: help build test test-compat fuzz lint kube-tools demo clean bench-units bench bench-scale extension images e2e-talos
+.PHONY: install-patch help build test test-compat fuzz lint kube-tools demo clean bench-units bench bench-scale extension images e2e-talos
 
 help: ## list targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
@@ -84,6 +84,11 @@ clean: ## remove build outputs (the kube-tools cache is kept)
 .PHONY: manifests test-manifests
 manifests: ## install files rendered from coordinator/deploy: bin/manifests/nodeinit-coordinator.yaml (kubectl), talos-patch.yaml, talos-unpatch.yaml (machine config) and their -1.14 forms; IMAGE=REPO: the coordinator image you pushed
 	$(GO) -C hack/manifests run . -deploy $(CURDIR)/coordinator/deploy -out $(abspath $(BIN))/manifests $(if $(IMAGE),-image $(IMAGE))
+
+install-patch: ## the machine-config patches that install everything, validated with Talos's machinery: bin/install/ (IMAGE=REPO AGENT_IMAGE=REF [MODE=container|extension] [TALOS_CONFIG=multidoc|v1alpha1] [RULES=FILE] [CONFIG=FILE] [ENV="NODEINIT_X=y"])
+	$(GO) -C hack/manifests run . install -deploy $(CURDIR)/coordinator/deploy -extension $(CURDIR)/extension -out $(abspath $(BIN))/install \
+		-form $(or $(TALOS_CONFIG),multidoc) -mode $(or $(MODE),container) -image "$(IMAGE)" -agent-image "$(AGENT_IMAGE)" \
+		$(if $(RULES),-rules $(abspath $(RULES))) $(if $(CONFIG),-coordinator-config $(abspath $(CONFIG))) -env "$(ENV)"
 
 test-manifests: kube-tools ## the manifest, the Talos patch and the Helm chart agree, validate and apply (hack/manifests, its own module)
 	$(GO) -C hack/manifests vet ./...

@@ -17,7 +17,11 @@ package main
 import (
 	"flag"
 	"fmt"
+	"maps"
 	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 )
 
 // CoordinatorImage is the image coordinator/deploy names; its kustomization
@@ -25,10 +29,19 @@ import (
 const CoordinatorImage = "ghcr.io/talos-nodeinit/nodeinit-coordinator"
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "install" {
+		os.Exit(installMain(os.Args[2:]))
+	}
 	deploy := flag.String("deploy", "../../coordinator/deploy", "the kustomization `DIR` to render")
 	out := flag.String("out", "../../bin/manifests", "output `DIR`")
-	image := flag.String("image", CoordinatorImage, "the `REPOSITORY` you pushed the coordinator image to; the tag is the release")
+	image := flag.String("image", "", "the `REPOSITORY` you pushed the coordinator image to; the tag is the release (required: nothing is published yet)")
 	flag.Parse()
+	if *image == "" {
+		fmt.Fprintf(os.Stderr, "manifests: IMAGE=REPO is required: the repository you pushed the coordinator image to (make images, then push it).\n"+
+			"Nothing is published under %s yet, so a Deployment naming it would never start;\n"+
+			"IMAGE=%s renders that name anyway.\n", CoordinatorImage, CoordinatorImage)
+		os.Exit(2)
+	}
 	files, err := Write(*deploy, *out, CoordinatorImage, *image)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "manifests: %v\n", err)
@@ -37,4 +50,64 @@ func main() {
 	for _, f := range files {
 		fmt.Println(f)
 	}
+}
+
+// installMain is `make install-patch`: the patches that install
+// talos-nodeinit, rendered from the user's settings and validated with
+// Talos's machinery before they are written.
+func installMain(args []string) int {
+	fs := flag.NewFlagSet("install", flag.ContinueOnError)
+	deploy := fs.String("deploy", "../../coordinator/deploy", "the coordinator's kustomization `DIR`")
+	extension := fs.String("extension", "../../extension", "the shipped agent documents' `DIR`")
+	out := fs.String("out", "../../bin/install", "output `DIR`")
+	form := fs.String("form", string(FormMultidoc), "how the cluster's machine config is written: multidoc (created with Talos 1.14) or v1alpha1 (created with 1.13 or earlier)")
+	mode := fs.String("mode", string(ModeContainer), "container (Talos 1.14 ContainerConfig: no image rebuild, no reboot) or extension")
+	image := fs.String("image", "", "the `REPOSITORY` you pushed the coordinator image to (required)")
+	agentImage := fs.String("agent-image", "", "the agent image `REF` you pushed (required with -mode container)")
+	rulesFile := fs.String("rules", "", "a rules `FILE` (Talos CCM's transformations); none when empty")
+	configFile := fs.String("coordinator-config", "", "the coordinator's coordinator.yaml `FILE`; the shipped one when empty")
+	env := fs.String("env", "", "the agent's settings, space-separated NODEINIT_NAME=value")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	in := Install{Form: Form(*form), Mode: Mode(*mode), Coordinator: *image, AgentImage: *agentImage, Env: strings.Fields(*env)}
+	var err error
+	if *rulesFile != "" {
+		if in.Rules, err = os.ReadFile(*rulesFile); err != nil {
+			fmt.Fprintf(os.Stderr, "install: RULES: %v\n", err)
+			return 2
+		}
+	}
+	if *configFile != "" {
+		if in.CoordinatorConfig, err = os.ReadFile(*configFile); err != nil {
+			fmt.Fprintf(os.Stderr, "install: CONFIG: %v\n", err)
+			return 2
+		}
+	}
+	files, err := in.Render(*deploy, *extension)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "install: %v\n", err)
+		return 1
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		fmt.Fprintf(os.Stderr, "install: %v\n", err)
+		return 1
+	}
+	names := slices.Sorted(maps.Keys(files))
+	for _, name := range names {
+		path := filepath.Join(*out, name)
+		if err := os.WriteFile(path, files[name], 0o644); err != nil {
+			fmt.Fprintf(os.Stderr, "install: %v\n", err)
+			return 1
+		}
+	}
+	fmt.Printf("validated with Talos's machinery (%s config, %s on metal and in container mode); apply with:\n", in.Form, map[bool]string{true: "every node", false: "control plane and workers"}[in.Form == FormV1Alpha1])
+	if in.Form == FormMultidoc {
+		fmt.Printf("  talosctl -n <control-plane nodes> patch mc --patch @%s\n", filepath.Join(*out, InstallControlPlane))
+		fmt.Printf("  talosctl -n <worker nodes> patch mc --patch @%s\n", filepath.Join(*out, InstallWorker))
+	} else {
+		fmt.Printf("  talosctl -n <every node> patch mc --patch @%s\n", filepath.Join(*out, InstallAll))
+	}
+	fmt.Printf("apply it again after a change or an upgrade; uninstall: talosctl -n <every node> patch mc --patch @%s\n", filepath.Join(*out, InstallRemove))
+	return 0
 }

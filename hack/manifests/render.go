@@ -224,6 +224,32 @@ $patch: delete
 `, release, InlineManifestName))
 }
 
+// renderCoordinator renders deployDir's objects with the coordinator image
+// pushedTo (a repository; the tag is the release the kustomization pins),
+// or image when pushedTo is empty.
+func renderCoordinator(deployDir, image, pushedTo string) (release string, rendered []byte, err error) {
+	k, err := os.ReadFile(filepath.Join(deployDir, "kustomization.yaml"))
+	if err != nil {
+		return "", nil, err
+	}
+	if release, err = Release(k, image); err != nil {
+		return "", nil, err
+	}
+	if rendered, err = Kustomize(filesys.MakeFsOnDisk(), deployDir); err != nil {
+		return "", nil, err
+	}
+	if !bytes.Contains(rendered, []byte("image: "+image+":"+release+"\n")) {
+		return "", nil, fmt.Errorf("the rendered Deployment does not run %s:%s", image, release)
+	}
+	if pushedTo != "" && pushedTo != image {
+		if !repository.MatchString(pushedTo) {
+			return "", nil, fmt.Errorf("IMAGE=%q: want a repository without a tag, like registry.example.com/nodeinit-coordinator (the tag is the release, %s)", pushedTo, release)
+		}
+		rendered = bytes.ReplaceAll(rendered, []byte("image: "+image+":"+release+"\n"), []byte("image: "+pushedTo+":"+release+"\n"))
+	}
+	return release, rendered, nil
+}
+
 // repository is an image repository without tag or digest:
 // host[:port]/path, lower case.
 var repository = regexp.MustCompile(`^[a-z0-9]+([._-][a-z0-9]+)*(\.[a-z0-9-]+)*(:[0-9]+)?(/[a-z0-9]+([._-]|__|[-]*[a-z0-9]+)*)+$`)
@@ -236,26 +262,9 @@ var repository = regexp.MustCompile(`^[a-z0-9]+([._-][a-z0-9]+)*(\.[a-z0-9-]+)*(
 // pushedTo, when not empty, is the repository the rendered Deployment pulls
 // it from instead (the tag stays the release).
 func Write(deployDir, outDir, image, pushedTo string) (files []string, err error) {
-	k, err := os.ReadFile(filepath.Join(deployDir, "kustomization.yaml"))
+	release, rendered, err := renderCoordinator(deployDir, image, pushedTo)
 	if err != nil {
 		return nil, err
-	}
-	release, err := Release(k, image)
-	if err != nil {
-		return nil, err
-	}
-	rendered, err := Kustomize(filesys.MakeFsOnDisk(), deployDir)
-	if err != nil {
-		return nil, err
-	}
-	if !bytes.Contains(rendered, []byte("image: "+image+":"+release+"\n")) {
-		return nil, fmt.Errorf("the rendered Deployment does not run %s:%s", image, release)
-	}
-	if pushedTo != "" && pushedTo != image {
-		if !repository.MatchString(pushedTo) {
-			return nil, fmt.Errorf("IMAGE=%q: want a repository without a tag, like registry.example.com/nodeinit-coordinator (the tag is the release, %s)", pushedTo, release)
-		}
-		rendered = bytes.ReplaceAll(rendered, []byte("image: "+image+":"+release+"\n"), []byte("image: "+pushedTo+":"+release+"\n"))
 	}
 	allocates, err := IPAMEnabled(rendered)
 	if err != nil {

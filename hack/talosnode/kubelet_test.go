@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -56,8 +57,14 @@ func TestRealKubelet(t *testing.T) {
 	if _, err := os.Stat(kubelet); err != nil {
 		t.Fatalf("the kubelet binary: %v (make e2e-talos builds it with kube-tools)", err)
 	}
+	// The image is tagged with the kubelet's own version (the control plane's).
+	out, err := exec.Command(kubelet, "--version").Output()
+	if err != nil {
+		t.Fatalf("kubelet --version: %v", err)
+	}
+	version := strings.TrimPrefix(strings.TrimSpace(string(out)), "Kubernetes ")
 	mc := string(workerConfig(t, name, cluster.Host(), cluster.CAPEM()))
-	mc = strings.Replace(mc, "    image: ghcr.io/siderolabs/kubelet:v1.37.0\n", "    image: ghcr.io/siderolabs/kubelet:v1.36.3\n    extraArgs:\n      rotate-server-certificates: \"true\"\n"+
+	mc = strings.Replace(mc, "    image: ghcr.io/siderolabs/kubelet:v1.37.0\n", "    image: ghcr.io/siderolabs/kubelet:"+version+"\n    extraArgs:\n      rotate-server-certificates: \"true\"\n"+
 		// This host has cgroup v1, which kubelets refuse by default since 1.35.
 		"    extraConfig:\n      failCgroupV1: false\n", 1)
 	mc = strings.Replace(mc, "cluster:\n", "cluster:\n  externalCloudProvider:\n    enabled: true\n", 1)
@@ -65,7 +72,7 @@ func TestRealKubelet(t *testing.T) {
 		Extensions: []Extension{{Name: "nodeinit-agent", Spec: []byte(spec), Files: map[string]string{"nodeinit-agent": agent}}}})
 	serveImages(t, n.NetNS(), map[string]imageSpec{
 		// As in Talos's kubelet image, /run is /var/run, where Talos mounts the node's /run.
-		"siderolabs/kubelet:v1.36.3": {file: kubelet, path: "usr/local/bin/kubelet", entrypoint: "/usr/local/bin/kubelet", symlinks: map[string]string{"run": "var/run"},
+		"siderolabs/kubelet:" + version: {file: kubelet, path: "usr/local/bin/kubelet", entrypoint: "/usr/local/bin/kubelet", symlinks: map[string]string{"run": "var/run"},
 			files: map[string][]byte{"etc/passwd": []byte("root:x:0:0:root:/root:/bin/sh\n"), "etc/group": []byte("root:x:0:\n")}},
 	})
 	forwardAPIServer(t, n.NetNS(), cluster.Host())
@@ -85,6 +92,13 @@ func TestRealKubelet(t *testing.T) {
 		}
 	}
 	t.Logf("Node %s registered by Talos's kubelet, initialized: podCIDRs %v, addresses %v", name, node.Spec.PodCIDRs, node.Status.Addresses)
+	for _, want := range []string{"service[kubelet](Running): Health check successful", "service[ext-nodeinit-agent](Running)"} {
+		line, err := n.WaitConsole(ctx, want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Log(line)
+	}
 	// The kubelet's serving CSR (rotate-server-certificates), approved on
 	// the agent's attestation and signed.
 	for {

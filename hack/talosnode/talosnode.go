@@ -86,6 +86,16 @@ type Config struct {
 	Address    string
 	MachineCfg []byte // the v1alpha1 machine config (USERDATA)
 	Extensions []Extension
+	// ExtensionConfigFiles makes machined render ExtensionServiceConfig
+	// files as on a Talos machine (container mode renders none; see
+	// hack/talos/patches/extension-config-files.go.patch), so that a
+	// service declaring `configuration: true` starts with its files.
+	ExtensionConfigFiles bool
+	// Sandboxd lets machined run the CRI (and what it starts) in sandboxd's
+	// PID and mount namespace when the machine config's
+	// SecurityProfileConfig sets workloadIsolation, as on a Talos machine
+	// (container mode never does; hack/talos/patches/sandboxd-container.go.patch).
+	Sandboxd bool
 }
 
 // Node is a running node.
@@ -172,7 +182,7 @@ func (n *Node) Boot(t *testing.T) {
 		// The old root is the host's: nothing of it stays visible (umount
 		// runs from it, through its own loader).
 		"/.oldroot/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 --library-path /.oldroot/usr/lib/x86_64-linux-gnu /.oldroot/usr/bin/umount -l /.oldroot",
-		`for v in $(compgen -e); do [ "$v" = USERDATA ] || unset "$v"; done`,
+		`for v in $(compgen -e); do case $v in USERDATA|TALOSNODE_EXTENSION_CONFIG_FILES|TALOSNODE_SANDBOXD) ;; *) unset "$v" ;; esac; done`,
 		"export PLATFORM=container",
 		"exec /sbin/init",
 	}, "\n")
@@ -190,6 +200,12 @@ func (n *Node) Boot(t *testing.T) {
 	}
 	n.cmd = exec.Command("sh", "-c", enter+`exec "$@"`, "sh", "nsenter", "--net=/var/run/netns/"+n.netns, "unshare", "--pid", "--mount", "--uts", "--ipc", "--cgroup", "--fork", "--propagation", "private", "--kill-child", "--", "bash", "-c", script)
 	n.cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "USERDATA=" + base64.StdEncoding.EncodeToString(cfg.MachineCfg)}
+	if cfg.ExtensionConfigFiles {
+		n.cmd.Env = append(n.cmd.Env, "TALOSNODE_EXTENSION_CONFIG_FILES=1")
+	}
+	if cfg.Sandboxd {
+		n.cmd.Env = append(n.cmd.Env, "TALOSNODE_SANDBOXD=1")
+	}
 	var out io.Writer = n.Console
 	if f := os.Getenv("TALOSNODE_CONSOLE"); f != "" { // a copy to follow while it runs: tail -f
 		if w, err := os.Create(f + "." + cfg.Name); err == nil {

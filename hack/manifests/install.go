@@ -1,0 +1,456 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	talosconfig "github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate"
+	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/config"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/rulesource"
+)
+
+// Form is how a cluster's machine config is written, which the Talos
+// version that created the cluster decides, not the one it runs: Talos
+// 1.14 refuses the multi-document kubelet and controller-manager settings
+// in a config created before it, and the v1alpha1 sections in one it
+// created.
+type Form string
+
+const (
+	// FormV1Alpha1: created with Talos 1.13 or earlier (machine.kubelet,
+	// cluster.controllerManager in the v1alpha1 document).
+	FormV1Alpha1 Form = "v1alpha1"
+	// FormMultidoc: created with Talos 1.14 (KubeletConfig,
+	// KubeControllerManagerConfig documents).
+	FormMultidoc Form = "multidoc"
+)
+
+// Mode is how the agent runs on the nodes.
+type Mode string
+
+const (
+	// ModeContainer: a Talos 1.14 ContainerConfig, no image rebuild, no reboot.
+	ModeContainer Mode = "container"
+	// ModeExtension: the system extension (in the Talos image) with its
+	// ExtensionServiceConfig; Talos 1.13 and 1.14.
+	ModeExtension Mode = "extension"
+)
+
+// Install is what a user chooses; Render turns it into the machine-config
+// patches that install talos-nodeinit, nothing else to edit.
+type Install struct {
+	Form Form
+	Mode Mode
+	// Coordinator is the repository the coordinator image was pushed to
+	// (the tag is the release).
+	Coordinator string
+	// AgentImage is the agent image reference (container mode), tag or digest.
+	AgentImage string
+	// Rules is a rules file's content (Talos CCM's transformations); empty: none.
+	Rules []byte
+	// Env is the agent's NODEINIT_* settings, NAME=value.
+	Env []string
+	// CoordinatorConfig is coordinator.yaml; empty: the shipped one.
+	CoordinatorConfig []byte
+}
+
+// Install file names.
+const (
+	InstallAll          = "nodeinit.yaml"              // FormV1Alpha1: every node
+	InstallControlPlane = "nodeinit-controlplane.yaml" // FormMultidoc: control-plane nodes
+	InstallWorker       = "nodeinit-worker.yaml"       // FormMultidoc: workers
+	InstallRemove       = "nodeinit-uninstall.yaml"    // every node
+	InstallObjects      = "nodeinit-coordinator.yaml"  // the coordinator's objects, for kubectl
+)
+
+// Render renders the install patches from deployDir (the coordinator's
+// objects) and extensionDir (the shipped agent documents), and validates
+// each with Talos's machinery, applied to a config of its form and node
+// type as `talosctl patch mc` would, before returning them.
+func (in Install) Render(deployDir, extensionDir string) (map[string][]byte, error) {
+	if err := in.check(); err != nil {
+		return nil, err
+	}
+	release, rendered, err := renderCoordinator(deployDir, CoordinatorImage, in.Coordinator)
+	if err != nil {
+		return nil, err
+	}
+	if len(in.CoordinatorConfig) > 0 {
+		if rendered, err = withCoordinatorConfig(rendered, in.CoordinatorConfig); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := config.Parse(rendered); err != nil {
+		return nil, fmt.Errorf("the coordinator's configuration: %w", err)
+	}
+	allocates, err := IPAMEnabled(rendered)
+	if err != nil {
+		return nil, err
+	}
+	agent, err := in.agentDocs(extensionDir)
+	if err != nil {
+		return nil, err
+	}
+	manifest := Manifest(release, rendered)
+	// The coordinator as a named document (merged by name: applying again
+	// replaces it) wherever Talos 1.14 reads the patch; as
+	// cluster.inlineManifests only for the extension on a config Talos
+	// 1.13 may still read.
+	named := in.Mode == ModeContainer || in.Form == FormMultidoc
+	again := "Applying it again, or a newer one, is how to change or upgrade it (then\n" +
+		"`kubectl apply --server-side -f " + InstallObjects + "`: Talos never updates objects it created)"
+	if !named {
+		again = "To change or upgrade it, give " + InstallRemove + " first in the same command (Talos appends\n" +
+			"cluster.inlineManifests), then `kubectl apply --server-side -f " + InstallObjects + "`"
+	}
+	header := fmt.Sprintf("talos-nodeinit %s: installs the agent (%s) and the coordinator. Rendered by `make install-patch`;\n"+
+		"apply with `talosctl patch mc --patch @FILE`. %s;\n%s removes it.", release, in.Mode, again, InstallRemove)
+	out := map[string][]byte{}
+	kinds := map[string]machine.Type{InstallAll: machine.TypeUnknown}
+	if in.Form == FormMultidoc {
+		kinds = map[string]machine.Type{InstallControlPlane: machine.TypeControlPlane, InstallWorker: machine.TypeWorker}
+	}
+	for name, typ := range kinds {
+		var docs []*yaml.Node
+		v1 := mapping("cluster", mapping("externalCloudProvider", mapping("enabled", scalar("true", "!!bool"))))
+		if in.Form == FormV1Alpha1 {
+			v1 = mapping("machine", mapping("kubelet", mapping("extraArgs", mapping("rotate-server-certificates", scalar("true", "!!str")))),
+				"cluster", mapping("externalCloudProvider", mapping("enabled", scalar("true", "!!bool"))))
+			cluster := v1.Content[3]
+			if allocates {
+				cluster.Content = append(cluster.Content, mapping("controllerManager", mapping("extraArgs", mapping("allocate-node-cidrs", scalar("false", "!!str")))).Content...)
+			}
+			if !named {
+				cluster.Content = append(cluster.Content, mapping("inlineManifests", &yaml.Node{Kind: yaml.SequenceNode, Content: []*yaml.Node{
+					mapping("name", scalar(InlineManifestName, "!!str"), "contents", literal(manifest))}}).Content...)
+			}
+		}
+		docs = append(docs, &yaml.Node{Kind: yaml.DocumentNode, HeadComment: header + "\nFor " + nodesOf(name) + ".", Content: []*yaml.Node{v1}})
+		if in.Form == FormMultidoc {
+			docs = append(docs, document("KubeletConfig", "", "extraArgs", mapping("rotate-server-certificates", scalar("true", "!!str"))))
+			if allocates && typ == machine.TypeControlPlane {
+				docs = append(docs, document("KubeControllerManagerConfig", "", "extraArgs", mapping("allocate-node-cidrs", scalar("false", "!!str"))))
+			}
+		}
+		if named {
+			docs = append(docs, replacing(document("KubeInlineManifestConfig", InlineManifestName, "manifest", literal(manifest)))...)
+		}
+		for _, d := range agent {
+			docs = append(docs, replacing(d)...)
+		}
+		b, err := encode(docs)
+		if err != nil {
+			return nil, err
+		}
+		if err := validateInstall(in.Form, typ, b); err != nil {
+			return nil, fmt.Errorf("%s does not pass Talos's validation: %w", name, err)
+		}
+		out[name] = b
+	}
+	out[InstallRemove] = in.uninstall(release, named)
+	// The same objects for kubectl: Talos creates an inline manifest's
+	// missing objects but never updates existing ones, so after applying a
+	// newer patch `kubectl apply --server-side -f` this file updates them.
+	out[InstallObjects] = manifest
+	return out, nil
+}
+
+func (in Install) check() error {
+	var errs []error
+	if in.Form != FormV1Alpha1 && in.Form != FormMultidoc {
+		errs = append(errs, fmt.Errorf("TALOS_CONFIG=%q: want multidoc (a cluster created with Talos 1.14) or v1alpha1 (created with 1.13 or earlier; `talosctl get mc -o yaml | grep -c 'kind: KubeletConfig'` prints 0)", in.Form))
+	}
+	if in.Mode != ModeContainer && in.Mode != ModeExtension {
+		errs = append(errs, fmt.Errorf("MODE=%q: want container (Talos 1.14: the agent as a ContainerConfig) or extension (the agent in the Talos image)", in.Mode))
+	}
+	if in.Coordinator == "" {
+		errs = append(errs, errors.New("IMAGE is required: the repository you pushed the coordinator image to (nothing is published yet), e.g. IMAGE=registry.example.com/nodeinit-coordinator"))
+	}
+	if in.Mode == ModeContainer && in.AgentImage == "" {
+		errs = append(errs, errors.New("AGENT_IMAGE is required with MODE=container: the agent image you pushed, e.g. AGENT_IMAGE=registry.example.com/nodeinit-agent-pod:v0.1.0 or …@sha256:…"))
+	}
+	if in.Mode == ModeExtension && in.AgentImage != "" {
+		errs = append(errs, errors.New("AGENT_IMAGE is for MODE=container: the extension's agent is in the Talos image"))
+	}
+	if len(in.Rules) > 0 {
+		if _, err := rules.Load(in.Rules); err != nil {
+			errs = append(errs, fmt.Errorf("RULES: %w", err))
+		}
+	}
+	for _, e := range in.Env {
+		if k, _, ok := strings.Cut(e, "="); !ok || !strings.HasPrefix(k, "NODEINIT_") {
+			errs = append(errs, fmt.Errorf("ENV entry %q: want NODEINIT_NAME=value", e))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// agentDocs are the agent's documents: the shipped ContainerConfig patch
+// (its UserVolumeConfig and EtcFileConfig) or ExtensionServiceConfig, with
+// the user's image, rules and environment.
+func (in Install) agentDocs(extensionDir string) ([]*yaml.Node, error) {
+	file := "rules.yaml"
+	if in.Mode == ModeContainer {
+		file = "container-config-talos-1.14.yaml"
+	}
+	data, err := os.ReadFile(filepath.Join(extensionDir, "patches", file))
+	if err != nil {
+		return nil, err
+	}
+	var docs []*yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var d yaml.Node
+		if err := dec.Decode(&d); err != nil {
+			break
+		}
+		docs = append(docs, &d)
+	}
+	rulesText := string(in.Rules)
+	if strings.TrimSpace(rulesText) == "" {
+		rulesText = "transformations: []\n"
+	}
+	var changed int
+	for _, d := range docs {
+		root := d.Content[0]
+		switch kind := field(root, "kind"); {
+		case kind != nil && kind.Value == "ContainerConfig":
+			field(root, "image").Value = in.AgentImage
+			if len(in.Env) > 0 {
+				root.Content = append(root.Content, scalar("environment", "!!str"), strings2seq(in.Env))
+			}
+			changed++
+		case kind != nil && kind.Value == "EtcFileConfig" && field(root, "name").Value == rulesource.EtcFileName:
+			*field(root, "contents") = *literal([]byte(rulesText))
+			changed++
+		case kind != nil && kind.Value == "ExtensionServiceConfig":
+			files := field(root, "configFiles")
+			*field(files.Content[0], "content") = *literal([]byte(rulesText))
+			if len(in.Env) > 0 {
+				*field(root, "environment") = *strings2seq(in.Env)
+			}
+			changed++
+		}
+		d.HeadComment = ""
+	}
+	if want := map[Mode]int{ModeContainer: 2, ModeExtension: 1}[in.Mode]; changed != want {
+		return nil, fmt.Errorf("extension/patches/%s no longer holds the documents the installer fills in", file)
+	}
+	return docs, nil
+}
+
+// uninstall deletes every document the install added, by name.
+// cluster.externalCloudProvider and the kubelet's flag stay: another
+// cloud controller needs them too.
+func (in Install) uninstall(release string, named bool) []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# talos-nodeinit %s: removes what %s added, on every node:\n#   talosctl patch mc --patch @%s\n", release, installFiles(in.Form), InstallRemove)
+	b.WriteString("# Then delete the coordinator's objects: kubectl delete -f nodeinit-coordinator.yaml (NodeRecords\n" +
+		"# are kept: they hold the enrolled agent keys). The external cloud provider and the kubelet's\n" +
+		"# rotate-server-certificates stay (any cloud controller needs them); if nothing else allocates\n" +
+		"# pod CIDRs, turn kube-controller-manager's allocate-node-cidrs back on. The agent's key volume\n" +
+		"# (UserVolumeConfig nodeinit) stays, so a reinstall keeps each node's enrolled key.\n")
+	sep := ""
+	del := func(kind, name string) {
+		fmt.Fprintf(&b, "%sapiVersion: v1alpha1\nkind: %s\nname: %s\n$patch: delete\n", sep, kind, name)
+		sep = "---\n"
+	}
+	if named {
+		del("KubeInlineManifestConfig", InlineManifestName)
+	} else {
+		fmt.Fprintf(&b, "cluster:\n  inlineManifests:\n    - name: %s\n      $patch: delete\n", InlineManifestName)
+		sep = "---\n"
+	}
+	if in.Mode == ModeContainer {
+		del("ContainerConfig", "nodeinit-agent")
+		del("EtcFileConfig", rulesource.EtcFileName)
+	} else {
+		del("ExtensionServiceConfig", rulesource.ServiceName)
+	}
+	return []byte(b.String())
+}
+
+func installFiles(f Form) string {
+	if f == FormMultidoc {
+		return InstallControlPlane + " and " + InstallWorker
+	}
+	return InstallAll
+}
+
+func nodesOf(name string) string {
+	switch name {
+	case InstallControlPlane:
+		return "control-plane nodes (" + InstallWorker + " is for workers)"
+	case InstallWorker:
+		return "worker nodes (" + InstallControlPlane + " is for control-plane nodes)"
+	}
+	return "every node, control plane and workers"
+}
+
+// validateInstall applies patch to a generated config of the form (and
+// node type; TypeUnknown: both), as `talosctl patch mc` does, and
+// validates it as Talos does on metal and in container mode.
+func validateInstall(form Form, typ machine.Type, patch []byte) error {
+	contract := talosconfig.TalosVersion1_13
+	if form == FormMultidoc {
+		contract = talosconfig.TalosVersion1_14
+	}
+	types := []machine.Type{typ}
+	if typ == machine.TypeUnknown {
+		types = []machine.Type{machine.TypeControlPlane, machine.TypeWorker}
+	}
+	in, err := generate.NewInput("nodeinit", "https://10.5.0.1:6443", "1.37.0", generate.WithVersionContract(contract))
+	if err != nil {
+		return err
+	}
+	p, err := configpatcher.LoadPatch(patch)
+	if err != nil {
+		return err
+	}
+	for _, t := range types {
+		base, err := in.Config(t)
+		if err != nil {
+			return err
+		}
+		out, err := configpatcher.Apply(configpatcher.WithConfig(base), []configpatcher.Patch{p})
+		if err != nil {
+			return fmt.Errorf("%s: %w", t, err)
+		}
+		cfg, err := out.Config()
+		if err != nil {
+			return fmt.Errorf("%s: %w", t, err)
+		}
+		for _, m := range []validationMode{{}, {container: true}} {
+			if _, err := cfg.Validate(m); err != nil {
+				return fmt.Errorf("%s (%s): %w", t, m, err)
+			}
+		}
+	}
+	return nil
+}
+
+// validationMode is Talos's runtime mode for validation: metal, or
+// container (the docker provisioner's).
+type validationMode struct{ container bool }
+
+func (m validationMode) String() string {
+	if m.container {
+		return "container"
+	}
+	return "metal"
+}
+func (validationMode) RequiresInstall() bool { return false }
+func (m validationMode) InContainer() bool   { return m.container }
+
+// withCoordinatorConfig puts cfg in the rendered ConfigMap's coordinator.yaml.
+func withCoordinatorConfig(rendered, cfg []byte) ([]byte, error) {
+	var out bytes.Buffer
+	enc := yaml.NewEncoder(&out)
+	enc.SetIndent(2)
+	dec := yaml.NewDecoder(bytes.NewReader(rendered))
+	replaced := false
+	for {
+		var d yaml.Node
+		if err := dec.Decode(&d); err != nil {
+			break
+		}
+		root := d.Content[0]
+		if k, n := field(root, "kind"), field(field(root, "metadata"), "name"); k != nil && k.Value == "ConfigMap" && n != nil && n.Value == "nodeinit-coordinator" {
+			if c := field(field(root, "data"), "coordinator.yaml"); c != nil {
+				*c = *literal(cfg)
+				replaced = true
+			}
+		}
+		if err := enc.Encode(&d); err != nil {
+			return nil, err
+		}
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	if !replaced {
+		return nil, errors.New("the rendered objects hold no ConfigMap nodeinit-coordinator with coordinator.yaml")
+	}
+	return out.Bytes(), nil
+}
+
+// replacing is a named document preceded by its deletion, so that the
+// patch replaces whatever an earlier one left instead of merging with it:
+// Talos merges a named document's lists by appending (a ContainerConfig's
+// mounts, which it then refuses as duplicates; an environment, whose
+// first entry of a name wins), and deleting a document that is not there
+// is no error. Unnamed documents are returned as they are.
+func replacing(d *yaml.Node) []*yaml.Node {
+	root := d.Content[0]
+	kind, name := field(root, "kind"), field(root, "name")
+	if kind == nil || name == nil || kind.Value == "UserVolumeConfig" { // the agent's key lives on it: never deleted
+		return []*yaml.Node{d}
+	}
+	del := document(kind.Value, name.Value, "$patch", scalar("delete", "!!str"))
+	return []*yaml.Node{del, d}
+}
+
+// field is a mapping node's value for key, or nil.
+func field(m *yaml.Node, key string) *yaml.Node {
+	if m == nil || m.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return m.Content[i+1]
+		}
+	}
+	return nil
+}
+
+func literal(b []byte) *yaml.Node {
+	s := string(b)
+	if !strings.HasSuffix(s, "\n") {
+		s += "\n"
+	}
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Style: yaml.LiteralStyle, Value: s}
+}
+
+func strings2seq(ss []string) *yaml.Node {
+	n := &yaml.Node{Kind: yaml.SequenceNode}
+	for _, s := range ss {
+		n.Content = append(n.Content, scalar(s, "!!str"))
+	}
+	return n
+}
+
+// document is a Talos config document of kind (named when name is set)
+// with the given fields.
+func document(kind, name string, kv ...any) *yaml.Node {
+	head := []any{"apiVersion", scalar("v1alpha1", "!!str"), "kind", scalar(kind, "!!str")}
+	if name != "" {
+		head = append(head, "name", scalar(name, "!!str"))
+	}
+	return &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{mapping(slices.Concat(head, kv)...)}}
+}
+
+func encode(docs []*yaml.Node) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	for _, d := range docs {
+		if err := enc.Encode(d); err != nil {
+			return nil, err
+		}
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}

@@ -1,0 +1,350 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	talosconfig "github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
+	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate"
+	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/gobuild"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/rulesource"
+)
+
+const extensionDir = "../../extension"
+
+var inputs = map[Form]*generate.Input{}
+
+// installed applies the patches in turn, as successive `talosctl patch
+// mc` calls do, to a config of the form for a node of typ, and returns the
+// validated result.
+func installed(t *testing.T, form Form, typ machine.Type, patches ...[]byte) (talosconfig.Provider, error) {
+	t.Helper()
+	contract := talosconfig.TalosVersion1_13
+	if form == FormMultidoc {
+		contract = talosconfig.TalosVersion1_14
+	}
+	// One generated cluster per form: configs compare equal when the
+	// patches leave them so.
+	in, ok := inputs[form]
+	if !ok {
+		var err error
+		if in, err = generate.NewInput("nodeinit", "https://10.5.0.1:6443", "1.37.0", generate.WithVersionContract(contract)); err != nil {
+			t.Fatal(err)
+		}
+		inputs[form] = in
+	}
+	cfg, err := in.Config(typ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range patches {
+		p, err := configpatcher.LoadPatch(b)
+		if err != nil {
+			return nil, err
+		}
+		out, err := configpatcher.Apply(configpatcher.WithConfig(cfg), []configpatcher.Patch{p})
+		if err != nil {
+			return nil, err
+		}
+		if cfg, err = out.Config(); err != nil {
+			return nil, err
+		}
+		for _, m := range []validationMode{{}, {container: true}} {
+			if _, err := cfg.Validate(m); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return cfg, nil
+}
+
+// nodeinitDocs is what of talos-nodeinit a config holds: the coordinator's
+// manifests and the agent's documents, by kind and name, with the agent
+// image and rules.
+type nodeinitDocs struct {
+	manifests, agents []string
+	image, rules      string
+}
+
+func docsOf(cfg talosconfig.Provider) nodeinitDocs {
+	var d nodeinitDocs
+	for _, m := range cfg.K8sInlineManifestConfigs() {
+		d.manifests = append(d.manifests, m.Name())
+	}
+	for _, c := range cfg.ContainerConfigs() {
+		d.agents = append(d.agents, "ContainerConfig/"+c.Name())
+		d.image = c.Image()
+	}
+	for _, e := range cfg.ExtensionServiceConfigs() {
+		d.agents = append(d.agents, "ExtensionServiceConfig/"+e.Name())
+		d.rules = e.ConfigFiles()[0].Content()
+	}
+	for _, f := range cfg.EtcFileConfigs() {
+		if f.Name() == rulesource.EtcFileName {
+			d.rules = f.Content()
+		}
+	}
+	return d
+}
+
+// Every form and mode renders patches Talos accepts, and they behave as
+// the README says under Talos's own patcher and validators: applying one
+// again changes nothing, a newer one replaces the old (no duplicate),
+// the uninstall patch removes every document the install added, and a
+// reinstall works; applying the other form's patch is refused.
+func TestInstallPatches(t *testing.T) {
+	const rulesA = "transformations:\n  - name: a\n    labels: {example.com/a: \"1\"}\n"
+	const rulesB = "transformations:\n  - name: b\n    labels: {example.com/b: \"1\"}\n"
+	for _, form := range []Form{FormMultidoc, FormV1Alpha1} {
+		for _, mode := range []Mode{ModeContainer, ModeExtension} {
+			t.Run(string(form)+"/"+string(mode), func(t *testing.T) {
+				render := func(agentImage, rules string) map[string][]byte {
+					t.Helper()
+					in := Install{Form: form, Mode: mode, Coordinator: "registry.example.com/nodeinit-coordinator", Rules: []byte(rules),
+						Env: []string{"NODEINIT_PROVIDER_ID_POLICY=talos-fallback"}}
+					if mode == ModeContainer {
+						in.AgentImage = agentImage
+					}
+					files, err := in.Render(deployDir, extensionDir)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return files
+				}
+				a, b := render("registry.example.com/nodeinit-agent:v0.1.0", rulesA), render("registry.example.com/nodeinit-agent@sha256:"+strings.Repeat("b", 64), rulesB)
+				types := map[machine.Type]string{machine.TypeControlPlane: InstallAll, machine.TypeWorker: InstallAll}
+				if form == FormMultidoc {
+					types = map[machine.Type]string{machine.TypeControlPlane: InstallControlPlane, machine.TypeWorker: InstallWorker}
+				}
+				named := mode == ModeContainer || form == FormMultidoc
+				wantAgent := "ExtensionServiceConfig/nodeinit-agent"
+				if mode == ModeContainer {
+					wantAgent = "ContainerConfig/nodeinit-agent"
+				}
+				for typ, name := range types {
+					one, err := installed(t, form, typ, a[name])
+					if err != nil {
+						t.Fatalf("%s on a %s: %v", name, typ, err)
+					}
+					got := docsOf(one)
+					if strings.Join(got.manifests, ",") != InlineManifestName || strings.Join(got.agents, ",") != wantAgent || got.rules != rulesA {
+						t.Errorf("%s installed: %+v", typ, got)
+					}
+					if !one.Cluster().ExternalCloudProvider().Enabled() || strings.Join(one.K8sKubeletConfig().ExtraArgs()["rotate-server-certificates"], "") != "true" {
+						t.Errorf("%s: external cloud provider %v, kubelet args %v", typ, one.Cluster().ExternalCloudProvider().Enabled(), one.K8sKubeletConfig().ExtraArgs())
+					}
+					if typ == machine.TypeControlPlane && strings.Join(one.K8sControllerManagerConfig().ExtraArgs()["allocate-node-cidrs"], "") != "false" {
+						t.Errorf("control plane: allocate-node-cidrs %v", one.K8sControllerManagerConfig().ExtraArgs())
+					}
+					uninstall := a[InstallRemove]
+					if named {
+						// Again: nothing changes.
+						twice, err := installed(t, form, typ, a[name], a[name])
+						if err != nil {
+							t.Fatalf("%s twice: %v", name, err)
+						}
+						if !sameConfig(t, one, twice) {
+							t.Errorf("%s: applying %s again changed the config", typ, name)
+						}
+						// A newer one replaces.
+						upgraded, err := installed(t, form, typ, a[name], b[name])
+						if err != nil {
+							t.Fatalf("%s, then a newer one: %v", name, err)
+						}
+						if got := docsOf(upgraded); len(got.manifests) != 1 || len(got.agents) != 1 || got.rules != rulesB || mode == ModeContainer && !strings.Contains(got.image, "@sha256:") {
+							t.Errorf("%s upgraded: %+v", typ, got)
+						}
+					} else {
+						// Talos appends cluster.inlineManifests: the header says
+						// to give the uninstall patch first, in the same command.
+						if _, err := installed(t, form, typ, a[name], a[name]); err == nil || !strings.Contains(err.Error(), "duplicate") {
+							t.Errorf("%s twice: %v, want Talos's duplicate refusal (the header says so)", name, err)
+						}
+						if !bytes.Contains(a[name], []byte("give "+InstallRemove+" first")) {
+							t.Errorf("%s does not say how to upgrade", name)
+						}
+						upgraded, err := installed(t, form, typ, a[name], uninstall, b[name])
+						if err != nil {
+							t.Fatalf("%s, uninstall, newer: %v", name, err)
+						}
+						if got := docsOf(upgraded); len(got.manifests) != 1 || got.rules != rulesB {
+							t.Errorf("%s upgraded: %+v", typ, got)
+						}
+					}
+					removed, err := installed(t, form, typ, a[name], uninstall)
+					if err != nil {
+						t.Fatalf("%s, then %s: %v", name, InstallRemove, err)
+					}
+					if got := docsOf(removed); len(got.manifests)+len(got.agents) != 0 {
+						t.Errorf("%s after uninstall still holds %+v", typ, got)
+					}
+					if _, err := installed(t, form, typ, a[name], uninstall, a[name]); err != nil {
+						t.Errorf("reinstall: %v", err)
+					}
+				}
+			})
+		}
+	}
+	// Each form's patch on the other's cluster: Talos refuses it.
+	in := Install{Form: FormMultidoc, Mode: ModeContainer, Coordinator: "registry.example.com/nodeinit-coordinator", AgentImage: "registry.example.com/nodeinit-agent:v1"}
+	multi, err := in.Render(deployDir, extensionDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := installed(t, FormV1Alpha1, machine.TypeWorker, multi[InstallWorker]); err == nil || !strings.Contains(err.Error(), "already set") {
+		t.Errorf("the multidoc patch on a v1alpha1 config: %v, want refused", err)
+	}
+	in.Form = FormV1Alpha1
+	v1, err := in.Render(deployDir, extensionDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := installed(t, FormMultidoc, machine.TypeWorker, v1[InstallAll]); err == nil || !strings.Contains(err.Error(), "already set") {
+		t.Errorf("the v1alpha1 patch on a multidoc config: %v, want refused", err)
+	}
+}
+
+// sameConfig: the two configs hold the same documents (in any order: a
+// replaced document moves to the end).
+func sameConfig(t *testing.T, a, b talosconfig.Provider) bool {
+	t.Helper()
+	docs := func(c talosconfig.Provider) []string {
+		out, err := c.EncodeBytes(encoder.WithComments(encoder.CommentsDisabled))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := strings.Split(string(out), "\n---\n")
+		slices.Sort(d)
+		return d
+	}
+	da, db := docs(a), docs(b)
+	if !slices.Equal(da, db) {
+		t.Logf("documents differ:\n%s\nvs\n%s", strings.Join(da, "\n---\n"), strings.Join(db, "\n---\n"))
+		return false
+	}
+	return true
+}
+
+// Bad input is refused with what to do, before anything is written.
+func TestInstallRefuses(t *testing.T) {
+	ok := Install{Form: FormMultidoc, Mode: ModeContainer, Coordinator: "registry.example.com/nodeinit-coordinator", AgentImage: "registry.example.com/nodeinit-agent:v1"}
+	for _, tc := range []struct {
+		name string
+		edit func(*Install)
+		want string
+	}{
+		{"no coordinator image", func(i *Install) { i.Coordinator = "" }, "IMAGE is required"},
+		{"a coordinator image with a tag", func(i *Install) { i.Coordinator = "r.example.com/c:v1" }, "want a repository without a tag"},
+		{"no agent image", func(i *Install) { i.AgentImage = "" }, "AGENT_IMAGE is required with MODE=container"},
+		{"an agent image for the extension", func(i *Install) { i.Mode = ModeExtension }, "AGENT_IMAGE is for MODE=container"},
+		{"an unknown form", func(i *Install) { i.Form = "1.14" }, `TALOS_CONFIG="1.14": want multidoc`},
+		{"an unknown mode", func(i *Install) { i.Mode = "pod" }, `MODE="pod"`},
+		{"bad rules", func(i *Install) { i.Rules = []byte("transformations:\n  - name: x\n    labels: [a]\n") }, "RULES: "},
+		{"a bad setting", func(i *Install) { i.Env = []string{"PROVIDER_ID_POLICY=never"} }, "want NODEINIT_NAME=value"},
+		{"a bad coordinator configuration", func(i *Install) { i.CoordinatorConfig = []byte("clusterName: \"bad name!\"\n") }, "the coordinator's configuration"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := ok
+			tc.edit(&in)
+			_, err := in.Render(deployDir, extensionDir)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Render: %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+	// The command writes nothing when it refuses.
+	out := filepath.Join(t.TempDir(), "install")
+	if code := installMain([]string{"-deploy", deployDir, "-extension", extensionDir, "-out", out, "-image", "registry.example.com/nodeinit-coordinator"}); code != 1 {
+		t.Errorf("install without -agent-image: exit %d, want 1", code)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("install refused but wrote %s: %v", out, err)
+	}
+}
+
+// `nodeinit-agent validate` accepts what the installer wrote: it finds the
+// rules in every file (the EtcFileConfig or the ExtensionServiceConfig
+// among the other documents) and the settings in its environment.
+func TestAgentValidatesTheInstallPatches(t *testing.T) {
+	agent := gobuild.Binary(t, "../../agent")
+	rules, err := os.ReadFile("../../agent/explain/testdata/talos-ccm-rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []Mode{ModeContainer, ModeExtension} {
+		in := Install{Form: FormMultidoc, Mode: mode, Coordinator: "registry.example.com/nodeinit-coordinator", Rules: rules, Env: []string{"NODEINIT_PROVIDER_ID_POLICY=talos-fallback"}}
+		if mode == ModeContainer {
+			in.AgentImage = "registry.example.com/nodeinit-agent:v1"
+		}
+		files, err := in.Render(deployDir, extensionDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		for _, name := range []string{InstallControlPlane, InstallWorker} {
+			path := filepath.Join(dir, name)
+			if err := os.WriteFile(path, files[name], 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, err := exec.Command(agent, "validate", "--rules-file", path).CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "2 rules") {
+				t.Errorf("%s (%s): nodeinit-agent validate: %v\n%s", name, mode, err, out)
+			}
+		}
+	}
+}
+
+// The README's `make install-patch` command, as written there (its rules
+// and configuration files made here), renders the files it says.
+func TestREADMEInstallPatchCommand(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.ReplaceAll(string(readme), "\\\n", "")
+	var cmd string
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(line, "make install-patch ") {
+			cmd = line
+			break
+		}
+	}
+	if cmd == "" {
+		t.Fatal("the README gives no `make install-patch` command")
+	}
+	dir := t.TempDir()
+	rulesFile, cfgFile := filepath.Join(dir, "my-rules.yaml"), filepath.Join(dir, "my-coordinator.yaml")
+	if err := os.WriteFile(rulesFile, []byte("transformations:\n  - name: web\n    labels: {example.com/tier: web}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfgFile, []byte("adoptExisting: true\nipam: {ipv4Pool: 10.244.0.0/16}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd = strings.NewReplacer("my-rules.yaml", rulesFile, "my-coordinator.yaml", cfgFile).Replace(cmd)
+	args := append(strings.Fields(strings.TrimPrefix(cmd, "make ")), "BIN="+dir, "-s")
+	out, err := exec.Command("make", append([]string{"-C", "../.."}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", cmd, err, out)
+	}
+	for _, f := range []string{InstallControlPlane, InstallWorker, InstallRemove, InstallObjects} {
+		b, err := os.ReadFile(filepath.Join(dir, "install", f))
+		if err != nil {
+			t.Fatalf("%s: %v (output: %s)", f, err, out)
+		}
+		if f == InstallWorker && (!bytes.Contains(b, []byte("example.com/tier: web")) || !bytes.Contains(b, []byte("adoptExisting: true"))) {
+			t.Errorf("%s lacks the rules or the configuration given", f)
+		}
+	}
+	if !strings.Contains(string(out), "talosctl -n <control-plane nodes> patch mc --patch @"+filepath.Join(dir, "install", InstallControlPlane)) {
+		t.Errorf("the command does not print the talosctl commands:\n%s", out)
+	}
+}
