@@ -16,7 +16,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/config"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rulesource"
 )
 
@@ -183,17 +182,39 @@ func (in Install) check() error {
 	if in.Mode == ModeExtension && in.AgentImage != "" {
 		errs = append(errs, errors.New("AGENT_IMAGE is for MODE=container: the extension's agent is in the Talos image"))
 	}
-	if len(in.Rules) > 0 {
-		if _, err := rules.Load(in.Rules); err != nil {
-			errs = append(errs, fmt.Errorf("RULES: %w", err))
-		}
+	_, env, err := in.rulesAndEnv()
+	if err != nil {
+		errs = append(errs, err)
 	}
-	for _, e := range in.Env {
+	for _, e := range env {
 		if k, _, ok := strings.Cut(e, "="); !ok || !strings.HasPrefix(k, "NODEINIT_") {
 			errs = append(errs, fmt.Errorf("ENV entry %q: want NODEINIT_NAME=value", e))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// rulesAndEnv reads RULES as the agent's validate does (a rules file, the
+// ExtensionServiceConfig `nodeinit-agent migrate` writes, an EtcFileConfig,
+// a machine config holding one, Talos CCM's ConfigMap): the rules text,
+// and the environment the document gives the agent followed by ENV's (the
+// agent takes the last of a name, so ENV wins).
+func (in Install) rulesAndEnv() ([]byte, []string, error) {
+	if len(bytes.TrimSpace(in.Rules)) == 0 {
+		return nil, in.Env, nil
+	}
+	_, src, err := rulesource.Load(in.Rules)
+	if err != nil {
+		return nil, nil, fmt.Errorf("RULES: %w", err)
+	}
+	if src.Root != nil {
+		return nil, nil, fmt.Errorf("RULES is %s: convert it first with `nodeinit-agent migrate --from-talos-ccm FILE`", src.Describe())
+	}
+	var env []string
+	for _, e := range src.Environment {
+		env = append(env, e.Entry)
+	}
+	return src.Content, append(env, in.Env...), nil
 }
 
 // agentDocs are the agent's documents: the shipped ContainerConfig patch
@@ -217,7 +238,11 @@ func (in Install) agentDocs(extensionDir string) ([]*yaml.Node, error) {
 		}
 		docs = append(docs, &d)
 	}
-	rulesText := string(in.Rules)
+	rulesBytes, env, err := in.rulesAndEnv()
+	if err != nil {
+		return nil, err
+	}
+	rulesText := string(rulesBytes)
 	if strings.TrimSpace(rulesText) == "" {
 		rulesText = "transformations: []\n"
 	}
@@ -227,8 +252,8 @@ func (in Install) agentDocs(extensionDir string) ([]*yaml.Node, error) {
 		switch kind := field(root, "kind"); {
 		case kind != nil && kind.Value == "ContainerConfig":
 			field(root, "image").Value = in.AgentImage
-			if len(in.Env) > 0 {
-				root.Content = append(root.Content, scalar("environment", "!!str"), strings2seq(in.Env))
+			if len(env) > 0 {
+				root.Content = append(root.Content, scalar("environment", "!!str"), strings2seq(env))
 			}
 			changed++
 		case kind != nil && kind.Value == "EtcFileConfig" && field(root, "name").Value == rulesource.EtcFileName:
@@ -237,8 +262,8 @@ func (in Install) agentDocs(extensionDir string) ([]*yaml.Node, error) {
 		case kind != nil && kind.Value == "ExtensionServiceConfig":
 			files := field(root, "configFiles")
 			*field(files.Content[0], "content") = *literal([]byte(rulesText))
-			if len(in.Env) > 0 {
-				*field(root, "environment") = *strings2seq(in.Env)
+			if len(env) > 0 {
+				*field(root, "environment") = *strings2seq(env)
 			}
 			changed++
 		}

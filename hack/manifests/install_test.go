@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -303,48 +304,126 @@ func TestAgentValidatesTheInstallPatches(t *testing.T) {
 	}
 }
 
-// The README's `make install-patch` command, as written there (its rules
-// and configuration files made here), renders the files it says.
+// Every `make install-patch` command the README gives, as written there,
+// renders the files it says: the install's (its rules and configuration
+// files made here) and the migration walk-through's (its files made as the
+// walk-through makes them: `nodeinit-agent migrate` of its Talos CCM
+// ConfigMap).
 func TestREADMEInstallPatchCommand(t *testing.T) {
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := strings.ReplaceAll(string(readme), "\\\n", "")
-	var cmd string
-	for _, line := range strings.Split(text, "\n") {
-		if strings.HasPrefix(line, "make install-patch ") {
-			cmd = line
-			break
+	text := string(readme)
+	var cmds []string
+	for _, line := range strings.Split(strings.ReplaceAll(text, "\\\n", ""), "\n") {
+		if l := strings.TrimSpace(line); strings.HasPrefix(l, "make install-patch ") {
+			cmds = append(cmds, strings.Join(strings.Fields(l), " "))
 		}
 	}
-	if cmd == "" {
-		t.Fatal("the README gives no `make install-patch` command")
+	if len(cmds) != 2 {
+		t.Fatalf("the README gives %d `make install-patch` commands, want the install's and the migration's: %q", len(cmds), cmds)
 	}
 	dir := t.TempDir()
-	rulesFile, cfgFile := filepath.Join(dir, "my-rules.yaml"), filepath.Join(dir, "my-coordinator.yaml")
-	if err := os.WriteFile(rulesFile, []byte("transformations:\n  - name: web\n    labels: {example.com/tier: web}\n"), 0o644); err != nil {
-		t.Fatal(err)
+	write := func(name, content string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
 	}
-	if err := os.WriteFile(cfgFile, []byte("adoptExisting: true\nipam: {ipv4Pool: 10.244.0.0/16}\n"), 0o644); err != nil {
-		t.Fatal(err)
+	files := map[string]string{
+		"my-rules.yaml":       write("my-rules.yaml", "transformations:\n  - name: web\n    labels: {example.com/tier: web}\n"),
+		"my-coordinator.yaml": write("my-coordinator.yaml", "adoptExisting: true\nipam: {ipv4Pool: 10.244.0.0/16}\n"),
 	}
-	cmd = strings.NewReplacer("my-rules.yaml", rulesFile, "my-coordinator.yaml", cfgFile).Replace(cmd)
-	args := append(strings.Fields(strings.TrimPrefix(cmd, "make ")), "BIN="+dir, "-s")
-	out, err := exec.Command("make", append([]string{"-C", "../.."}, args...)...).CombinedOutput()
+	// The walk-through's ConfigMap, converted as its step 2 does.
+	start := strings.Index(text, "```yaml\n# ccm-configmap.yaml\n")
+	if start < 0 {
+		t.Fatal("the README's walk-through has no ccm-configmap.yaml block")
+	}
+	block := text[start+len("```yaml\n"):]
+	block = block[:strings.Index(block, "```")]
+	agent := gobuild.Binary(t, "../../agent")
+	cm := write("ccm-configmap.yaml", block)
+	migrated, err := exec.Command(agent, "migrate", "--from-talos-ccm", cm, "--coordinator-out", filepath.Join(dir, "coordinator.yaml")).Output()
 	if err != nil {
-		t.Fatalf("%s: %v\n%s", cmd, err, out)
+		t.Fatalf("nodeinit-agent migrate: %v", err)
 	}
-	for _, f := range []string{InstallControlPlane, InstallWorker, InstallRemove, InstallObjects} {
-		b, err := os.ReadFile(filepath.Join(dir, "install", f))
+	files["nodeinit-rules.yaml"] = write("nodeinit-rules.yaml", string(migrated))
+	files["coordinator.yaml"] = filepath.Join(dir, "coordinator.yaml")
+	for i, cmd := range cmds {
+		out := filepath.Join(dir, strconv.Itoa(i))
+		args := []string{"-C", "../..", "-s", "BIN=" + out}
+		for _, f := range strings.Fields(strings.TrimPrefix(cmd, "make "))[1:] {
+			if k, v, ok := strings.Cut(f, "="); ok && files[v] != "" {
+				f = k + "=" + files[v]
+			}
+			args = append(args, f)
+		}
+		args = append(args, "install-patch")
+		output, err := exec.Command("make", args...).CombinedOutput()
 		if err != nil {
-			t.Fatalf("%s: %v (output: %s)", f, err, out)
+			t.Fatalf("%s: %v\n%s", cmd, err, output)
 		}
-		if f == InstallWorker && (!bytes.Contains(b, []byte("example.com/tier: web")) || !bytes.Contains(b, []byte("adoptExisting: true"))) {
-			t.Errorf("%s lacks the rules or the configuration given", f)
+		worker, err := os.ReadFile(filepath.Join(out, "install", InstallWorker))
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", cmd, err, output)
+		}
+		for _, f := range []string{InstallControlPlane, InstallRemove, InstallObjects} {
+			if _, err := os.Stat(filepath.Join(out, "install", f)); err != nil {
+				t.Errorf("%s: %v", cmd, err)
+			}
+		}
+		if !bytes.Contains(worker, []byte("adoptExisting: true")) {
+			t.Errorf("%s: the coordinator's configuration did not reach %s", cmd, InstallWorker)
+		}
+		if strings.Contains(cmd, "nodeinit-rules.yaml") && !bytes.Contains(worker, []byte("NODEINIT_PROVIDER_ID_POLICY=talos-fallback")) {
+			t.Errorf("%s: the migrated provider-ID policy did not reach the agent's environment", cmd)
+		}
+		if !strings.Contains(string(output), "talosctl -n <control-plane nodes> patch mc --patch @"+filepath.Join(out, "install", InstallControlPlane)) {
+			t.Errorf("%s does not print the talosctl commands:\n%s", cmd, output)
 		}
 	}
-	if !strings.Contains(string(out), "talosctl -n <control-plane nodes> patch mc --patch @"+filepath.Join(dir, "install", InstallControlPlane)) {
-		t.Errorf("the command does not print the talosctl commands:\n%s", out)
+}
+
+// RULES takes what `nodeinit-agent migrate` writes (an
+// ExtensionServiceConfig with its environment) as well as a bare rules
+// file: its rules and settings reach the agent, ENV after them.
+func TestInstallTakesMigratedRules(t *testing.T) {
+	migrated := []byte(`apiVersion: v1alpha1
+kind: ExtensionServiceConfig
+name: nodeinit-agent
+configFiles:
+  - mountPath: /usr/local/etc/nodeinit/rules.yaml
+    content: |
+      global:
+        betaTopologyLabels: true
+      transformations:
+        - name: web
+          labels: {example.com/tier: frontend}
+environment:
+  - NODEINIT_PROVIDER_ID_POLICY=talos-fallback
+`)
+	in := Install{Form: FormMultidoc, Mode: ModeContainer, Coordinator: "registry.example.com/nodeinit-coordinator",
+		AgentImage: "registry.example.com/nodeinit-agent-pod:v1", Rules: migrated, Env: []string{"NODEINIT_LOG_FORMAT=json"}}
+	files, err := in.Render(deployDir, extensionDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := installed(t, FormMultidoc, machine.TypeWorker, files[InstallWorker])
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := docsOf(cfg)
+	if !strings.Contains(got.rules, "betaTopologyLabels: true") || !strings.Contains(got.rules, "example.com/tier: frontend") || strings.Contains(got.rules, "configFiles") {
+		t.Errorf("rules in the EtcFileConfig:\n%s", got.rules)
+	}
+	env := cfg.ContainerConfigs()[0].Environment()
+	if strings.Join(env, " ") != "NODEINIT_PROVIDER_ID_POLICY=talos-fallback NODEINIT_LOG_FORMAT=json" {
+		t.Errorf("the container's environment %q", env)
+	}
+	in.Rules = []byte("replicaCount: 1\ntransformations: []\n")
+	if _, err := in.Render(deployDir, extensionDir); err == nil || !strings.Contains(err.Error(), "nodeinit-agent migrate") {
+		t.Errorf("Talos CCM's Helm values as RULES: %v, want a pointer to migrate", err)
 	}
 }
