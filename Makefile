@@ -13,7 +13,7 @@ KUBE_VERSION ?= 1.37
 export KUBE_VERSION
 KT = KUBE_TOOLS_DIR=$$(hack/kube-tools/build.sh 2>/dev/null)
 
-.PHONY: install-patch help build test test-compat fuzz lint kube-tools demo clean bench-units bench bench-scale extension images e2e-talos
+.PHONY: install-patch release help build test test-compat fuzz lint kube-tools demo clean bench-units bench bench-scale extension images e2e-talos
 
 help: ## list targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
@@ -35,6 +35,7 @@ test: kube-tools ## all Go tests against the real control plane (needs root for 
 	$(KT) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v -e /hack/bench -e /hack/realnode -e /hack/talosnode)
 	$(KT) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./hack/bench
 	$(GO) -C hack/machined test -count=1 ./...   # the stand-in's rules are still machined's own
+	$(GO) -C hack/imager test -count=1 ./...     # Talos's own imager reads make extension's output
 
 COMPAT_TESTS = TestControlPlaneVersion|TestNodeIdentityLimits|TestServiceAccountIdentity|TestAuditCountsMutations|TestRBAC|TestDeployManifests|TestDemoConverges
 test-compat: ## on Kubernetes 1.31 (the oldest Talos 1.13 supports): the node-identity table, RBAC, admission policy and demo tests, then the demo
@@ -69,6 +70,7 @@ lint: ## gofmt check, go vet, and the binaries import no test harness or fake
 	$(GO) vet ./...
 	for m in hack/kube-tools/v*/; do (cd $$m && $(GO) vet ./cmd/...) || exit 1; done
 	$(GO) -C hack/machined vet ./...
+	$(GO) -C hack/imager vet ./...
 
 demo: kube-tools ## real control plane + coordinator + N simulated Talos nodes running the real agent (N=4, KEEP=1); REAL_NODE=1: watch real kubelets join (make e2e, logs kept)
 ifeq ($(REAL_NODE),)
@@ -89,6 +91,10 @@ install-patch: ## the machine-config patches that install everything, validated 
 	$(GO) -C hack/manifests run . install -deploy $(CURDIR)/coordinator/deploy -extension $(CURDIR)/extension -out $(abspath $(BIN))/install \
 		-form $(or $(TALOS_CONFIG),multidoc) -mode $(or $(MODE),container) -image "$(IMAGE)" -agent-image "$(AGENT_IMAGE)" \
 		$(if $(RULES),-rules $(abspath $(RULES))) $(if $(CONFIG),-coordinator-config $(abspath $(CONFIG))) -env "$(ENV)"
+
+release: images extension ## push the images (amd64+arm64) and the Helm chart (OCI) to REGISTRY, and write the install assets pinned by digest to bin/release (VERSION=vX.Y.Z REGISTRY=host/path)
+	$(GO) -C hack/manifests run . release -version "$(VERSION)" -registry "$(REGISTRY)" -bin $(abspath $(BIN)) \
+		-deploy $(CURDIR)/coordinator/deploy -chart $(CURDIR)/coordinator/chart/nodeinit-coordinator -extension $(CURDIR)/extension -out $(abspath $(BIN))/release
 
 test-manifests: kube-tools ## the manifest, the Talos patch and the Helm chart agree, validate and apply (hack/manifests, its own module)
 	$(GO) -C hack/manifests vet ./...

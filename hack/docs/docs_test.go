@@ -155,3 +155,32 @@ func TestUserDocsHaveNoBuildEnvironmentNotes(t *testing.T) {
 		}
 	}
 }
+
+// actionlintVersion is the actionlint the workflows are checked with,
+// built from its Go module (the module proxy serves it).
+const actionlintVersion = "v1.7.12"
+
+// The forge's workflows (.github/workflows) pass actionlint, which checks
+// their syntax, expressions, action inputs and the shell they run; and
+// the CI workflow runs .ci/run, the release workflow `make release`.
+func TestWorkflowsPassActionlint(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(root, ".github/workflows/*.yml"))
+	if err != nil || len(files) < 2 {
+		t.Fatalf("workflows %v (%v): want ci.yml and release.yml", files, err)
+	}
+	dir := t.TempDir()
+	install := exec.Command("go", "install", "github.com/rhysd/actionlint/cmd/actionlint@"+actionlintVersion)
+	install.Env = append(os.Environ(), "GOBIN="+dir)
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("building actionlint %s from its module: %v\n%s", actionlintVersion, err, out)
+	}
+	out, err := exec.Command(filepath.Join(dir, "actionlint"), append([]string{"-no-color"}, files...)...).CombinedOutput()
+	if err != nil {
+		t.Errorf("actionlint %s: %v\n%s", actionlintVersion, err, out)
+	}
+	for file, want := range map[string]string{"ci.yml": ".ci/run", "release.yml": "make release"} {
+		if !strings.Contains(read(t, ".github/workflows/"+file), want) {
+			t.Errorf("%s does not run %s", file, want)
+		}
+	}
+}

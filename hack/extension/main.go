@@ -4,6 +4,7 @@
 //
 //	<out>/<arch>/             the image root: /manifest.yaml and /rootfs/...
 //	<out>/oci/                an OCI image layout with a two-platform index
+//	<out>/imager-oci/         the same images listed flat, as Talos's imager reads a profile's ociPath
 //	<out>/nodeinit-agent-<arch>.tar   one docker-format tarball per platform
 //
 // `skopeo copy --all oci:<out>/oci:<version> docker://<registry>/nodeinit-agent:<version>`
@@ -159,9 +160,13 @@ func build(out, version, repo string) error {
 		}
 		imgs = append(imgs, img)
 	}
+	// For Talos's imager, without pushing first (a profile's systemExtensions: [{ociPath: …}]).
+	if err := ociimage.WritePlatformLayout(filepath.Join(out, "imager-oci"), imgs...); err != nil {
+		return err
+	}
 	if err := ociimage.WriteLayout(filepath.Join(out, "oci"), ociimage.RefName(version), imgs...); err != nil {
 		return err
 	}
-	fmt.Printf("extension %s written to %s (oci/, %s/, nodeinit-agent-<arch>.tar)\n", version, out, strings.Join(ociimage.Arches, "/, "))
+	fmt.Printf("extension %s written to %s (oci/, imager-oci/, %s/, nodeinit-agent-<arch>.tar)\n", version, out, strings.Join(ociimage.Arches, "/, "))
 	return nil
 }

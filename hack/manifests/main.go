@@ -32,6 +32,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "install" {
 		os.Exit(installMain(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "release" {
+		os.Exit(releaseMain(os.Args[2:]))
+	}
 	deploy := flag.String("deploy", "../../coordinator/deploy", "the kustomization `DIR` to render")
 	out := flag.String("out", "../../bin/manifests", "output `DIR`")
 	image := flag.String("image", "", "the `REPOSITORY` you pushed the coordinator image to; the tag is the release (required: nothing is published yet)")
@@ -109,5 +112,32 @@ func installMain(args []string) int {
 		fmt.Printf("  talosctl -n <every node> patch mc --patch @%s\n", filepath.Join(*out, InstallAll))
 	}
 	fmt.Printf("apply it again after a change or an upgrade; uninstall: talosctl -n <every node> patch mc --patch @%s\n", filepath.Join(*out, InstallRemove))
+	return 0
+}
+
+// releaseMain is `make release`: push the images and the chart, write the
+// install assets pinned by digest.
+func releaseMain(args []string) int {
+	fs := flag.NewFlagSet("release", flag.ContinueOnError)
+	p := Publish{}
+	fs.StringVar(&p.Version, "version", "", "the release `TAG` (vX.Y.Z)")
+	fs.StringVar(&p.Registry, "registry", "", "`HOST[:PORT]/PATH` to push to")
+	fs.StringVar(&p.Bin, "bin", "../../bin", "make's BIN `DIR` (images/ and extension/oci built)")
+	fs.StringVar(&p.Deploy, "deploy", "../../coordinator/deploy", "the coordinator's kustomization `DIR`")
+	fs.StringVar(&p.Chart, "chart", "../../coordinator/chart/nodeinit-coordinator", "the Helm chart `DIR`")
+	fs.StringVar(&p.Extdir, "extension", "../../extension", "the shipped agent documents' `DIR`")
+	fs.StringVar(&p.Out, "out", "../../bin/release", "where the release assets go")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	pub, err := p.Run()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "release: %v\n", err)
+		return 1
+	}
+	for _, x := range pub {
+		fmt.Printf("pushed %s@%s\n", x.Ref, x.Digest)
+	}
+	fmt.Printf("assets (pinned by digest) in %s\n", p.Out)
 	return 0
 }

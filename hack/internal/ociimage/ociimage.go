@@ -144,9 +144,32 @@ type PlatformImage struct {
 	Image    v1.Image
 }
 
-// ReadLayout lists the images of the image index that the OCI layout at dir
-// names ref, in its order.
-func ReadLayout(dir, ref string) ([]PlatformImage, error) {
+// WritePlatformLayout replaces dir with an OCI image layout whose
+// index.json lists each of imgs directly, under its platform: the form
+// Talos's imager reads through a profile's `ociPath` (it looks for a
+// linux/<arch> entry at the top of index.json, not inside a nested index).
+func WritePlatformLayout(dir string, imgs ...v1.Image) error {
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	p, err := layout.Write(dir, mutate.IndexMediaType(empty.Index, types.OCIImageIndex))
+	if err != nil {
+		return err
+	}
+	for _, img := range imgs {
+		cfg, err := img.ConfigFile()
+		if err != nil {
+			return err
+		}
+		if err := p.AppendImage(img, layout.WithPlatform(*cfg.Platform())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// LayoutIndex is the image index that the OCI layout at dir names ref.
+func LayoutIndex(dir, ref string) (v1.ImageIndex, error) {
 	top, err := layout.ImageIndexFromPath(dir)
 	if err != nil {
 		return nil, err
@@ -155,16 +178,20 @@ func ReadLayout(dir, ref string) ([]PlatformImage, error) {
 	if err != nil {
 		return nil, err
 	}
-	var idx v1.ImageIndex
 	for _, d := range tm.Manifests {
 		if d.Annotations[RefNameAnnotation] == ref && d.MediaType.IsIndex() {
-			if idx, err = top.ImageIndex(d.Digest); err != nil {
-				return nil, err
-			}
+			return top.ImageIndex(d.Digest)
 		}
 	}
-	if idx == nil {
-		return nil, fmt.Errorf("%s: no image index with %s=%q", dir, RefNameAnnotation, ref)
+	return nil, fmt.Errorf("%s: no image index with %s=%q", dir, RefNameAnnotation, ref)
+}
+
+// ReadLayout lists the images of the image index that the OCI layout at dir
+// names ref, in its order.
+func ReadLayout(dir, ref string) ([]PlatformImage, error) {
+	idx, err := LayoutIndex(dir, ref)
+	if err != nil {
+		return nil, err
 	}
 	im, err := idx.IndexManifest()
 	if err != nil {
