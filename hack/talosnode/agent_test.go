@@ -36,6 +36,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
+
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/gobuild"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeapply"
@@ -126,6 +128,32 @@ func TestAgentAsContainerConfigUnderWorkloadIsolation(t *testing.T) {
 	agentJoins(t, "talos-w5", "10.231.5.2", "203.0.113.9", Extension{}, docs, agent)
 }
 
+// The install as users apply it: `make install-patch` (the agent as a
+// ContainerConfig, rules from a file, for a config in the v1alpha1 form as
+// this worker's is) applied to the node's machine config with Talos's own
+// config patcher, then booted by Talos's machined: the agent runs from
+// the rendered ContainerConfig, with the rules of the rendered
+// EtcFileConfig, and initializes the Node with the coordinator.
+func TestInstallPatchUnderRealMachined(t *testing.T) {
+	root := repoRoot(t)
+	agent := gobuild.Binary(t, filepath.Join(root, "agent"))
+	dir := t.TempDir()
+	rules := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(rules, []byte("transformations:\n  - name: containers\n    nodeSelector: [{matchExpressions: [{key: platform, operator: In, values: [container]}]}]\n    labels: {"+rulesLabel+": applied}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("make", "-C", root, "-s", "install-patch", "BIN="+dir, "MODE=container", "TALOS_CONFIG=v1alpha1",
+		"IMAGE=registry.example.com/nodeinit-coordinator", "AGENT_IMAGE=ghcr.io/talos-nodeinit/nodeinit-agent:test", "RULES="+rules).CombinedOutput()
+	if err != nil {
+		t.Fatalf("make install-patch: %v\n%s", err, out)
+	}
+	patch, err := os.ReadFile(filepath.Join(dir, "install", "nodeinit.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentJoins(t, "talos-w6", "10.231.6.2", "203.0.113.10", Extension{}, nil, agent, patch)
+}
+
 // containerConfig is the shipped ContainerConfig patch, its image the
 // test's and its EtcFileConfig holding a rule that matches the node and
 // sets one label: the Node carries it only if the rules reached the agent.
@@ -151,8 +179,10 @@ func containerConfig(t *testing.T, root string) []byte {
 // agentJoins boots a node with the agent installed either as ext (an
 // extension) or by a ContainerConfig in docs (its image made of agentBin
 // and served from a registry in the node), docs appended to the machine
-// config, and checks that the agent and the coordinator initialize it.
-func agentJoins(t *testing.T, name, addr, kernelOnly string, ext Extension, docs []byte, agentBin string) {
+// config and then patches applied to it with Talos's own config patcher
+// (as `talosctl patch mc` applies them), and checks that the agent and the
+// coordinator initialize it.
+func agentJoins(t *testing.T, name, addr, kernelOnly string, ext Extension, docs []byte, agentBin string, patches ...[]byte) {
 	t.Helper()
 	if os.Getuid() != 0 {
 		t.Fatal("needs root: namespaces, mounts and veths (make e2e-talos runs as root)")
@@ -181,6 +211,20 @@ func agentJoins(t *testing.T, name, addr, kernelOnly string, ext Extension, docs
 	}
 	cfg.Sandboxd = bytes.Contains(docs, []byte("workloadIsolation: true"))
 	cfg.MachineCfg = append(cfg.MachineCfg, docs...)
+	for _, p := range patches {
+		patch, err := configpatcher.LoadPatch(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := configpatcher.Apply(configpatcher.WithBytes(cfg.MachineCfg), []configpatcher.Patch{patch})
+		if err != nil {
+			t.Fatalf("Talos's config patcher: %v", err)
+		}
+		if cfg.MachineCfg, err = out.Bytes(); err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, p...) // what the checks below look for
+	}
 	n := Prepare(t, parts, cfg)
 	if agentBin != "" {
 		serveImages(t, n.NetNS(), map[string]imageSpec{"talos-nodeinit/nodeinit-agent:test": {file: agentBin, path: "nodeinit-agent", entrypoint: "/nodeinit-agent"}})
