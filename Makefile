@@ -87,14 +87,15 @@ clean: ## remove build outputs (the kube-tools cache is kept)
 manifests: ## install files rendered from coordinator/deploy: bin/manifests/nodeinit-coordinator.yaml (kubectl), talos-patch.yaml, talos-unpatch.yaml (machine config) and their -1.14 forms; IMAGE=REPO: the coordinator image you pushed
 	$(GO) -C hack/manifests run . -deploy $(CURDIR)/coordinator/deploy -out $(abspath $(BIN))/manifests $(if $(IMAGE),-image $(IMAGE))
 
-install-patch: ## the machine-config patches that install everything, validated with Talos's machinery: bin/install/ (IMAGE=REPO AGENT_IMAGE=REF [MODE=container|extension] [TALOS_CONFIG=multidoc|v1alpha1] [RULES=FILE] [CONFIG=FILE] [ENV="NODEINIT_X=y"])
+install-patch: ## the machine-config patches that install everything, validated with Talos's machinery: bin/install/ (IMAGE=REPO AGENT_IMAGE=REF [MODE=container|extension] [TALOS_CONFIG=multidoc|v1alpha1] [RULES=FILE] [CONFIG=FILE] [AGENT_ENV="NODEINIT_X=y"] [WORKLOAD_ISOLATION=off])
 	$(GO) -C hack/manifests run . install -deploy $(CURDIR)/coordinator/deploy -extension $(CURDIR)/extension -out $(abspath $(BIN))/install \
 		-form $(or $(TALOS_CONFIG),multidoc) -mode $(or $(MODE),container) -image "$(IMAGE)" -agent-image "$(AGENT_IMAGE)" \
-		$(if $(RULES),-rules $(abspath $(RULES))) $(if $(CONFIG),-coordinator-config $(abspath $(CONFIG))) -env "$(ENV)"
+		$(if $(RULES),-rules $(abspath $(RULES))) $(if $(CONFIG),-coordinator-config $(abspath $(CONFIG))) -env "$(AGENT_ENV)" -workload-isolation "$(WORKLOAD_ISOLATION)"
 
-release: images extension ## push the images (amd64+arm64) and the Helm chart (OCI) to REGISTRY, and write the install assets pinned by digest to bin/release (VERSION=vX.Y.Z REGISTRY=host/path)
+release: images extension ## push the images (amd64+arm64) and the Helm chart (OCI) to REGISTRY, and write the install assets pinned by digest to bin/release (VERSION=vX.Y.Z REGISTRY=host/path [COSIGN_KEY=cosign.key: sign and verify])
 	$(GO) -C hack/manifests run . release -version "$(VERSION)" -registry "$(REGISTRY)" -bin $(abspath $(BIN)) \
-		-deploy $(CURDIR)/coordinator/deploy -chart $(CURDIR)/coordinator/chart/nodeinit-coordinator -extension $(CURDIR)/extension -out $(abspath $(BIN))/release
+		-deploy $(CURDIR)/coordinator/deploy -chart $(CURDIR)/coordinator/chart/nodeinit-coordinator -extension $(CURDIR)/extension -out $(abspath $(BIN))/release \
+		$(if $(COSIGN_KEY),-sign-key $(abspath $(COSIGN_KEY)))
 
 test-manifests: kube-tools ## the manifest, the Talos patch and the Helm chart agree, validate and apply (hack/manifests, its own module)
 	$(GO) -C hack/manifests vet ./...

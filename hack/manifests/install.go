@@ -60,8 +60,14 @@ type Install struct {
 	Rules []byte
 	// Env is the agent's NODEINIT_* settings, NAME=value.
 	Env []string
-	// CoordinatorConfig is coordinator.yaml; empty: the shipped one.
+	// CoordinatorConfig is coordinator.yaml (or the coordinator's
+	// ConfigMap holding it); empty: the shipped one.
 	CoordinatorConfig []byte
+	// IsolationOff says the user checked that the cluster's
+	// SecurityProfileConfig.workloadIsolation is off: Talos v1.14.1 refuses
+	// a machinedAccess container under it, and clusters created with 1.14
+	// have it on, so MODE=container with the multidoc form requires it.
+	IsolationOff bool
 }
 
 // Install file names.
@@ -107,14 +113,12 @@ func (in Install) Render(deployDir, extensionDir string) (map[string][]byte, err
 	// cluster.inlineManifests only for the extension on a config Talos
 	// 1.13 may still read.
 	named := in.Mode == ModeContainer || in.Form == FormMultidoc
-	again := "Applying it again, or a newer one, is how to change or upgrade it (then\n" +
-		"`kubectl apply --server-side -f " + InstallObjects + "`: Talos never updates objects it created)"
-	if !named {
-		again = "To change or upgrade it, give " + InstallRemove + " first in the same command (Talos appends\n" +
-			"cluster.inlineManifests), then `kubectl apply --server-side -f " + InstallObjects + "`"
+	again := upgradeHint(named)
+	if in.Mode == ModeContainer {
+		again += ".\nThe agent's ContainerConfig needs SecurityProfileConfig.workloadIsolation off: Talos v1.14.1 refuses it otherwise"
 	}
 	header := fmt.Sprintf("talos-nodeinit %s: installs the agent (%s) and the coordinator. Rendered by `make install-patch`;\n"+
-		"apply with `talosctl patch mc --patch @FILE`. %s;\n%s removes it.", release, in.Mode, again, InstallRemove)
+		"apply with `talosctl patch mc --patch @FILE`. %s.\n%s removes the documents it added.", release, in.Mode, again, InstallRemove)
 	out := map[string][]byte{}
 	kinds := map[string]machine.Type{InstallAll: machine.TypeUnknown}
 	if in.Form == FormMultidoc {
@@ -179,6 +183,11 @@ func (in Install) check() error {
 	if in.Mode == ModeContainer && in.AgentImage == "" {
 		errs = append(errs, errors.New("AGENT_IMAGE is required with MODE=container: the agent image you pushed, e.g. AGENT_IMAGE=registry.example.com/nodeinit-agent-pod:v0.1.0 or …@sha256:…"))
 	}
+	if in.Mode == ModeContainer && in.Form == FormMultidoc && !in.IsolationOff {
+		errs = append(errs, errors.New("MODE=container on a cluster created with Talos 1.14: its SecurityProfileConfig.workloadIsolation is on unless someone turned it off, "+
+			"and Talos v1.14.1 then refuses the agent's container on machined's socket (the README's Talos 1.14 settings). "+
+			"Check `talosctl get mc -o yaml | grep workloadIsolation`: if it is false, say WORKLOAD_ISOLATION=off; otherwise use MODE=extension"))
+	}
 	if in.Mode == ModeExtension && in.AgentImage != "" {
 		errs = append(errs, errors.New("AGENT_IMAGE is for MODE=container: the extension's agent is in the Talos image"))
 	}
@@ -188,7 +197,7 @@ func (in Install) check() error {
 	}
 	for _, e := range env {
 		if k, _, ok := strings.Cut(e, "="); !ok || !strings.HasPrefix(k, "NODEINIT_") {
-			errs = append(errs, fmt.Errorf("ENV entry %q: want NODEINIT_NAME=value", e))
+			errs = append(errs, fmt.Errorf("AGENT_ENV entry %q: want NODEINIT_NAME=value", e))
 		}
 	}
 	return errors.Join(errs...)
@@ -197,8 +206,8 @@ func (in Install) check() error {
 // rulesAndEnv reads RULES as the agent's validate does (a rules file, the
 // ExtensionServiceConfig `nodeinit-agent migrate` writes, an EtcFileConfig,
 // a machine config holding one, Talos CCM's ConfigMap): the rules text,
-// and the environment the document gives the agent followed by ENV's (the
-// agent takes the last of a name, so ENV wins).
+// and the environment the document gives the agent followed by AGENT_ENV's
+// (the agent takes the last of a name, so AGENT_ENV wins).
 func (in Install) rulesAndEnv() ([]byte, []string, error) {
 	if len(bytes.TrimSpace(in.Rules)) == 0 {
 		return nil, in.Env, nil
@@ -281,11 +290,12 @@ func (in Install) agentDocs(extensionDir string) ([]*yaml.Node, error) {
 func (in Install) uninstall(release string, named bool) []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# talos-nodeinit %s: removes what %s added, on every node:\n#   talosctl patch mc --patch @%s\n", release, installFiles(in.Form), InstallRemove)
-	b.WriteString("# Then delete the coordinator's objects: kubectl delete -f nodeinit-coordinator.yaml (NodeRecords\n" +
-		"# are kept: they hold the enrolled agent keys). The external cloud provider and the kubelet's\n" +
-		"# rotate-server-certificates stay (any cloud controller needs them); if nothing else allocates\n" +
-		"# pod CIDRs, turn kube-controller-manager's allocate-node-cidrs back on. The agent's key volume\n" +
-		"# (UserVolumeConfig nodeinit) stays, so a reinstall keeps each node's enrolled key.\n")
+	b.WriteString("# Then delete the coordinator's objects: kubectl delete -f nodeinit-coordinator.yaml (that deletes\n" +
+		"# the NodeRecord CRD and every record with it: the enrolled agent keys are gone, a reinstall enrols\n" +
+		"# them again). This file leaves the external cloud provider, the kubelet's rotate-server-certificates\n" +
+		"# and kube-controller-manager's allocate-node-cidrs=false in place: until another cloud controller\n" +
+		"# runs, new nodes stay uninitialized and get no pod CIDR; set allocate-node-cidrs back to true if\n" +
+		"# nothing else allocates them. The agent's key volume (UserVolumeConfig nodeinit) stays.\n")
 	sep := ""
 	del := func(kind, name string) {
 		fmt.Fprintf(&b, "%sapiVersion: v1alpha1\nkind: %s\nname: %s\n$patch: delete\n", sep, kind, name)
@@ -379,7 +389,20 @@ func (validationMode) RequiresInstall() bool { return false }
 func (m validationMode) InContainer() bool   { return m.container }
 
 // withCoordinatorConfig puts cfg in the rendered ConfigMap's coordinator.yaml.
+// cfg is coordinator.yaml itself, or a ConfigMap holding it (as
+// coordinator/deploy/configmap.yaml does).
 func withCoordinatorConfig(rendered, cfg []byte) ([]byte, error) {
+	var cm struct {
+		Kind string            `yaml:"kind"`
+		Data map[string]string `yaml:"data"`
+	}
+	if yaml.Unmarshal(cfg, &cm) == nil && cm.Kind == "ConfigMap" {
+		inner, ok := cm.Data["coordinator.yaml"]
+		if !ok {
+			return nil, errors.New("CONFIG is a ConfigMap without data.coordinator.yaml")
+		}
+		cfg = []byte(inner)
+	}
 	var out bytes.Buffer
 	enc := yaml.NewEncoder(&out)
 	enc.SetIndent(2)
@@ -408,6 +431,20 @@ func withCoordinatorConfig(rendered, cfg []byte) ([]byte, error) {
 		return nil, errors.New("the rendered objects hold no ConfigMap nodeinit-coordinator with coordinator.yaml")
 	}
 	return out.Bytes(), nil
+}
+
+// upgradeHint says how to change or upgrade an install: the coordinator's
+// objects first (Talos never updates objects it created; they are Talos's
+// server-side apply, hence --force-conflicts), then the patch, which
+// replaces the agent's documents; with cluster.inlineManifests (named
+// false) the uninstall file goes first, in the same command.
+func upgradeHint(named bool) string {
+	h := "To change or upgrade: `kubectl apply --server-side --force-conflicts -f " + InstallObjects + "`\n" +
+		"(the coordinator first: Talos never updates objects it created), then apply this file again"
+	if !named {
+		h += "\nwith " + InstallRemove + " first in the same command (Talos appends cluster.inlineManifests)"
+	}
+	return h
 }
 
 // replacing is a named document preceded by its deletion, so that the

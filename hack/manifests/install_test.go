@@ -111,7 +111,7 @@ func TestInstallPatches(t *testing.T) {
 				render := func(agentImage, rules string) map[string][]byte {
 					t.Helper()
 					in := Install{Form: form, Mode: mode, Coordinator: "registry.example.com/nodeinit-coordinator", Rules: []byte(rules),
-						Env: []string{"NODEINIT_PROVIDER_ID_POLICY=talos-fallback"}}
+						Env: []string{"NODEINIT_PROVIDER_ID_POLICY=talos-fallback"}, IsolationOff: true}
 					if mode == ModeContainer {
 						in.AgentImage = agentImage
 					}
@@ -170,7 +170,7 @@ func TestInstallPatches(t *testing.T) {
 						if _, err := installed(t, form, typ, a[name], a[name]); err == nil || !strings.Contains(err.Error(), "duplicate") {
 							t.Errorf("%s twice: %v, want Talos's duplicate refusal (the header says so)", name, err)
 						}
-						if !bytes.Contains(a[name], []byte("give "+InstallRemove+" first")) {
+						if !bytes.Contains(a[name], []byte("with "+InstallRemove+" first in the same command")) {
 							t.Errorf("%s does not say how to upgrade", name)
 						}
 						upgraded, err := installed(t, form, typ, a[name], uninstall, b[name])
@@ -196,7 +196,7 @@ func TestInstallPatches(t *testing.T) {
 		}
 	}
 	// Each form's patch on the other's cluster: Talos refuses it.
-	in := Install{Form: FormMultidoc, Mode: ModeContainer, Coordinator: "registry.example.com/nodeinit-coordinator", AgentImage: "registry.example.com/nodeinit-agent:v1"}
+	in := Install{Form: FormMultidoc, Mode: ModeContainer, Coordinator: "registry.example.com/nodeinit-coordinator", AgentImage: "registry.example.com/nodeinit-agent:v1", IsolationOff: true}
 	multi, err := in.Render(deployDir, extensionDir)
 	if err != nil {
 		t.Fatal(err)
@@ -237,7 +237,7 @@ func sameConfig(t *testing.T, a, b talosconfig.Provider) bool {
 
 // Bad input is refused with what to do, before anything is written.
 func TestInstallRefuses(t *testing.T) {
-	ok := Install{Form: FormMultidoc, Mode: ModeContainer, Coordinator: "registry.example.com/nodeinit-coordinator", AgentImage: "registry.example.com/nodeinit-agent:v1"}
+	ok := Install{Form: FormMultidoc, Mode: ModeContainer, Coordinator: "registry.example.com/nodeinit-coordinator", AgentImage: "registry.example.com/nodeinit-agent:v1", IsolationOff: true}
 	for _, tc := range []struct {
 		name string
 		edit func(*Install)
@@ -251,6 +251,7 @@ func TestInstallRefuses(t *testing.T) {
 		{"an unknown mode", func(i *Install) { i.Mode = "pod" }, `MODE="pod"`},
 		{"bad rules", func(i *Install) { i.Rules = []byte("transformations:\n  - name: x\n    labels: [a]\n") }, "RULES: "},
 		{"a bad setting", func(i *Install) { i.Env = []string{"PROVIDER_ID_POLICY=never"} }, "want NODEINIT_NAME=value"},
+		{"a container on a 1.14 cluster, isolation not checked", func(i *Install) { i.IsolationOff = false }, "WORKLOAD_ISOLATION=off"},
 		{"a bad coordinator configuration", func(i *Install) { i.CoordinatorConfig = []byte("clusterName: \"bad name!\"\n") }, "the coordinator's configuration"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -282,7 +283,7 @@ func TestAgentValidatesTheInstallPatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, mode := range []Mode{ModeContainer, ModeExtension} {
-		in := Install{Form: FormMultidoc, Mode: mode, Coordinator: "registry.example.com/nodeinit-coordinator", Rules: rules, Env: []string{"NODEINIT_PROVIDER_ID_POLICY=talos-fallback"}}
+		in := Install{Form: FormMultidoc, Mode: mode, Coordinator: "registry.example.com/nodeinit-coordinator", Rules: rules, Env: []string{"NODEINIT_PROVIDER_ID_POLICY=talos-fallback"}, IsolationOff: true}
 		if mode == ModeContainer {
 			in.AgentImage = "registry.example.com/nodeinit-agent:v1"
 		}
@@ -345,12 +346,12 @@ func TestREADMEInstallPatchCommand(t *testing.T) {
 	block = block[:strings.Index(block, "```")]
 	agent := gobuild.Binary(t, "../../agent")
 	cm := write("ccm-configmap.yaml", block)
-	migrated, err := exec.Command(agent, "migrate", "--from-talos-ccm", cm, "--coordinator-out", filepath.Join(dir, "coordinator.yaml")).Output()
+	migrated, err := exec.Command(agent, "migrate", "--from-talos-ccm", cm, "--coordinator-out", filepath.Join(dir, "coordinator-fragment.yaml")).Output()
 	if err != nil {
 		t.Fatalf("nodeinit-agent migrate: %v", err)
 	}
 	files["nodeinit-rules.yaml"] = write("nodeinit-rules.yaml", string(migrated))
-	files["coordinator.yaml"] = filepath.Join(dir, "coordinator.yaml")
+	files["coordinator-fragment.yaml"] = filepath.Join(dir, "coordinator-fragment.yaml")
 	for i, cmd := range cmds {
 		out := filepath.Join(dir, strconv.Itoa(i))
 		args := []string{"-C", "../..", "-s", "BIN=" + out}
@@ -365,22 +366,26 @@ func TestREADMEInstallPatchCommand(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", cmd, err, output)
 		}
-		worker, err := os.ReadFile(filepath.Join(out, "install", InstallWorker))
+		want, others := InstallWorker, []string{InstallControlPlane, InstallRemove, InstallObjects}
+		if strings.Contains(cmd, "TALOS_CONFIG=v1alpha1") {
+			want, others = InstallAll, []string{InstallRemove, InstallObjects}
+		}
+		worker, err := os.ReadFile(filepath.Join(out, "install", want))
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", cmd, err, output)
 		}
-		for _, f := range []string{InstallControlPlane, InstallRemove, InstallObjects} {
+		for _, f := range others {
 			if _, err := os.Stat(filepath.Join(out, "install", f)); err != nil {
 				t.Errorf("%s: %v", cmd, err)
 			}
 		}
 		if !bytes.Contains(worker, []byte("adoptExisting: true")) {
-			t.Errorf("%s: the coordinator's configuration did not reach %s", cmd, InstallWorker)
+			t.Errorf("%s: the coordinator's configuration did not reach %s", cmd, want)
 		}
 		if strings.Contains(cmd, "nodeinit-rules.yaml") && !bytes.Contains(worker, []byte("NODEINIT_PROVIDER_ID_POLICY=talos-fallback")) {
 			t.Errorf("%s: the migrated provider-ID policy did not reach the agent's environment", cmd)
 		}
-		if !strings.Contains(string(output), "talosctl -n <control-plane nodes> patch mc --patch @"+filepath.Join(out, "install", InstallControlPlane)) {
+		if !strings.Contains(string(output), "patch mc --patch @"+filepath.Join(out, "install", want)) {
 			t.Errorf("%s does not print the talosctl commands:\n%s", cmd, output)
 		}
 	}
@@ -405,7 +410,7 @@ environment:
   - NODEINIT_PROVIDER_ID_POLICY=talos-fallback
 `)
 	in := Install{Form: FormMultidoc, Mode: ModeContainer, Coordinator: "registry.example.com/nodeinit-coordinator",
-		AgentImage: "registry.example.com/nodeinit-agent-pod:v1", Rules: migrated, Env: []string{"NODEINIT_LOG_FORMAT=json"}}
+		AgentImage: "registry.example.com/nodeinit-agent-pod:v1", Rules: migrated, Env: []string{"NODEINIT_LOG_FORMAT=json"}, IsolationOff: true}
 	files, err := in.Render(deployDir, extensionDir)
 	if err != nil {
 		t.Fatal(err)
@@ -425,5 +430,25 @@ environment:
 	in.Rules = []byte("replicaCount: 1\ntransformations: []\n")
 	if _, err := in.Render(deployDir, extensionDir); err == nil || !strings.Contains(err.Error(), "nodeinit-agent migrate") {
 		t.Errorf("Talos CCM's Helm values as RULES: %v, want a pointer to migrate", err)
+	}
+}
+
+// CONFIG may be the coordinator's ConfigMap (coordinator/deploy/configmap.yaml,
+// what `nodeinit-coordinator validate --config` also reads) as well as the
+// coordinator.yaml it holds.
+func TestInstallTakesTheConfigMap(t *testing.T) {
+	cm, err := os.ReadFile(filepath.Join(deployDir, "configmap.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm = bytes.Replace(cm, []byte("adoptExisting: false"), []byte("adoptExisting: true"), 1)
+	in := Install{Form: FormV1Alpha1, Mode: ModeExtension, Coordinator: "registry.example.com/nodeinit-coordinator", CoordinatorConfig: cm}
+	files, err := in.Render(deployDir, extensionDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := files[InstallAll]
+	if !bytes.Contains(b, []byte("adoptExisting: true")) || bytes.Contains(b, []byte("coordinator.yaml: |\n        apiVersion")) {
+		t.Errorf("the ConfigMap's coordinator.yaml did not become the coordinator's configuration")
 	}
 }

@@ -70,10 +70,11 @@ func installMain(args []string) int {
 	rulesFile := fs.String("rules", "", "a rules `FILE` (Talos CCM's transformations); none when empty")
 	configFile := fs.String("coordinator-config", "", "the coordinator's coordinator.yaml `FILE`; the shipped one when empty")
 	env := fs.String("env", "", "the agent's settings, space-separated NODEINIT_NAME=value")
+	isolation := fs.String("workload-isolation", "", "off: you checked that the cluster's SecurityProfileConfig.workloadIsolation is off (needed for -mode container on a cluster created with Talos 1.14)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	in := Install{Form: Form(*form), Mode: Mode(*mode), Coordinator: *image, AgentImage: *agentImage, Env: strings.Fields(*env)}
+	in := Install{Form: Form(*form), Mode: Mode(*mode), Coordinator: *image, AgentImage: *agentImage, Env: strings.Fields(*env), IsolationOff: *isolation == "off"}
 	var err error
 	if *rulesFile != "" {
 		if in.Rules, err = os.ReadFile(*rulesFile); err != nil {
@@ -104,14 +105,15 @@ func installMain(args []string) int {
 			return 1
 		}
 	}
-	fmt.Printf("validated with Talos's machinery (%s config, %s on metal and in container mode); apply with:\n", in.Form, map[bool]string{true: "every node", false: "control plane and workers"}[in.Form == FormV1Alpha1])
+	fmt.Printf("validated with Talos's machinery against a generated %s config (%s, on metal and in container mode); apply with:\n", in.Form, map[bool]string{true: "every node", false: "control plane and workers"}[in.Form == FormV1Alpha1])
 	if in.Form == FormMultidoc {
 		fmt.Printf("  talosctl -n <control-plane nodes> patch mc --patch @%s\n", filepath.Join(*out, InstallControlPlane))
 		fmt.Printf("  talosctl -n <worker nodes> patch mc --patch @%s\n", filepath.Join(*out, InstallWorker))
 	} else {
 		fmt.Printf("  talosctl -n <every node> patch mc --patch @%s\n", filepath.Join(*out, InstallAll))
 	}
-	fmt.Printf("apply it again after a change or an upgrade; uninstall: talosctl -n <every node> patch mc --patch @%s\n", filepath.Join(*out, InstallRemove))
+	fmt.Println(upgradeHint(in.Mode == ModeContainer || in.Form == FormMultidoc))
+	fmt.Printf("uninstall: talosctl -n <every node> patch mc --patch @%s (its header says what it leaves)\n", filepath.Join(*out, InstallRemove))
 	return 0
 }
 
@@ -127,6 +129,7 @@ func releaseMain(args []string) int {
 	fs.StringVar(&p.Chart, "chart", "../../coordinator/chart/nodeinit-coordinator", "the Helm chart `DIR`")
 	fs.StringVar(&p.Extdir, "extension", "../../extension", "the shipped agent documents' `DIR`")
 	fs.StringVar(&p.Out, "out", "../../bin/release", "where the release assets go")
+	fs.StringVar(&p.SignKey, "sign-key", "", "a cosign private key `FILE`: sign every image and the chart, and verify (COSIGN_PASSWORD: its password)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"crypto/sha256"
+	"debug/buildinfo"
 	"errors"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -20,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/talos-nodeinit/talos-nodeinit/hack/internal/ociimage"
+	"github.com/talos-nodeinit/talos-nodeinit/hack/internal/spdx"
 )
 
 // Publish is what `make release` publishes: the two images the nodes run,
@@ -33,7 +36,19 @@ type Publish struct {
 	Chart    string // coordinator/chart/nodeinit-coordinator
 	Extdir   string // extension/
 	Out      string // where the assets are written
+	// SignKey, when set, is a cosign private key file: every image and the
+	// chart are signed with it (keyed, no transparency log), and the
+	// signatures verified against the key's public half (SignKey's
+	// .pub sibling) before the assets are written. COSIGN_PASSWORD is the
+	// key's password, as cosign reads it.
+	SignKey string
+	// Cosign is the cosign binary (default: cosign on PATH).
+	Cosign string
 }
+
+// CosignVersion is the cosign `make release` signs with; the tests build it
+// from its module.
+const CosignVersion = "v2.6.5"
 
 // Published is one pushed artifact.
 type Published struct {
@@ -89,8 +104,18 @@ func (r Publish) Run() ([]Published, error) {
 	}
 	coordinator, agentPod := out[0], out[1]
 
-	// The install assets, each image by digest.
+	// An SPDX SBOM of each image's binary, from its Go build information
+	// (the extension carries its own inside the image, as Talos lists it).
 	files := map[string][]byte{}
+	for _, img := range []struct{ name, binary string }{{"nodeinit-coordinator", "nodeinit-coordinator"}, {"nodeinit-agent-pod", "nodeinit-agent"}} {
+		sbom, err := sbomOf(filepath.Join(r.Bin, "images", img.name), r.Version, img.binary)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", img.name, err)
+		}
+		files[img.name+".spdx.json"] = sbom
+	}
+
+	// The install assets, each image by digest.
 	_, rendered, err := renderCoordinator(r.Deploy, CoordinatorImage, r.Registry+"/nodeinit-coordinator")
 	if err != nil {
 		return nil, err
@@ -98,7 +123,8 @@ func (r Publish) Run() ([]Published, error) {
 	manifest := pinDigest(Manifest(r.Version, rendered), coordinator)
 	files["nodeinit-coordinator.yaml"] = manifest
 	for _, form := range []Form{FormMultidoc, FormV1Alpha1} {
-		in := Install{Form: form, Mode: ModeContainer, Coordinator: r.Registry + "/nodeinit-coordinator", AgentImage: agentPod.Ref + "@" + agentPod.Digest}
+		// Container mode; its header says it needs workloadIsolation off.
+		in := Install{Form: form, Mode: ModeContainer, Coordinator: r.Registry + "/nodeinit-coordinator", AgentImage: agentPod.Ref + "@" + agentPod.Digest, IsolationOff: true}
 		patches, err := in.Render(r.Deploy, r.Extdir)
 		if err != nil {
 			return nil, err
@@ -121,6 +147,11 @@ func (r Publish) Run() ([]Published, error) {
 	}
 	out = append(out, chart)
 
+	if r.SignKey != "" {
+		if err := r.sign(out); err != nil {
+			return nil, err
+		}
+	}
 	if err := os.MkdirAll(r.Out, 0o755); err != nil {
 		return nil, err
 	}
@@ -204,6 +235,68 @@ func (r Publish) pushChart(coordinator Published) (Published, error) {
 		return Published{}, fmt.Errorf("pushing the chart to oci://%s: %w", ref, err)
 	}
 	return Published{Name: "chart", Ref: ref, Digest: res.Manifest.Digest}, nil
+}
+
+// sign signs every published artifact by digest with cosign and the key,
+// then verifies each signature with the public key: a release whose
+// signatures do not verify writes no assets.
+func (r Publish) sign(pub []Published) error {
+	cosign := r.Cosign
+	if cosign == "" {
+		var err error
+		if cosign, err = exec.LookPath("cosign"); err != nil {
+			return fmt.Errorf("COSIGN_KEY is set but cosign is not on PATH: go install github.com/sigstore/cosign/v2/cmd/cosign@%s", CosignVersion)
+		}
+	}
+	pubKey := strings.TrimSuffix(r.SignKey, filepath.Ext(r.SignKey)) + ".pub"
+	if _, err := os.Stat(pubKey); err != nil {
+		return fmt.Errorf("the public half of COSIGN_KEY: %w (cosign generate-key-pair writes both)", err)
+	}
+	for _, p := range pub {
+		ref := p.Ref + "@" + p.Digest
+		args := []string{"sign", "--key", r.SignKey, "--tlog-upload=false", "--yes"}
+		verify := []string{"verify", "--key", pubKey, "--insecure-ignore-tlog=true"}
+		if insecure(r.Registry) {
+			args = append(args, "--allow-insecure-registry", "--allow-http-registry")
+			verify = append(verify, "--allow-insecure-registry", "--allow-http-registry")
+		}
+		if out, err := exec.Command(cosign, append(args, ref)...).CombinedOutput(); err != nil {
+			return fmt.Errorf("cosign sign %s: %w\n%s", ref, err, out)
+		}
+		if out, err := exec.Command(cosign, append(verify, ref)...).CombinedOutput(); err != nil {
+			return fmt.Errorf("cosign verify %s: %w\n%s", ref, err, out)
+		}
+	}
+	return nil
+}
+
+// sbomOf is the SPDX document of binary in the image layout's first
+// platform image (both platforms are built from the same module versions).
+func sbomOf(layoutDir, version, binary string) ([]byte, error) {
+	imgs, err := ociimage.ReadLayout(layoutDir, ociimage.RefName(version))
+	if err != nil {
+		return nil, err
+	}
+	files, err := ociimage.Contents(imgs[0].Image)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		if strings.TrimPrefix(f.Path, "/") != binary {
+			continue
+		}
+		bi, err := buildinfo.Read(bytes.NewReader(f.Data))
+		if err != nil {
+			return nil, fmt.Errorf("%s has no Go build information: %w", binary, err)
+		}
+		doc, err := spdx.For(spdx.Binary{Name: binary, Version: version, License: "Apache-2.0",
+			Namespace: "https://github.com/talos-nodeinit/talos-nodeinit/spdx"}, bi)
+		if err != nil {
+			return nil, err
+		}
+		return doc.JSON()
+	}
+	return nil, fmt.Errorf("the image holds no %s", binary)
 }
 
 // pinDigest pins every reference to the pushed image's tag to its digest.

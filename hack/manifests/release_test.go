@@ -45,7 +45,19 @@ func TestReleaseToALocalRegistry(t *testing.T) {
 	if b, err := exec.Command("make", "-C", "../..", "-s", "images", "extension", "VERSION="+version, "BIN="+bin).CombinedOutput(); err != nil {
 		t.Fatalf("make images extension: %v\n%s", err, b)
 	}
-	p := Publish{Version: version, Registry: reg, Bin: bin, Deploy: deployDir, Chart: "../../coordinator/chart/nodeinit-coordinator", Extdir: extensionDir, Out: out}
+	// cosign, built from its module, and a key pair.
+	cosign, keys := buildCosign(t), t.TempDir()
+	for _, dir := range []string{keys, filepath.Join(keys, "other")} {
+		_ = os.MkdirAll(dir, 0o755)
+		gen := exec.Command(cosign, "generate-key-pair")
+		gen.Dir, gen.Env = dir, append(os.Environ(), "COSIGN_PASSWORD=")
+		if b, err := gen.CombinedOutput(); err != nil {
+			t.Fatalf("cosign generate-key-pair: %v\n%s", err, b)
+		}
+	}
+	t.Setenv("COSIGN_PASSWORD", "")
+	p := Publish{Version: version, Registry: reg, Bin: bin, Deploy: deployDir, Chart: "../../coordinator/chart/nodeinit-coordinator", Extdir: extensionDir, Out: out,
+		SignKey: filepath.Join(keys, "cosign.key"), Cosign: cosign}
 	pub, err := p.Run()
 	if err != nil {
 		t.Fatal(err)
@@ -54,6 +66,18 @@ func TestReleaseToALocalRegistry(t *testing.T) {
 	for _, x := range pub {
 		digests[x.Name] = x.Digest
 		t.Logf("pushed %s@%s", x.Ref, x.Digest)
+	}
+	// Signed: each artifact verifies with the release key (Run checked it
+	// too) and not with another.
+	for _, x := range pub {
+		ref := x.Ref + "@" + x.Digest
+		common := []string{"--insecure-ignore-tlog=true", "--allow-insecure-registry", "--allow-http-registry", ref}
+		if b, err := exec.Command(cosign, append([]string{"verify", "--key", filepath.Join(keys, "cosign.pub")}, common...)...).CombinedOutput(); err != nil {
+			t.Errorf("cosign verify %s: %v\n%s", ref, err, b)
+		}
+		if _, err := exec.Command(cosign, append([]string{"verify", "--key", filepath.Join(keys, "other", "cosign.pub")}, common...)...).CombinedOutput(); err == nil {
+			t.Errorf("%s verifies with a key that did not sign it", ref)
+		}
 	}
 	// What the registry serves.
 	for _, img := range []string{"nodeinit-coordinator", "nodeinit-agent-pod", "nodeinit-agent"} {
@@ -112,6 +136,12 @@ func TestReleaseToALocalRegistry(t *testing.T) {
 			t.Errorf("%s: the coordinator is not pinned by digest", file)
 		}
 	}
+	for _, img := range []string{"nodeinit-coordinator", "nodeinit-agent-pod"} {
+		sbom, err := os.ReadFile(filepath.Join(out, img+".spdx.json"))
+		if err != nil || !bytes.Contains(sbom, []byte(`"spdxVersion"`)) || !bytes.Contains(sbom, []byte("k8s.io/client-go")) {
+			t.Errorf("%s.spdx.json: %v, want an SPDX document listing the binary's modules", img, err)
+		}
+	}
 	if _, err := os.Stat(filepath.Join(out, "nodeinit-v1alpha1.yaml")); err != nil {
 		t.Errorf("no install patch for clusters created with Talos 1.13: %v", err)
 	}
@@ -151,4 +181,17 @@ func TestReleaseToALocalRegistry(t *testing.T) {
 			t.Errorf("release with VERSION=%s REGISTRY=%s: accepted", bad.Version, bad.Registry)
 		}
 	}
+}
+
+// buildCosign builds cosign CosignVersion from its module (the Go build
+// cache keeps it after the first time) and returns its path.
+func buildCosign(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command("go", "install", "github.com/sigstore/cosign/v2/cmd/cosign@"+CosignVersion)
+	cmd.Env = append(os.Environ(), "GOBIN="+dir)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building cosign %s from its module: %v\n%s", CosignVersion, err, b)
+	}
+	return filepath.Join(dir, "cosign")
 }

@@ -152,7 +152,7 @@ func TalosUnpatch(release string) []byte {
 # Upgrade, or apply again (Talos appends inline manifests; two of one name are refused):
 #   talosctl patch mc --nodes <all nodes> --patch @talos-unpatch.yaml --patch @talos-patch.yaml
 # Uninstall (then delete what it created: kubectl delete -f nodeinit-coordinator.yaml;
-# NodeRecords are kept, they hold the enrolled agent keys):
+# that deletes the NodeRecord CRD, every record and enrolled agent key with it):
 #   talosctl patch mc --nodes <all nodes> --patch @talos-unpatch.yaml
 cluster:
   inlineManifests:
@@ -215,7 +215,7 @@ Rendered by make manifests from coordinator/deploy.`, release, strings.Trim(node
 func TalosUnpatch114(release string) []byte {
 	return []byte(fmt.Sprintf(`# nodeinit-coordinator %s, a cluster created with Talos 1.14: removes the coordinator's
 # inline manifest. Uninstall (then delete what it created: kubectl delete -f nodeinit-coordinator.yaml;
-# NodeRecords are kept, they hold the enrolled agent keys):
+# that deletes the NodeRecord CRD, every record and enrolled agent key with it):
 #   talosctl patch mc --nodes <all nodes> --patch @talos-unpatch-1.14.yaml
 apiVersion: v1alpha1
 kind: KubeInlineManifestConfig
