@@ -47,7 +47,7 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 10s), from its seed co
 	$(GO) test -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(FUZZTIME) ./pkg/csrcheck
 	$(GO) test -run '^$$' -fuzz '^FuzzReservedNames$$' -fuzztime $(FUZZTIME) ./pkg/csrcheck
 	$(GO) test -run '^$$' -fuzz '^FuzzLoadEvaluate$$' -fuzztime $(FUZZTIME) ./pkg/rules
-	$(GO) test -run '^$$' -fuzz '^FuzzGrantOwnership$$' -fuzztime $(FUZZTIME) ./coordinator/finalize
+	$(GO) test -run '^$$' -fuzz '^FuzzGrantOwnership$$' -fuzztime $(FUZZTIME) ./pkg/coordinator/finalize
 	$(GO) test -run '^$$' -fuzz '^FuzzPrefixOwnership$$' -fuzztime $(FUZZTIME) ./coordinator/records
 	$(GO) test -run '^$$' -fuzz '^FuzzNodeText$$' -fuzztime $(FUZZTIME) ./pkg/contract
 

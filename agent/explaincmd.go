@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/talos-nodeinit/talos-nodeinit/agent/explain"
-	"github.com/talos-nodeinit/talos-nodeinit/coordinator/config"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/coordinator/config"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/envflag"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/facts"

@@ -38,9 +38,9 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
-	"github.com/talos-nodeinit/talos-nodeinit/coordinator/config"
-	"github.com/talos-nodeinit/talos-nodeinit/coordinator/finalize"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/coordinator/config"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/coordinator/finalize"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/ipam"
 )
