@@ -573,13 +573,20 @@ func ReservedName(name, node string, facts Facts, policy Policy) error {
 	if why := ClusterInternal(lower, policy.ClusterDomain); why != "" {
 		return fmt.Errorf("DNS SAN %q %s", name, why)
 	}
-	if slices.Contains(facts.ReservedNames, lower) {
+	if containsFold(facts.ReservedNames, lower) {
 		return fmt.Errorf("DNS SAN %q is reserved by csr.reservedNames: no certificate carries it", name)
 	}
-	if slices.Contains(facts.APIServerNames, lower) && !(facts.ControlPlane && lower == strings.ToLower(node)) {
+	if containsFold(facts.APIServerNames, lower) && !(facts.ControlPlane && lower == strings.ToLower(node)) {
 		return fmt.Errorf("DNS SAN %q is a name of the API server: only a control-plane Node of that name may carry it", name)
 	}
 	return nil
+}
+
+// containsFold: is name in list, whatever the case of either (DNS names
+// compare without case, and the lists are written by admins and read from
+// the API server's certificate as they come).
+func containsFold(list []string, name string) bool {
+	return slices.ContainsFunc(list, func(n string) bool { return strings.EqualFold(n, name) })
 }
 
 func checkDNSNames(in input) error {

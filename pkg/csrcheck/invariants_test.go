@@ -126,3 +126,17 @@ func TestNoSharedAPIServerAddress(t *testing.T) {
 		t.Error(fmt.Sprintf("the VIP as %s is certifiable", mapped))
 	}
 }
+
+// The reserved lists are compared whatever their case: an admin writes
+// csr.reservedNames as it comes ("Vault.Example.COM"), and the API
+// server's certificate names are its own. Before, only the configuration
+// loader's side effect (CSRPolicy lower-casing the settings in place) made
+// the admin's list match; a list given as written let the name through.
+func TestReservedNamesWhateverTheirCase(t *testing.T) {
+	facts := Facts{ReservedNames: []string{"Vault.Example.COM"}, APIServerNames: []string{"API.Example.com"}}
+	for _, name := range []string{"vault.example.com", "VAULT.EXAMPLE.COM", "Vault.Example.COM", "api.example.com", "API.EXAMPLE.COM"} {
+		if err := CheckDNSSAN(name, "node-a", facts, Policy{DNSPatterns: []string{"*.example.com"}}); err == nil {
+			t.Errorf("%q was allowed, a reserved name in another case", name)
+		}
+	}
+}

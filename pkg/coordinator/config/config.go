@@ -589,8 +589,7 @@ func (c *Config) CSRPolicy() (csrcheck.Policy, error) {
 			errs = append(errs, fmt.Errorf("reservedAddresses: %q is not an address or a prefix", a))
 		}
 	}
-	for i, n := range c.CSR.ReservedNames {
-		c.CSR.ReservedNames[i] = strings.ToLower(n)
+	for _, n := range c.CSR.ReservedNames {
 		if bad := validationIsDNS(strings.ToLower(n)); bad != nil {
 			errs = append(errs, fmt.Errorf("reservedNames: %q is not a DNS name", n))
 		}

@@ -261,3 +261,19 @@ func TestFamilies(t *testing.T) {
 		}
 	}
 }
+
+// CSRPolicy reads the configuration and changes nothing in it: before, it
+// lower-cased csr.reservedNames in place, a side effect the CSR path
+// depended on (pkg/csrcheck now compares without case).
+func TestCSRPolicyLeavesTheConfigurationAlone(t *testing.T) {
+	c, err := Parse([]byte("csr:\n  reservedNames: [Vault.Example.COM]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CSRPolicy(); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.CSR.ReservedNames; len(got) != 1 || got[0] != "Vault.Example.COM" {
+		t.Errorf("csr.reservedNames after CSRPolicy: %q, want it as written", got)
+	}
+}
