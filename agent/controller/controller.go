@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -170,6 +171,15 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("reading addresses: %w", err)
 	}
 	defer src.Close()
+	var watchBroken atomic.Bool
+	src.OnWatchError = func(err error) {
+		switch {
+		case err != nil && !watchBroken.Swap(true):
+			a.log.Warn("address changes are not watched: listing the addresses at every retry instead", "err", err)
+		case err == nil && watchBroken.Swap(false):
+			a.log.Info("address changes are watched again")
+		}
+	}
 	addrs := src.Watch(ctx, a.cfg.Debounce)
 
 	factUpdates := make(chan facts.Talos, 1)

@@ -23,6 +23,12 @@ type Source struct {
 	path string // "" for the process's own namespace
 	ns   netns.NsHandle
 	h    *netlink.Handle
+	// OnWatchError, when set, hears Watch's subscription failures (a
+	// non-nil error each time one fails) and its recovery (nil): while the
+	// subscription is broken Watch lists the addresses every retry instead.
+	OnWatchError func(error)
+	// subscribeFn is subscribe; tests replace it.
+	subscribeFn func() (<-chan struct{}, <-chan error, chan struct{}, error)
 }
 
 // Open opens a source on the namespace at path (for example
@@ -107,8 +113,9 @@ func (s *Source) List() ([]netaddr.Address, error) {
 // Watch sends the full address list now and after every change, waiting
 // for changes to settle for the debounce interval (bursts, such as a link
 // going down with many addresses, become one update). Identical lists are
-// not resent. Netlink subscription failures are retried with backoff. The
-// channel is closed when ctx ends.
+// not resent. A netlink subscription that fails or breaks is retried with
+// backoff, reported to OnWatchError, and meanwhile the addresses are listed
+// at every retry. The channel is closed when ctx ends.
 func (s *Source) Watch(ctx context.Context, debounce time.Duration) <-chan []netaddr.Address {
 	out := make(chan []netaddr.Address, 1)
 	go s.watch(ctx, debounce, out)
@@ -120,9 +127,18 @@ func (s *Source) watch(ctx context.Context, debounce time.Duration, out chan<- [
 	backoff := 100 * time.Millisecond
 	var last []netaddr.Address
 	sent := false
+	subscribe := s.subscribeFn
+	if subscribe == nil {
+		subscribe = s.subscribe
+	}
+	broken := false
 	for ctx.Err() == nil {
-		events, failed, stop, err := s.subscribe()
+		events, failed, stop, err := subscribe()
 		if err == nil {
+			if broken && s.OnWatchError != nil {
+				s.OnWatchError(nil)
+			}
+			broken = false
 			// (Re)subscribed: list once, so nothing missed while down is lost.
 			last, sent = s.emit(ctx, out, last, sent)
 			backoff = 100 * time.Millisecond
@@ -132,7 +148,13 @@ func (s *Source) watch(ctx context.Context, debounce time.Duration, out chan<- [
 		if ctx.Err() != nil {
 			return
 		}
-		_ = err // the next List reports a persistent failure; keep trying
+		// The subscription failed or broke: say so, and list now and at
+		// every retry, so that no change waits for it to come back.
+		broken = true
+		if s.OnWatchError != nil {
+			s.OnWatchError(fmt.Errorf("netlink subscription in %s: %w", s.where(), err))
+		}
+		last, sent = s.emit(ctx, out, last, sent)
 		select {
 		case <-ctx.Done():
 			return

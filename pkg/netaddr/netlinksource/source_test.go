@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -178,4 +179,43 @@ func TestOpenMissingNamespace(t *testing.T) {
 	if _, err := netlinksource.Open("/var/run/netns/does-not-exist"); err == nil {
 		t.Fatal("opened a namespace that does not exist")
 	}
+}
+
+// A netlink subscription that keeps failing is reported, and the
+// addresses are still followed, by listing at every retry. Before, the
+// failure was dropped (`_ = err`) and nothing was ever sent.
+func TestBrokenSubscriptionIsReportedAndPolled(t *testing.T) {
+	ns := netnstest.New(t)
+	ns.AddIFB("eth0")
+	ns.AddAddr("eth0", "203.0.113.5/24")
+	src, err := netlinksource.Open(ns.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(src.Close)
+	netlinksource.BreakSubscriptions(src)
+	reported := make(chan error, 100)
+	src.OnWatchError = func(err error) {
+		select {
+		case reported <- err:
+		default:
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w := &watcher{t: t, updates: src.Watch(ctx, 50*time.Millisecond), c: netaddr.NewClassifier()}
+	w.until("the address, listed without a subscription", func(i []netip.Addr, p []netip.Prefix) bool { return slices.Equal(i, ips("203.0.113.5")) })
+	select {
+	case err := <-reported:
+		if err == nil || !strings.Contains(err.Error(), "subscription refused") {
+			t.Errorf("reported %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the broken subscription was never reported")
+	}
+	ns.AddAddr("eth0", "198.51.100.7/24")
+	took := w.until("a new address, by polling", func(i []netip.Addr, p []netip.Prefix) bool {
+		return slices.Equal(i, ips("198.51.100.7", "203.0.113.5"))
+	})
+	t.Logf("seen by polling after %s", took)
 }
