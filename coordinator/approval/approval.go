@@ -81,12 +81,47 @@ type Input struct {
 }
 
 // Decision is the action with its reason (for the condition and the Event)
-// and a short machine-readable category (for metrics).
+// and why, as a Category (for the controller's hand-offs, its Events and
+// metrics).
 type Decision struct {
 	Action   Action
 	Reason   string
-	Category string
+	Category Category
 	After    time.Duration
+}
+
+// Category says why a decision was taken: the controller matches these,
+// never the reason's text. A denial by a failed check is CheckFailed(name).
+type Category string
+
+const (
+	CategoryNotAdopted          Category = "not-adopted"
+	CategoryCheck               Category = "check"
+	CategoryNodeUnknown         Category = "node-unknown"
+	CategoryAddressNotSettled   Category = "address-not-settled"
+	CategoryAddressClaimed      Category = "address-claimed"
+	CategoryRenewalNamesChanged Category = "renewal-names-changed"
+	CategoryFloodGuard          Category = "flood-guard"
+	CategoryStatic              Category = "static"
+	CategoryNoEnrolledKey       Category = "no-enrolled-key"
+	CategoryAgentKeyChanged     Category = "agent-key-changed"
+	CategoryAttestationStale    Category = "attestation-stale"
+	CategoryAttestationInvalid  Category = "attestation-invalid"
+	CategoryAttested            Category = "attested"
+	CategoryAgentRejected       Category = "agent-rejected"
+	CategoryReview              Category = "review"
+	CategoryTimeoutApproved     Category = "timeout-approved"
+	CategoryTimeoutPending      Category = "timeout-pending"
+	CategoryWaiting             Category = "wait"
+)
+
+// CheckFailed is the category of a denial by the named check.
+func CheckFailed(check string) Category { return Category("check:" + check) }
+
+// WaitsOnAddresses: the CSR waits for addresses to settle or to be freed,
+// or for its review to be asked (the Node's sync hands it on).
+func (c Category) WaitsOnAddresses() bool {
+	return c == CategoryAddressNotSettled || c == CategoryAddressClaimed || c == CategoryWaiting
 }
 
 // claimRecheck is how often a CSR waiting on an address claim is rechecked.
@@ -105,49 +140,49 @@ func Decide(in Input) Decision {
 	if v.Decision != csrcheck.Deny && in.NotAdopted && in.Node != nil {
 		// What the checks refuse is still denied; anything else would wait
 		// on addresses never recorded for a Node left alone, in silence.
-		return Decision{Action: Hold, Category: "not-adopted", After: notAdoptedRecheck,
+		return Decision{Action: Hold, Category: CategoryNotAdopted, After: notAdoptedRecheck,
 			Reason: fmt.Sprintf("Node %s was initialized before nodeinit-coordinator kept records of it, and adoptExisting is off: the coordinator leaves it alone, its serving CSRs too. "+
 				"Set adoptExisting: true in the coordinator's configuration to adopt such Nodes (their next CSR is checked and approved as usual), or approve this one by hand: kubectl certificate approve %s", in.Node.Name, in.CSR.Name)}
 	}
 	switch v.Decision {
 	case csrcheck.Deny:
-		cat := "check"
+		cat := CategoryCheck
 		for _, f := range v.Failures {
 			if !f.Retry {
-				cat = "check:" + f.Check
+				cat = CheckFailed(f.Check)
 				break
 			}
 		}
 		return Decision{Action: Deny, Reason: v.Reason(), Category: cat}
 	case csrcheck.Retry:
 		if in.Node == nil {
-			return Decision{Action: Retry, Reason: v.Reason(), Category: "node-unknown"}
+			return Decision{Action: Retry, Reason: v.Reason(), Category: CategoryNodeUnknown}
 		}
 		after := v.After
 		if after <= 0 {
 			after = claimRecheck
 		}
-		cat := "address-not-settled"
+		cat := CategoryAddressNotSettled
 		if v.Conflict {
-			cat = "address-claimed"
+			cat = CategoryAddressClaimed
 		}
 		return Decision{Action: Wait, After: after, Reason: v.Reason(), Category: cat}
 	}
 	sans := contract.RequestSANs(v.Parsed)
 	if in.Renewals == config.RenewSameNames && in.PreviousSANs != nil && !slices.Equal(in.PreviousSANs, sans) {
-		return Decision{Action: Hold, Category: "renewal-names-changed",
+		return Decision{Action: Hold, Category: CategoryRenewalNamesChanged,
 			Reason: fmt.Sprintf("the node's current serving certificate names %v and is still valid; this request names %v. "+
 				"Left pending: approve it by hand (kubectl certificate approve %s) if the change is expected", in.PreviousSANs, sans, in.CSR.Name)}
 	}
 	if in.MaxPending > 0 && in.Pending > in.MaxPending {
-		return Decision{Action: Hold, After: floodRecheck, Category: "flood-guard",
+		return Decision{Action: Hold, After: floodRecheck, Category: CategoryFloodGuard,
 			Reason: fmt.Sprintf("%d serving CSRs are pending, more than csr.maxPending (%d): automatic approval is paused", in.Pending, in.MaxPending)}
 	}
 	if !in.AttestationRequired {
-		return Decision{Action: Approve, Reason: "static checks passed; attestation not required by policy", Category: "static"}
+		return Decision{Action: Approve, Reason: "static checks passed; attestation not required by policy", Category: CategoryStatic}
 	}
 	if in.EnrolledKey == nil {
-		return Decision{Action: Hold, Category: "no-enrolled-key",
+		return Decision{Action: Hold, Category: CategoryNoEnrolledKey,
 			Reason: "no agent key is enrolled for this node (its agent does not publish one, the node is not initialized yet, or this Node object is not the first of its name: " +
 				"then the key waits in its NodeRecord's spec.pendingAgentKey, and once checked against the agent's log it is enrolled with: " + EnrolCommand(in.Node.Name) + ")"}
 	}
@@ -157,31 +192,31 @@ func Decide(in Input) Decision {
 		case err != nil && in.PublishedKey != "" && in.PublishedKey != contract.EncodeAgentKey(in.EnrolledKey):
 			published, perr := contract.DecodeAgentKey(in.PublishedKey)
 			if perr != nil {
-				return decideWithout(in, "attestation-invalid", fmt.Sprintf("ignored an attestation not signed by the enrolled agent key (%v); the node publishes an unreadable key", err))
+				return decideWithout(in, CategoryAttestationInvalid, fmt.Sprintf("ignored an attestation not signed by the enrolled agent key (%v); the node publishes an unreadable key", err))
 			}
 			// The command copies the key from the record, where only the
 			// coordinator writes: nothing in an Event (which any node can
 			// forge) is pasted into the enrolment. The key shown is for
 			// comparing with the agent's log on the node.
-			return Decision{Action: Hold, Category: "agent-key-changed",
+			return Decision{Action: Hold, Category: CategoryAgentKeyChanged,
 				Reason: fmt.Sprintf("the node's agent now publishes key %s, not the enrolled one (%v). If the node was reinstalled, "+
 					"compare it with the public-key the agent logs at start on the node, then enrol the key the coordinator recorded: %s", contract.EncodeAgentKey(published), err, EnrolCommand(in.Node.Name))}
 		case err != nil:
 			// Whoever wrote it does not hold the agent key: it changes nothing.
-			return decideWithout(in, "attestation-invalid", fmt.Sprintf("ignored an attestation not signed by the enrolled agent key (%v)", err))
+			return decideWithout(in, CategoryAttestationInvalid, fmt.Sprintf("ignored an attestation not signed by the enrolled agent key (%v)", err))
 		case !a.About(in.CSR.Name, in.CSR.PEM):
 			// The kubelet re-created a CSR under the same name: the
 			// attestation is of the old request. Ask again.
-			d := Decision{Action: RequestReview, Category: "attestation-stale",
+			d := Decision{Action: RequestReview, Category: CategoryAttestationStale,
 				Reason: fmt.Sprintf("the node's attestation of %s is for another request (sha256 %s, this request is %s); asking the agent again", a.CSR, a.RequestSHA256, contract.RequestDigest(in.CSR.PEM))}
 			if !in.ReviewRequested.IsZero() && in.Now.Sub(in.ReviewRequested) >= in.Timeout {
-				return decideWithout(in, "attestation-stale", d.Reason)
+				return decideWithout(in, CategoryAttestationStale, d.Reason)
 			}
 			return d
 		case a.Approves(in.CSR.Name, in.CSR.PEM):
-			return Decision{Action: Approve, Reason: "static checks passed and the node's agent attested every SAN with its enrolled key: " + contract.NodeText(a.Reason), Category: "attested"}
+			return Decision{Action: Approve, Reason: "static checks passed and the node's agent attested every SAN with its enrolled key: " + contract.NodeText(a.Reason), Category: CategoryAttested}
 		default:
-			return Decision{Action: Deny, Reason: "the node's agent rejected it: " + contract.NodeText(a.Reason), Category: "agent-rejected"}
+			return Decision{Action: Deny, Reason: "the node's agent rejected it: " + contract.NodeText(a.Reason), Category: CategoryAgentRejected}
 		}
 	}
 	return decideWithout(in, "", "")
@@ -189,7 +224,7 @@ func Decide(in Input) Decision {
 
 // decideWithout decides a CSR that has no valid attestation yet: ask for
 // one, wait for it, or time out. note, when set, is said along.
-func decideWithout(in Input, category, note string) Decision {
+func decideWithout(in Input, category Category, note string) Decision {
 	with := func(d Decision) Decision {
 		if note != "" {
 			d.Reason = note + "; " + d.Reason
@@ -200,21 +235,21 @@ func decideWithout(in Input, category, note string) Decision {
 	if in.ReviewRequested.IsZero() {
 		// Never asked (or first seen by this replica): the timeout has not
 		// started, whatever the CSR's age.
-		return with(Decision{Action: RequestReview, Reason: "static checks passed; asking the node's agent to attest", Category: "review"})
+		return with(Decision{Action: RequestReview, Reason: "static checks passed; asking the node's agent to attest", Category: CategoryReview})
 	}
 	elapsed := in.Now.Sub(in.ReviewRequested)
 	if elapsed >= in.Timeout {
 		if in.OnTimeout == config.ApproveOnChecks {
-			return with(Decision{Action: Approve, Category: "timeout-approved",
+			return with(Decision{Action: Approve, Category: CategoryTimeoutApproved,
 				Reason: fmt.Sprintf("no attestation within %v; approved on the static checks alone, as the policy says", in.Timeout)})
 		}
-		return with(Decision{Action: TimedOut, Category: "timeout-pending",
+		return with(Decision{Action: TimedOut, Category: CategoryTimeoutPending,
 			Reason: fmt.Sprintf("no valid attestation from the node's agent within %v; left pending (is nodeinit-agent running on %s?)", in.Timeout, in.Node.Name)})
 	}
 	if in.Review != in.CSR.Name && !in.ReviewBusy {
-		return with(Decision{Action: RequestReview, Reason: "static checks passed; asking the node's agent to attest", Category: "review"})
+		return with(Decision{Action: RequestReview, Reason: "static checks passed; asking the node's agent to attest", Category: CategoryReview})
 	}
-	return with(Decision{Action: Wait, After: in.Timeout - elapsed, Reason: "waiting for the node's attestation", Category: "wait"})
+	return with(Decision{Action: Wait, After: in.Timeout - elapsed, Reason: "waiting for the node's attestation", Category: CategoryWaiting})
 }
 
 // EnrolCommand is the one command that enrols the key a node's record holds

@@ -20,14 +20,14 @@ import (
 )
 
 // heldReasons name the Event for each reason a CSR is held pending.
-var heldReasons = map[string]string{
-	"renewal-names-changed": "RenewalNamesChanged",
-	"flood-guard":           "ApprovalPaused",
-	"no-enrolled-key":       "NoEnrolledAgentKey",
-	"not-adopted":           "NodeNotAdopted",
-	"agent-key-changed":     "AgentKeyChanged",
-	"address-claimed":       "AddressClaimedByOtherNode",
-	"attestation-invalid":   "AttestationIgnored",
+var heldReasons = map[approval.Category]string{
+	approval.CategoryRenewalNamesChanged: "RenewalNamesChanged",
+	approval.CategoryFloodGuard:          "ApprovalPaused",
+	approval.CategoryNoEnrolledKey:       "NoEnrolledAgentKey",
+	approval.CategoryNotAdopted:          "NodeNotAdopted",
+	approval.CategoryAgentKeyChanged:     "AgentKeyChanged",
+	approval.CategoryAddressClaimed:      "AddressClaimedByOtherNode",
+	approval.CategoryAttestationInvalid:  "AttestationIgnored",
 }
 
 // reviewRecheck is when a CSR waiting for its Node's sync to ask for its
@@ -79,7 +79,7 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 		}
 	case approval.TimedOut:
 		c.say(csr, "csr", name, corev1.EventTypeWarning, "AttestationTimeout", d.Reason)
-		c.m.CSRDecisions.WithLabelValues(string(d.Action), d.Category).Inc()
+		c.m.CSRDecisions.WithLabelValues(string(d.Action), string(d.Category)).Inc()
 	}
 	return nil
 }
@@ -280,8 +280,8 @@ func (c *Coordinator) reviewWanted(node *corev1.Node) (csr string, stale bool) {
 		in, _ := c.approvalInput(csr, time.Now())
 		switch d := approval.Decide(in); {
 		case d.Action == approval.RequestReview:
-			return csr.Name, d.Category == "attestation-stale"
-		case d.Action == approval.Wait && (d.Category == "address-not-settled" || d.Category == "address-claimed" || d.Category == "wait"):
+			return csr.Name, d.Category == approval.CategoryAttestationStale
+		case d.Action == approval.Wait && d.Category.WaitsOnAddresses():
 			return csr.Name, false
 		}
 		if csr.Name != current {
@@ -380,7 +380,7 @@ func (c *Coordinator) decide(ctx context.Context, csr *certificatesv1.Certificat
 	}
 	c.setDecided(csr.Name, csr.ResourceVersion)
 	c.m.NodeWrites.WithLabelValues("approval", "ok").Inc()
-	c.m.CSRDecisions.WithLabelValues(string(d.Action), d.Category).Inc()
+	c.m.CSRDecisions.WithLabelValues(string(d.Action), string(d.Category)).Inc()
 	if d.Action == approval.Deny {
 		// An approval is recorded in the CSR's condition, as
 		// kube-controller-manager's approver does: one Event fewer per join.
