@@ -283,6 +283,13 @@ users:
 		t.Fatal(err)
 	}
 	t.Log(line)
+	if ext.Name != "" {
+		// machined's own API, from inside the extension's container.
+		svc := waitServices(t, ctx, n, root, func(all map[string]Service) bool {
+			return all["ext-nodeinit-agent"].State == "Running" && all["containerd"].Healthy && all["cri"].Healthy
+		})
+		t.Logf("machined's ServiceList: ext-nodeinit-agent %s; containerd %s (healthy); cri %s (healthy)", svc["ext-nodeinit-agent"].State, svc["containerd"].State, svc["cri"].State)
+	}
 	admin := kubernetes.NewForConfigOrDie(cluster.Admin())
 	if cfg.Sandboxd {
 		isolatedAgentRefused(t, ctx, admin, name, line)
@@ -647,5 +654,24 @@ func isolatedAgentRefused(t *testing.T, ctx context.Context, admin kubernetes.In
 			return
 		}
 		time.Sleep(time.Second)
+	}
+}
+
+// waitServices asks machined's API for the node's services (through the
+// probe in the agent's container) until done holds for them.
+func waitServices(t *testing.T, ctx context.Context, n *Node, root string, done func(map[string]Service) bool) map[string]Service {
+	t.Helper()
+	probe := gobuild.Binary(t, filepath.Join(root, "hack/talosnode/probe"))
+	var last map[string]Service
+	var err error
+	for {
+		if last, err = n.Services(ctx, probe); err == nil && done(last) {
+			return last
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("machined's services not as wanted: %v (last %+v)", err, last)
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
 }

@@ -92,13 +92,12 @@ func TestRealKubelet(t *testing.T) {
 		}
 	}
 	t.Logf("Node %s registered by Talos's kubelet, initialized: podCIDRs %v, addresses %v", name, node.Spec.PodCIDRs, node.Status.Addresses)
-	for _, want := range []string{"service[kubelet](Running): Health check successful", "service[ext-nodeinit-agent](Running)"} {
-		line, err := n.WaitConsole(ctx, want)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Log(line)
-	}
+	// machined's own API (ServiceList, from inside the extension's container):
+	// its kubelet service running and healthy, the extension running.
+	svc := waitServices(t, ctx, n, root, func(all map[string]Service) bool {
+		return all["kubelet"].State == "Running" && all["kubelet"].Healthy && all["ext-nodeinit-agent"].State == "Running"
+	})
+	t.Logf("machined's ServiceList: kubelet %s (healthy), ext-nodeinit-agent %s", svc["kubelet"].State, svc["ext-nodeinit-agent"].State)
 	// The kubelet's serving CSR (rotate-server-certificates), approved on
 	// the agent's attestation and signed.
 	for {

@@ -386,6 +386,65 @@ func descendants(pid int) ([]int, error) {
 	return out, nil
 }
 
+// Service is a service as machined's own API reports it (`talosctl services`).
+type Service struct {
+	ID      string   `json:"id"`
+	State   string   `json:"state"`
+	Healthy bool     `json:"healthy"`
+	Events  []string `json:"events"`
+}
+
+// Services asks machined's own API for the node's services
+// (MachineService.ServiceList), through probe (hack/talosnode/probe, built)
+// run inside the running nodeinit-agent extension's container: copied to
+// the node's /var/lib/nodeinit, which the container mounts, and started in
+// the container's mount and PID namespaces, where machined admits it as
+// the ext-nodeinit-agent service (its rule admits processes in the
+// service's mount namespace). machined's socket admits nothing else here:
+// apid, the usual way in, needs a trustd certificate.
+func (n *Node) Services(ctx context.Context, probe string) (map[string]Service, error) {
+	agent := 0
+	pids, err := descendants(n.cmd.Process.Pid)
+	if err != nil {
+		return nil, err
+	}
+	for _, pid := range pids {
+		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(comm)) == "nodeinit-agent" {
+			agent = pid
+		}
+	}
+	if agent == 0 {
+		return nil, errors.New("no nodeinit-agent runs in the node")
+	}
+	b, err := os.ReadFile(probe)
+	if err != nil {
+		return nil, err
+	}
+	dst := filepath.Join(n.StateDir(), "var/lib/nodeinit/talosnode-probe")
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(dst, b, 0o755); err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, "nsenter", "-t", strconv.Itoa(agent), "-m", "-p", "--", "/var/lib/nodeinit/talosnode-probe")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("the probe in the agent's container: %v: %s", err, stderr.String())
+	}
+	var list []Service
+	if err := json.Unmarshal(out, &list); err != nil {
+		return nil, fmt.Errorf("the probe's output: %w", err)
+	}
+	services := map[string]Service{}
+	for _, s := range list {
+		services[s.ID] = s
+	}
+	return services, nil
+}
+
 // WaitConsole waits until machined's console holds a line containing
 // every one of want, and returns it.
 func (n *Node) WaitConsole(ctx context.Context, want ...string) (string, error) {
