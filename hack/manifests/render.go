@@ -196,18 +196,7 @@ Rendered by make manifests from coordinator/deploy.`, release, strings.Trim(node
 		Content: []*yaml.Node{mapping("apiVersion", scalar("v1alpha1", "!!str"), "kind", scalar("KubeInlineManifestConfig", "!!str"),
 			"name", scalar(InlineManifestName, "!!str"),
 			"manifest", &yaml.Node{Kind: yaml.ScalarNode, Style: yaml.LiteralStyle, Value: string(manifest)})}})
-	var buf bytes.Buffer
-	enc := yaml.NewEncoder(&buf)
-	enc.SetIndent(2)
-	for _, d := range docs {
-		if err := enc.Encode(d); err != nil {
-			return nil, err
-		}
-	}
-	if err := enc.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	return encode(docs)
 }
 
 // TalosUnpatch114 removes the coordinator's KubeInlineManifestConfig
