@@ -84,7 +84,8 @@ const (
 // each with Talos's machinery, applied to a config of its form and node
 // type as `talosctl patch mc` would, before returning them.
 func (in Install) Render(deployDir, extensionDir string) (map[string][]byte, error) {
-	if err := in.check(); err != nil {
+	rulesText, env, err := in.check()
+	if err != nil {
 		return nil, err
 	}
 	release, rendered, err := renderCoordinator(deployDir, CoordinatorImage, in.Coordinator)
@@ -103,7 +104,7 @@ func (in Install) Render(deployDir, extensionDir string) (map[string][]byte, err
 	if err != nil {
 		return nil, err
 	}
-	agent, err := in.agentDocs(extensionDir)
+	agent, err := in.agentDocs(extensionDir, rulesText, env)
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +170,9 @@ func (in Install) Render(deployDir, extensionDir string) (map[string][]byte, err
 	return out, nil
 }
 
-func (in Install) check() error {
+// check refuses what cannot be installed, every problem at once; it returns
+// the rules and the agent's environment RULES and AGENT_ENV give.
+func (in Install) check() ([]byte, []string, error) {
 	var errs []error
 	if in.Form != FormV1Alpha1 && in.Form != FormMultidoc {
 		errs = append(errs, fmt.Errorf("TALOS_CONFIG=%q: want multidoc (a cluster created with Talos 1.14) or v1alpha1 (created with 1.13 or earlier; `talosctl get mc -o yaml | grep -c 'kind: KubeletConfig'` prints 0)", in.Form))
@@ -191,7 +194,7 @@ func (in Install) check() error {
 	if in.Mode == ModeExtension && in.AgentImage != "" {
 		errs = append(errs, errors.New("AGENT_IMAGE is for MODE=container: the extension's agent is in the Talos image"))
 	}
-	_, env, err := in.rulesAndEnv()
+	rulesText, env, err := in.rulesAndEnv()
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -200,7 +203,7 @@ func (in Install) check() error {
 			errs = append(errs, fmt.Errorf("AGENT_ENV entry %q: want NODEINIT_NAME=value", e))
 		}
 	}
-	return errors.Join(errs...)
+	return rulesText, env, errors.Join(errs...)
 }
 
 // rulesAndEnv reads RULES as the agent's validate does (a rules file, the
@@ -229,7 +232,7 @@ func (in Install) rulesAndEnv() ([]byte, []string, error) {
 // agentDocs are the agent's documents: the shipped ContainerConfig patch
 // (its UserVolumeConfig and EtcFileConfig) or ExtensionServiceConfig, with
 // the user's image, rules and environment.
-func (in Install) agentDocs(extensionDir string) ([]*yaml.Node, error) {
+func (in Install) agentDocs(extensionDir string, rulesBytes []byte, env []string) ([]*yaml.Node, error) {
 	file := "rules.yaml"
 	if in.Mode == ModeContainer {
 		file = "container-config-talos-1.14.yaml"
@@ -246,10 +249,6 @@ func (in Install) agentDocs(extensionDir string) ([]*yaml.Node, error) {
 			break
 		}
 		docs = append(docs, &d)
-	}
-	rulesBytes, env, err := in.rulesAndEnv()
-	if err != nil {
-		return nil, err
 	}
 	rulesText := string(rulesBytes)
 	if strings.TrimSpace(rulesText) == "" {

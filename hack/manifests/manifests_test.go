@@ -187,7 +187,7 @@ func talosConfig(t *testing.T, typ machine.Type, contract *talosconfig.VersionCo
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cfg.Validate(runtimeMode{}); err != nil {
+	if _, err := cfg.Validate(validationMode{}); err != nil {
 		t.Errorf("%s config (Talos %s) with the Talos patch: %v", typ, contract, err)
 	}
 	ims := cfg.K8sInlineManifestConfigs()
@@ -196,12 +196,6 @@ func talosConfig(t *testing.T, typ machine.Type, contract *talosconfig.VersionCo
 	}
 	return []byte(ims[0].Contents()), cfg.Cluster().ExternalCloudProvider().Enabled(), cfg.K8sControllerManagerConfig().ExtraArgs()
 }
-
-type runtimeMode struct{}
-
-func (runtimeMode) String() string        { return "metal" }
-func (runtimeMode) RequiresInstall() bool { return false }
-func (runtimeMode) InContainer() bool     { return false }
 
 // The three ways to install agree: the single-file manifest, the Talos
 // patch's inline manifest and the chart with its default values hold the

@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/config"
-	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
-	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 )
 
@@ -20,40 +18,18 @@ func applyAll(t *testing.T, patches ...[]byte) ([]string, error) {
 	return names, err
 }
 
-// applyTo is applyAll for a cluster created with the given Talos; it also
-// returns the inline manifests' contents.
+// applyTo is applyAll for a cluster created with the given Talos (through
+// installed, which also validates in container mode); it also returns the
+// inline manifests' contents.
 func applyTo(t *testing.T, contract *talosconfig.VersionContract, patches ...[]byte) ([]string, []string, error) {
 	t.Helper()
-	in, err := generate.NewInput("nodeinit", "https://10.5.0.1:6443", "1.36.3", generate.WithVersionContract(contract))
-	if err != nil {
-		t.Fatal(err)
+	form := FormV1Alpha1
+	if contract == talosconfig.TalosVersion1_14 {
+		form = FormMultidoc
 	}
-	base, err := in.Config(machine.TypeControlPlane)
+	c, err := installed(t, form, machine.TypeControlPlane, patches...)
 	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := configpatcher.WithConfig(base)
-	for _, data := range patches {
-		p, err := configpatcher.LoadPatch(data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := configpatcher.Apply(cfg, []configpatcher.Patch{p})
-		if err != nil {
-			return nil, nil, err
-		}
-		c, err := out.Config()
-		if err != nil {
-			return nil, nil, err
-		}
-		if _, err := c.Validate(runtimeMode{}); err != nil {
-			return nil, nil, err
-		}
-		cfg = configpatcher.WithConfig(c)
-	}
-	c, err := cfg.Config()
-	if err != nil {
-		t.Fatal(err)
+		return nil, nil, err
 	}
 	var names, contents []string
 	for _, m := range c.K8sInlineManifestConfigs() {
