@@ -10,11 +10,9 @@ import (
 	"time"
 )
 
-// validate checks the NODEINIT_* environment an ExtensionServiceConfig
-// gives the agent as `run` reads it: what run would refuse at start, or
-// silently ignore, validate refuses, at the entry's line and column.
-func TestValidateChecksTheEnvironment(t *testing.T) {
-	const head = `apiVersion: v1alpha1
+// escHead is an ExtensionServiceConfig without rules, up to its
+// environment list, whose entries the tests append.
+const escHead = `apiVersion: v1alpha1
 kind: ExtensionServiceConfig
 name: nodeinit-agent
 configFiles:
@@ -23,6 +21,12 @@ configFiles:
       transformations: []
 environment:
 `
+
+// validate checks the NODEINIT_* environment an ExtensionServiceConfig
+// gives the agent as `run` reads it: what run would refuse at start, or
+// silently ignore, validate refuses, at the entry's line and column.
+func TestValidateChecksTheEnvironment(t *testing.T) {
+	head := escHead
 	cases := []struct {
 		name string
 		env  []string
@@ -137,17 +141,7 @@ func TestRunTakesTheLastOfARepeatedSetting(t *testing.T) {
 // metadata shows in explain's providerID; before, explain ignored the
 // environment and showed none.
 func TestExplainReadsTheDocumentsEnvironment(t *testing.T) {
-	doc := writeFile(t, "merged.yaml", `apiVersion: v1alpha1
-kind: ExtensionServiceConfig
-name: nodeinit-agent
-configFiles:
-  - mountPath: /usr/local/etc/nodeinit/rules.yaml
-    content: |
-      transformations: []
-environment:
-  - NODEINIT_PROVIDER_ID_POLICY=metadata
-  - NODEINIT_PROVIDER_ID_POLICY=talos-fallback
-`)
+	doc := writeFile(t, "merged.yaml", escHead+"  - NODEINIT_PROVIDER_ID_POLICY=metadata\n  - NODEINIT_PROVIDER_ID_POLICY=talos-fallback\n")
 	md := writeFile(t, "md.yaml", "platform: metal\nhostname: w1\n")
 	code, out, errOut := runCmd("explain", "--rules-file", doc, "--platform-metadata", md, "--addresses", "192.168.1.10/24", "-o", "json")
 	if code != 0 {
