@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -24,6 +25,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/talos-nodeinit/talos-nodeinit/agent/nodeclient"
@@ -198,7 +200,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	credUpdates := kubecreds.Watch(ctx, a.cfg.Kubeconfig, a.cfg.CredentialsPoll, creds.Fingerprint)
 
 	nodeEvents := make(chan struct{}, 1)
-	backoff := a.cfg.MinBackoff
+	backoff := retryBackoff(a.cfg)
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	defer func() {
@@ -232,18 +234,25 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.recheck = false
 		switch err := a.sync(ctx); {
 		case err == nil:
-			backoff = a.cfg.MinBackoff
+			backoff = retryBackoff(a.cfg)
 			if a.recheck {
 				retry.Reset(time.Second)
 			}
 		default:
 			a.m.Syncs.WithLabelValues("error").Inc()
 			a.setReady(err)
-			a.log.Warn("sync failed; retrying", "err", err, "in", backoff)
-			retry.Reset(backoff)
-			backoff = min(2*backoff, a.cfg.MaxBackoff)
+			in := backoff.Step()
+			a.log.Warn("sync failed; retrying", "err", err, "in", in)
+			retry.Reset(in)
 		}
 	}
+}
+
+// retryBackoff spaces the retries of a failing sync: MinBackoff, doubling
+// up to MaxBackoff and staying there, without jitter. A fresh one is taken
+// after every successful sync.
+func retryBackoff(cfg Config) wait.Backoff {
+	return wait.Backoff{Duration: cfg.MinBackoff, Factor: 2, Steps: math.MaxInt32, Cap: cfg.MaxBackoff}
 }
 
 func (a *Agent) factsChanged(f facts.Talos) {

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/netip"
 	"os"
 	"slices"
@@ -35,6 +36,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/facts"
 )
@@ -115,14 +117,9 @@ func (r *Reader) Watch(ctx context.Context, update func(facts.Talos)) error {
 	if log == nil {
 		log = slog.Default()
 	}
-	minB, maxB := r.MinBackoff, r.MaxBackoff
-	if minB == 0 {
-		minB = 100 * time.Millisecond
-	}
-	if maxB == 0 {
-		maxB = 10 * time.Second
-	}
-	backoff := minB
+	initial := r.reconnectBackoff()
+	maxB := initial.Cap
+	backoff := initial
 	connected, refused, denied := false, false, false
 	problem := func(err error) {
 		if r.Problem != nil {
@@ -141,7 +138,7 @@ func (r *Reader) Watch(ctx context.Context, update func(facts.Talos)) error {
 				refused = false
 				problem(nil)
 			}
-			backoff = minB
+			backoff = initial
 			update(f)
 		})
 		if ctx.Err() != nil {
@@ -155,7 +152,7 @@ func (r *Reader) Watch(ctx context.Context, update func(facts.Talos)) error {
 				r.fallBack(log, err, update)
 			}
 			connected = false
-			backoff = maxB // each try costs machined a 5 s wait for our PID
+			backoff = refusedBackoff(initial) // each try costs machined a 5 s wait for our PID
 		} else if connected {
 			log.Warn("lost machined, reconnecting", "socket", r.socket(), "error", err)
 			connected = false
@@ -166,18 +163,38 @@ func (r *Reader) Watch(ctx context.Context, update func(facts.Talos)) error {
 				problem(fmt.Errorf("%s: %w", hint, err))
 			}
 		} else {
-			log.Debug("machined not reachable", "socket", r.socket(), "error", err, "retry_in", backoff)
+			log.Debug("machined not reachable", "socket", r.socket(), "error", err, "retry_in", backoff.Duration)
 		}
 		if time.Since(began) > maxB {
-			backoff = minB
+			backoff = initial
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(backoff):
+		case <-time.After(backoff.Step()):
 		}
-		backoff = min(backoff*2, maxB)
 	}
+}
+
+// reconnectBackoff spaces Watch's reconnections: MinBackoff, doubling up to
+// MaxBackoff and staying there, without jitter (100ms and 10s when zero). A
+// fresh one is taken after every snapshot read and every session that lasted
+// longer than MaxBackoff.
+func (r *Reader) reconnectBackoff() wait.Backoff {
+	minB, maxB := r.MinBackoff, r.MaxBackoff
+	if minB == 0 {
+		minB = 100 * time.Millisecond
+	}
+	if maxB == 0 {
+		maxB = 10 * time.Second
+	}
+	return wait.Backoff{Duration: minB, Factor: 2, Steps: math.MaxInt32, Cap: maxB}
+}
+
+// refusedBackoff is the backoff after machined refused this process: its
+// cap at once, and at every retry until a snapshot or a long session resets it.
+func refusedBackoff(b wait.Backoff) wait.Backoff {
+	return wait.Backoff{Duration: b.Cap}
 }
 
 // fallBack logs a refusal once, loudly, and publishes the fallback facts.

@@ -6,6 +6,7 @@ package netlinksource
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr"
 )
@@ -124,7 +126,7 @@ func (s *Source) Watch(ctx context.Context, debounce time.Duration) <-chan []net
 
 func (s *Source) watch(ctx context.Context, debounce time.Duration, out chan<- []netaddr.Address) {
 	defer close(out)
-	backoff := 100 * time.Millisecond
+	backoff := resubscribeBackoff()
 	var last []netaddr.Address
 	sent := false
 	subscribe := s.subscribeFn
@@ -141,7 +143,7 @@ func (s *Source) watch(ctx context.Context, debounce time.Duration, out chan<- [
 			broken = false
 			// (Re)subscribed: list once, so nothing missed while down is lost.
 			last, sent = s.emit(ctx, out, last, sent)
-			backoff = 100 * time.Millisecond
+			backoff = resubscribeBackoff()
 			err = s.loop(ctx, debounce, events, failed, out, &last, &sent)
 			close(stop)
 		}
@@ -158,10 +160,16 @@ func (s *Source) watch(ctx context.Context, debounce time.Duration, out chan<- [
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(backoff):
+		case <-time.After(backoff.Step()):
 		}
-		backoff = min(backoff*2, 5*time.Second)
 	}
+}
+
+// resubscribeBackoff spaces the retries of a failed subscription (and so the
+// listings meanwhile): 100ms, doubling up to 5s and staying there, without
+// jitter. A fresh one is taken after every successful subscription.
+func resubscribeBackoff() wait.Backoff {
+	return wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Steps: math.MaxInt32, Cap: 5 * time.Second}
 }
 
 func (s *Source) subscribe() (<-chan struct{}, <-chan error, chan struct{}, error) {
