@@ -88,6 +88,9 @@ type Decision struct {
 	Reason   string
 	Category Category
 	After    time.Duration
+	// SANs are the approved request's SANs (contract.RequestSANs), for the
+	// record: the request is not parsed again to write it.
+	SANs []string
 }
 
 // Category says why a decision was taken: the controller matches these,
@@ -169,6 +172,16 @@ func Decide(in Input) Decision {
 		return Decision{Action: Wait, After: after, Reason: v.Reason(), Category: cat}
 	}
 	sans := contract.RequestSANs(v.Parsed)
+	d := decideChecked(in, sans)
+	if d.Action == Approve {
+		d.SANs = sans
+	}
+	return d
+}
+
+// decideChecked decides a CSR that passed the static checks; sans are its
+// request's SANs.
+func decideChecked(in Input, sans []string) Decision {
 	if in.Renewals == config.RenewSameNames && in.PreviousSANs != nil && !slices.Equal(in.PreviousSANs, sans) {
 		return Decision{Action: Hold, Category: CategoryRenewalNamesChanged,
 			Reason: fmt.Sprintf("the node's current serving certificate names %v and is still valid; this request names %v. "+

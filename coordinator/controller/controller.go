@@ -18,6 +18,7 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
@@ -37,7 +38,9 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
 
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/nodestate"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/coordinator/config"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/coordinator/finalize"
@@ -89,14 +92,14 @@ type Coordinator struct {
 	records        *records.Store
 	facts          *clusterFacts
 	observer       *observer
-	networks       []netip.Prefix
-	shared         []netip.Prefix    // ipam.sharedPrefixes
 	inventory      []records.Binding // the admin's bindings of names to networks
 	configReserved []csrcheck.Reserved
 	reservedBy     map[netip.Addr]int    // observed Node addresses reserved in the allocator, by how many Nodes
 	unadopted      map[string]bool       // initialized Nodes without a record, left alone
 	pools          []netip.Prefix        // the configured pod pools: node addresses there are never reserved
 	allocUID       map[string]types.UID  // the Node object each allocation belongs to
+	desired        nodestate.Settings    // what nodestate.Decide reads of the configuration
+	reviews        *reviewWants          // the CSRs' review hand-off to their Nodes' syncs
 	reviewAsked    map[string]time.Time  // when this replica asked (or first saw it asked) for each CSR's review
 	decidedAt      map[string]string     // CSRs this replica approved or denied, at the resourceVersion it decided on
 	waitingNodes   map[string]string     // uninitialized Nodes waiting for their agent, at which resourceVersion
@@ -114,8 +117,12 @@ type Coordinator struct {
 	csrs       certlisters.CertificateSigningRequestLister
 	csrIndex   cache.Indexer
 	nodeIndex  cache.Indexer
-	nodeQueue  workqueue.TypedRateLimitingInterface[string]
-	csrQueue   workqueue.TypedRateLimitingInterface[string]
+	// ownNodes overlays the Node cache with the Nodes this replica's own
+	// patches returned, until the informer delivers them: a sync reads its
+	// own writes instead of patching a stale resourceVersion into a 409.
+	ownNodes  cache.MutationCache
+	nodeQueue workqueue.TypedRateLimitingInterface[string]
+	csrQueue  workqueue.TypedRateLimitingInterface[string]
 
 	mu       sync.Mutex // guards alloc and the fields below
 	alloc    *ipam.Allocator
@@ -171,25 +178,21 @@ func New(cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
-	networks, err := cfg.Settings.Networks()
-	if err != nil {
-		return nil, err
-	}
 	var pools []netip.Prefix
 	for _, p := range []string{cfg.Settings.IPAM.IPv4Pool, cfg.Settings.IPAM.IPv6Pool} {
 		if pp, err := netip.ParsePrefix(p); err == nil {
 			pools = append(pools, pp.Masked())
 		}
 	}
-	var inventory []records.Binding
-	for _, b := range cfg.Settings.Inventory {
-		inventory = append(inventory, records.Binding{Names: b.Nodes, Networks: b.InventoryNetworks()})
+	desired, err := nodestate.NewSettings(cfg.Settings)
+	if err != nil {
+		return nil, err
 	}
 	c := &Coordinator{
-		shared: cfg.Settings.SharedPrefixesParsed(), inventory: inventory,
+		desired: desired, reviews: newReviewWants(), inventory: desired.Inventory,
 		cfg: cfg, client: cfg.Client, settings: cfg.Settings, log: cfg.Log, m: cfg.Metrics, policy: policy,
 		records: records.NewStore(cfg.Dynamic), facts: newClusterFacts(cfg.Client), observer: newObserver(cfg.Settings.MaxNodeAddresses),
-		networks: networks, configReserved: cfg.Settings.Reserved(), reservedBy: map[netip.Addr]int{}, unadopted: map[string]bool{}, pools: pools, apiSANsRead: cfg.APIServerNames != nil || cfg.APIServerIPs != nil, allocUID: map[string]types.UID{}, reviewAsked: map[string]time.Time{}, decidedAt: map[string]string{}, waitingNodes: map[string]string{}, sceAdded: map[netip.Prefix]bool{},
+		configReserved: cfg.Settings.Reserved(), reservedBy: map[netip.Addr]int{}, unadopted: map[string]bool{}, pools: pools, apiSANsRead: cfg.APIServerNames != nil || cfg.APIServerIPs != nil, allocUID: map[string]types.UID{}, reviewAsked: map[string]time.Time{}, decidedAt: map[string]string{}, waitingNodes: map[string]string{}, sceAdded: map[netip.Prefix]bool{},
 		lastSaid: map[string]string{}, ready: errors.New("starting"),
 		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes"}),
@@ -222,7 +225,7 @@ func New(cfg Config) (*Coordinator, error) {
 			return nil, nil
 		}
 		var keys []string
-		for _, ip := range nodeAddresses(n, maxAddrs) {
+		for _, ip := range nodestate.Addresses(n, maxAddrs) {
 			keys = append(keys, ip.String())
 		}
 		return keys, nil
@@ -230,6 +233,8 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	c.nodeIndex = nodeInf.Informer().GetIndexer()
+	c.ownNodes = cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), nodeInf.Informer().GetStore(),
+		cache.MutationCacheOptions{Indexer: c.nodeIndex, TTL: time.Minute, MaxCacheSize: 10000})
 	_, _ = nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.nodeChanged(obj) },
 		UpdateFunc: func(_, obj any) { c.nodeChanged(obj) },
@@ -257,6 +262,7 @@ func New(cfg Config) (*Coordinator, error) {
 		DeleteFunc: func(obj any) {
 			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 				c.forget("csr", key)
+				c.handedOff(key)
 				c.mu.Lock()
 				delete(c.reviewAsked, key)
 				delete(c.decidedAt, key)
@@ -639,6 +645,19 @@ func (c *Coordinator) lead(ctx context.Context) {
 	c.nodeQueue.ShutDown()
 	c.csrQueue.ShutDown()
 	wg.Wait()
+}
+
+// node is Node name as this replica last saw or wrote it.
+func (c *Coordinator) node(name string) (*corev1.Node, error) {
+	obj, exists, err := c.ownNodes.GetByKey(name)
+	if err != nil {
+		return nil, err
+	}
+	n, ok := obj.(*corev1.Node)
+	if !exists || !ok {
+		return nil, apierrors.NewNotFound(corev1.Resource("nodes"), name)
+	}
+	return n, nil
 }
 
 func (c *Coordinator) listNodes() []*corev1.Node {

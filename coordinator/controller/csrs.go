@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"slices"
-	"strings"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -14,8 +12,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/approval"
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/nodestate"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/coordinator/finalize"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
 )
 
@@ -43,6 +43,7 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 	if err != nil || !pending(csr) {
 		if err == nil {
 			c.setDecided(name, "")
+			c.handedOff(name)
 		}
 		return err
 	}
@@ -52,9 +53,19 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 		// refused as a conflict, one more write.
 		return nil
 	}
-	in, node := c.approvalInput(csr, time.Now())
+	now := time.Now()
+	in, node := c.approvalInput(csr, now)
+	if in.Node != nil && in.Review == csr.Name && c.reviewRequested(csr.Name).IsZero() {
+		// Asked before this replica led: the timeout starts now.
+		c.setReviewRequested(csr.Name, now)
+	}
 	nodeName := csrcheck.NodeName(csr.Spec.Username)
 	d := approval.Decide(in)
+	if node != nil && c.reviews.set(nodeName, approval.WantOf(csr.Name, csr.CreationTimestamp.Time, d)) {
+		// The hand-off changed: the Node's sync, the one writer of
+		// csr-review, asks for (or moves on from) this CSR's review.
+		c.nodeQueue.Add(nodeName)
+	}
 	if reason, ok := heldReasons[d.Category]; ok {
 		c.say(csr, "csr", name, corev1.EventTypeWarning, reason, d.Reason)
 	}
@@ -67,9 +78,6 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 		// The Node's sync is the one writer of csr-review: it asks in the
 		// patch it writes anyway (the initializing one, when the CSR came
 		// first), and requeues this CSR once it has asked.
-		if node != nil {
-			c.nodeQueue.Add(nodeName)
-		}
 		c.csrQueue.AddAfter(name, reviewRecheck) // in case the Node cannot be synced yet
 	case approval.Wait:
 		c.csrQueue.AddAfter(name, d.After)
@@ -86,7 +94,8 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 
 // approvalInput gathers what approval.Decide needs for csr, from sources
 // nodes cannot write (the record, cluster objects, the coordinator's own
-// observations) and, as requests and attestations only, the Node.
+// observations) and, as requests and attestations only, the Node. It
+// writes nothing; the request is parsed once, here.
 func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningRequest, now time.Time) (approval.Input, *corev1.Node) {
 	nodeName := csrcheck.NodeName(csr.Spec.Username)
 	in := approval.Input{
@@ -95,16 +104,16 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 		OnTimeout: c.settings.CSR.OnTimeout, Renewals: c.settings.CSR.Renewals, Now: now,
 	}
 	in.Pending, in.MaxPending = c.pendingCount()
-	self, err := c.nodes.Get(nodeName)
+	self, err := c.node(nodeName)
 	if err != nil {
 		return in, nil // not registered (yet): Decide says so
 	}
 	in.Node = &csrcheck.Node{Name: self.Name, Addresses: self.Status.Addresses}
 	in.Review = self.Annotations[contract.AnnotationCSRReview]
 	if in.Review == csr.Name && in.ReviewRequested.IsZero() {
-		// Asked before this replica led: the timeout starts now.
+		// Asked before this replica led: the timeout starts now (syncCSR
+		// remembers it).
 		in.ReviewRequested = now
-		c.setReviewRequested(csr.Name, now)
 	}
 	if a, err := contract.DecodeAttestation(self.Annotations[contract.AnnotationCSRAttestation]); err == nil {
 		in.Attestation = &a
@@ -113,7 +122,7 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 		in.PublishedKey = md.AgentKey
 	}
 	in.Facts = csrcheck.Facts{Reserved: c.reservedFor(self), Claims: map[netip.Addr]string{}, PodCIDROf: map[netip.Addr]string{}, Seen: c.observer.seen(self.Name, self.UID, now)}
-	if parsed, err := csrcheck.Parse(csr.Spec.Request); err == nil {
+	if parsed, err := in.CSR.Parse(); err == nil {
 		in.Facts.Names, in.Facts.Hostnames = c.names(parsed.DNSNames, self.Name)
 		in.Facts.ReservedNames, in.Facts.APIServerNames, in.Facts.ControlPlane = c.settings.CSR.ReservedNames, c.cfg.APIServerNames, c.controlPlane(self)
 		for _, raw := range parsed.IPAddresses {
@@ -237,7 +246,13 @@ func (c *Coordinator) servingUnderReview(name string) *records.Serving {
 	if err != nil {
 		return nil
 	}
-	return &records.Serving{CSR: name, SANs: contract.RequestSANs(parsed), ValidUntil: time.Now().Add(c.certDuration(csr)).UTC().Truncate(time.Second)}
+	return c.serving(csr, contract.RequestSANs(parsed))
+}
+
+// serving is what the record keeps of csr's certificate, whose request
+// names sans.
+func (c *Coordinator) serving(csr *certificatesv1.CertificateSigningRequest, sans []string) *records.Serving {
+	return &records.Serving{CSR: csr.Name, SANs: sans, ValidUntil: time.Now().Add(c.certDuration(csr)).UTC().Truncate(time.Second)}
 }
 
 // certDuration is how long the certificate csr asks for will be valid at most.
@@ -249,46 +264,24 @@ func (c *Coordinator) certDuration(csr *certificatesv1.CertificateSigningRequest
 	return d
 }
 
-// reviewWanted names the node's pending CSR its agent should attest now,
-// "" when none; stale says the attestation on the Node is of an earlier
-// request under the same name, so the sync clears it to make the agent
-// attest again. A CSR whose addresses are still settling is asked for too:
-// the attestation is then ready when they are.
-func (c *Coordinator) reviewWanted(node *corev1.Node) (csr string, stale bool) {
-	objs, _ := c.csrIndex.ByIndex(byNode, node.Name)
-	var candidates []*certificatesv1.CertificateSigningRequest
-	for _, o := range objs {
-		if csr, ok := o.(*certificatesv1.CertificateSigningRequest); ok && pending(csr) {
-			candidates = append(candidates, csr)
-		}
+// review is the serving CSR the Node's agent should attest now, as the
+// hand-off from its CSRs' last decisions says (approval.Handoff), with what
+// the record keeps of it when the Node is initialized with the review.
+func (c *Coordinator) review(node *corev1.Node) nodestate.Review {
+	csr, stale := approval.Handoff(node.Annotations[contract.AnnotationCSRReview], c.reviews.wants(node.Name))
+	r := nodestate.Review{CSR: csr, Stale: stale}
+	if csr != "" && finalize.Uninitialized(node) {
+		r.Serving = c.servingUnderReview(csr)
 	}
-	// The CSR under review stays under review while it wants it; then the
-	// newest (by creation, then name: every sync agrees) is next.
-	current := node.Annotations[contract.AnnotationCSRReview]
-	slices.SortFunc(candidates, func(a, b *certificatesv1.CertificateSigningRequest) int {
-		switch {
-		case a.Name == current:
-			return -1
-		case b.Name == current:
-			return 1
-		case !a.CreationTimestamp.Equal(&b.CreationTimestamp):
-			return b.CreationTimestamp.Compare(a.CreationTimestamp.Time)
-		}
-		return strings.Compare(b.Name, a.Name)
-	})
-	for _, csr := range candidates {
-		in, _ := c.approvalInput(csr, time.Now())
-		switch d := approval.Decide(in); {
-		case d.Action == approval.RequestReview:
-			return csr.Name, d.Category == approval.CategoryAttestationStale
-		case d.Action == approval.Wait && d.Category.WaitsOnAddresses():
-			return csr.Name, false
-		}
-		if csr.Name != current {
-			break // only the one under review may hand over to the next
-		}
+	return r
+}
+
+// handedOff forgets a decided or deleted CSR's review hand-off; its Node's
+// review may move on to the next one.
+func (c *Coordinator) handedOff(csr string) {
+	if node := c.reviews.drop(csr); node != "" {
+		c.nodeQueue.Add(node)
 	}
-	return "", false
 }
 
 // reviewRequested is when this replica asked for csr's review (zero: not yet).
@@ -339,7 +332,7 @@ func (c *Coordinator) recordServing(ctx context.Context, csr *certificatesv1.Cer
 	next := rec.Spec
 	switch {
 	case d.Action == approval.Approve && (rec.Spec.Serving == nil || rec.Spec.Serving.CSR != csr.Name):
-		next.Serving = c.servingUnderReview(csr.Name)
+		next.Serving = c.serving(csr, d.SANs)
 	case d.Action == approval.Deny && rec.Spec.Serving != nil && rec.Spec.Serving.CSR == csr.Name:
 		next.Serving = nil
 	default:
@@ -379,6 +372,7 @@ func (c *Coordinator) decide(ctx context.Context, csr *certificatesv1.Certificat
 		return fmt.Errorf("%s CSR %s: %w", d.Action, csr.Name, err)
 	}
 	c.setDecided(csr.Name, csr.ResourceVersion)
+	c.handedOff(csr.Name)
 	c.m.NodeWrites.WithLabelValues("approval", "ok").Inc()
 	c.m.CSRDecisions.WithLabelValues(string(d.Action), string(d.Category)).Inc()
 	if d.Action == approval.Deny {

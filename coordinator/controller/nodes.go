@@ -15,19 +15,21 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/approval"
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/nodestate"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/coordinator/config"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/coordinator/finalize"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/ipam"
 )
 
-// syncNode brings one Node to what the coordinator wants. It decides from
-// its configuration, its NodeRecord and cluster objects; the agent's
-// annotations are requests the policy bounds. The record is written before
-// the Node, so it always says what the coordinator set.
+// syncNode brings one Node to what the coordinator wants: it gathers the
+// inputs from its caches, nodestate.Decide computes the whole desired state
+// (the allocator answering its request in between), and it writes the
+// answer: the record first, so it always says what the coordinator set,
+// then the one patch. The agent's annotations are requests the policy
+// bounds.
 func (c *Coordinator) syncNode(ctx context.Context, name string) error {
-	node, err := c.nodes.Get(name)
+	node, err := c.node(name)
 	if apierrors.IsNotFound(err) {
 		return c.nodeGone(ctx, name)
 	}
@@ -42,167 +44,66 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	rep := finalize.Read(node)
-	if len(rep.Problems) > 0 {
-		// Never act on partial data: nothing the coordinator grants
-		// changes. Withdrawn addresses are still released: a malformed
-		// report must not pin a claim the Node no longer lists.
-		for _, p := range rep.Problems {
-			key, _, _ := strings.Cut(p, ":")
-			c.m.MalformedReports.WithLabelValues(key).Inc()
-		}
-		c.say(node, "node", name, corev1.EventTypeWarning, "MalformedAgentReport",
-			"nothing changed for this node until its agent's report can be read: "+strings.Join(rep.Problems, "; "))
-		return c.releaseWithdrawn(ctx, node, rec)
-	}
-	uninitialized := finalize.Uninitialized(node)
-	unrecorded := rec == nil || rec.Spec.NotAdopted && rec.Spec.NodeUID == string(node.UID)
-	if unrecorded && !uninitialized && !c.settings.AdoptExisting {
-		c.notAdopted(name, true)
-		return c.rememberName(ctx, node, rec)
-	}
-	adopting := unrecorded && !uninitialized
-	c.notAdopted(name, false)
-	var waiting []string
-	if uninitialized {
-		waiting = finalize.Waiting(node, rep, c.settings.RequireProviderID)
-	}
-	existing, err := finalize.PodCIDRs(node)
-	if err != nil {
-		c.say(node, "node", name, corev1.EventTypeWarning, "InvalidPodCIDR", err.Error())
-		return nil
-	}
-
-	now := time.Now()
-	var prev records.Spec
-	if rec != nil {
-		prev = rec.Spec
-		if prev.NodeUID != "" && prev.NodeUID != string(node.UID) {
-			// The Node was re-created: what was recorded for the old object
-			// (grants, claims) is gone with it. What belongs to the machine
-			// and the name stays (records.Survives).
-			prev = records.Survives(prev)
-		}
-	}
+	in := nodestate.Input{Node: node, Record: rec, Reserved: c.reservedFor(node), Near: c.records.Near, Now: time.Now()}
+	c.mu.Lock()
+	in.HasV4, in.HasV6 = c.hasV4, c.hasV6
+	c.mu.Unlock()
+	in.Review = c.review(node)
 	// Claims are decided and written under the addresses' locks: two
 	// workers never record one address for two Nodes.
-	current := nodeAddresses(node, c.settings.MaxNodeAddresses)
-	unlock := c.lockAddrs(slices.Concat(current, records.ClaimedIPs(prev.Addresses)))
+	current := nodestate.Addresses(node, c.settings.MaxNodeAddresses)
+	var recorded []netip.Addr
+	if rec != nil {
+		recorded = records.ClaimedIPs(rec.Spec.Addresses)
+	}
+	unlock := c.lockAddrs(slices.Concat(current, recorded))
 	defer unlock()
-	others := c.otherOwners(node.Name, current)
-	claims, refused := records.NextClaims(prev.Addresses, current, others, c.claimPolicy(node), now)
-	if len(refused) > 0 {
-		c.m.AddressesRefused.Add(float64(len(refused)))
-		c.say(node, "node", name, corev1.EventTypeWarning, "AddressNotRecorded",
-			"not recorded as this Node's (never certified, never used for its pod CIDRs): "+strings.Join(refused, "; "))
-	}
-	if contested := contestedBy(others, claims); contested != "" {
-		if c.say(node, "node", name, corev1.EventTypeWarning, "AddressHeldByOtherNode", "held by another Node, so never certified for this one nor used for its pod CIDRs: "+contested+
-			". If that Node is not entitled to them, delete it (its record releases them) or bind their network to this Node's name in the coordinator's inventory") {
-			c.m.Contested.WithLabelValues("address").Inc()
-		}
-	}
-	if len(others) > 0 {
-		// Another Node holds some of its addresses: look again later, as
-		// well as when that Node's record releases them.
-		c.nodeQueue.AddAfter(name, claimRetry)
-	}
-
-	var cidrs []netip.Prefix
-	req := finalize.Request(records.ClaimedIPs(claims), rep, c.networks, c.hasV4, c.hasV6)
-	prefix := c.nodePrefix(node, &req, claims, prev.Prefix, existing)
-	if c.settings.IPAMEnabled() && len(existing) == 0 && len(waiting) == 0 {
-		// Every observed Node address (this one's too) was reserved by
-		// nodeChanged before this sync could run.
-		c.mu.Lock()
-		cidrs, err = c.alloc.Allocate(name, req)
-		c.poolMetrics()
-		c.mu.Unlock()
-		if err != nil {
-			c.m.Allocations.WithLabelValues(poolOf(req, netip.Prefix{}), "error").Inc()
-			c.say(node, "node", name, corev1.EventTypeWarning, "PodCIDRAllocationFailed", err.Error())
-			return fmt.Errorf("allocating pod CIDRs for %s: %w", name, err)
-		}
-	}
-	c.setWaiting(name, node.ResourceVersion, len(waiting) > 0)
-	if len(waiting) > 0 {
-		// Nothing is written before the node can be initialized: then the
-		// record, and CIDRs, labels, taints and the taint removal in one patch.
-		return nil
-	}
-	initialize := uninitialized
-	review, stale := c.reviewWanted(node)
-	plan, err := finalize.Compute(node, rep, finalize.Inputs{
-		Grants: c.settings.Grants, ClusterName: c.settings.ClusterName, CIDRs: cidrs, Initialize: initialize, Review: review, ClearAttestation: stale,
-		PreviousLabels: prev.GrantedLabels, PreviousTaints: prev.GrantedTaints,
-	})
+	in.Others = c.otherOwners(node.Name, current)
+	d, err := nodestate.Decide(c.desired, in)
 	if err != nil {
 		return err
 	}
-	if len(plan.Refused) > 0 {
-		c.m.GrantsRefused.WithLabelValues("request").Add(float64(len(plan.Refused)))
-		c.say(node, "node", name, corev1.EventTypeWarning, "GrantRefused", strings.Join(plan.Refused, "; "))
-	}
-
-	next := prev
-	next.NodeUID = string(node.UID)
-	next.Adopted = prev.Adopted || adopting
-	next.NotAdopted = false
-	if rec == nil && records.MayEnrolOnFirstUse(nil, string(node.UID), uninitialized, adopting) {
-		next.EnrolUID = string(node.UID)
-	}
-	next.Addresses = claims
-	next.Prefix = prefix
-	// The record holds, by value, what the patch rewrites or removes until
-	// the patch is applied (grants are owned by value: finalize.Owned).
-	next.GrantedLabels, next.GrantedTaints = plan.Holding.Labels, plan.Holding.Taints
-	if rep.Metadata != nil && rep.Metadata.AgentKey != "" {
-		if key, err := contract.DecodeAgentKey(rep.Metadata.AgentKey); err == nil {
-			published := contract.EncodeAgentKey(key) // re-encoded: nothing node-written is kept verbatim
-			switch {
-			case published == next.AgentKey:
-				next.PendingAgentKey = ""
-			case next.AgentKey == "" && (initialize || adopting) && c.settings.CSR.Enrolment != config.EnrolApprove &&
-				records.MayEnrolOnFirstUse(rec, string(node.UID), uninitialized, adopting):
-				// Trust on first use: the first Node object of this name, at its join.
-				next.AgentKey, next.AgentKeyEnrolled, next.PendingAgentKey = published, &now, ""
-				c.log.Info("enrolled the node agent's key", "node", name, "key", next.AgentKey, "adopted", next.Adopted)
-			default:
-				// No first use left: an admin enrols it from the record.
-				next.PendingAgentKey = published
-			}
+	if d.Allocate {
+		// Every observed Node address (this one's too) was reserved by
+		// nodeChanged before this sync could run.
+		c.mu.Lock()
+		cidrs, err := c.alloc.Allocate(name, d.Request)
+		c.poolMetrics()
+		c.mu.Unlock()
+		if err != nil {
+			c.report(node, d)
+			c.m.Allocations.WithLabelValues(poolOf(d.Request, netip.Prefix{}), "error").Inc()
+			c.say(node, "node", name, corev1.EventTypeWarning, "PodCIDRAllocationFailed", err.Error())
+			return fmt.Errorf("allocating pod CIDRs for %s: %w", name, err)
 		}
-	}
-	if review != "" && initialize && (prev.Serving == nil || now.After(prev.Serving.ValidUntil)) {
-		// Recorded with the initializing write, so the approval costs none;
-		// never over a valid certificate of an earlier object of this name,
-		// which the renewal rule compares the request with.
-		next.Serving = c.servingUnderReview(review)
-	}
-	written := rec
-	if rec == nil || !next.Equal(rec.Spec) {
-		put := &records.Record{Name: name, Spec: next}
-		if rec != nil {
-			put.ResourceVersion = rec.ResourceVersion
-		}
-		if written, err = c.records.Put(ctx, put); err != nil {
-			c.m.NodeWrites.WithLabelValues("record", "error").Inc()
+		in.Allocated = cidrs
+		if d, err = nodestate.Decide(c.desired, in); err != nil {
 			return err
 		}
-		c.m.NodeWrites.WithLabelValues("record", "ok").Inc()
-		if next.PendingAgentKey != "" && next.PendingAgentKey != prev.PendingAgentKey {
-			c.recorder.Eventf(node, corev1.EventTypeWarning, "AgentKeyNotEnrolled",
-				"the node's agent publishes key %s, which is not enrolled (csr.enrolment: %s; a first use already happened for this name, or none is allowed): its serving CSRs wait. Compare it with the public-key the agent logs at start on the node, then: %s",
-				next.PendingAgentKey, c.settings.CSR.Enrolment, approval.EnrolCommand(name))
-		}
-		if adopting {
-			c.recorder.Eventf(node, corev1.EventTypeNormal, "Adopted", "adopted: recorded addresses %v; labels and taints set by others are never removed", records.ClaimedIPs(claims))
-		}
 	}
-	if plan.Patch == nil {
+	c.report(node, d)
+	if len(d.Malformed) > 0 {
+		// Never act on partial data: nothing the coordinator grants
+		// changes; d.Record only releases withdrawn addresses.
+		_, err := c.putRecord(ctx, name, rec, d.Record)
+		return err
+	}
+	c.notAdopted(name, d.NotAdopted)
+	if d.InvalidPodCIDR == nil && !d.NotAdopted {
+		c.setWaiting(name, node.ResourceVersion, len(d.Waiting) > 0)
+	}
+	written, err := c.putRecord(ctx, name, rec, d.Record)
+	if err != nil {
+		return err
+	}
+	if d.Record != nil {
+		c.recordWritten(node, d)
+	}
+	if d.Patch == nil {
 		return nil
 	}
-	if _, err := c.client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, plan.Patch, metav1.PatchOptions{FieldManager: FieldManager}); err != nil {
+	patched, err := c.client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, d.Patch, metav1.PatchOptions{FieldManager: FieldManager})
+	if err != nil {
 		c.m.NodeWrites.WithLabelValues("finalize", "error").Inc()
 		if apierrors.IsNotFound(err) {
 			return nil // deleted meanwhile; the delete event releases
@@ -210,71 +111,122 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 		return fmt.Errorf("patching node %s: %w", name, err)
 	}
 	c.m.NodeWrites.WithLabelValues("finalize", "ok").Inc()
-	if err := c.releaseRewritten(ctx, written, plan.Owns); err != nil {
-		return err
-	}
-	if review != "" && (node.Annotations[contract.AnnotationCSRReview] != review || stale) {
-		c.m.NodeWrites.WithLabelValues("review", "ok").Inc()
-		c.setReviewRequested(review, time.Now())
-		c.csrQueue.AddAfter(review, c.settings.CSR.AttestationTimeout.Duration)
-	}
-	if len(cidrs) > 0 {
-		for _, p := range cidrs {
-			c.m.Allocations.WithLabelValues(poolOf(req, p), "ok").Inc()
-		}
-		if !initialize { // the Initialized Event names them
-			c.recorder.Eventf(node, corev1.EventTypeNormal, "PodCIDRAssigned", "pod CIDRs %v", cidrs)
+	c.ownNodes.Mutation(patched)
+	if d.After != nil {
+		if _, err := c.putRecord(ctx, name, written, d.After); err != nil {
+			return err
 		}
 	}
-	if initialize {
-		took := time.Since(node.CreationTimestamp.Time)
-		c.m.NodeInitTime.Observe(took.Seconds())
-		c.recorder.Eventf(node, corev1.EventTypeNormal, "Initialized", "initialized %v after registration: pod CIDRs %v, granted labels %v", took.Round(time.Millisecond), cidrs, plan.Granted)
-		c.log.Info("node initialized", "node", name, "podCIDRs", cidrs, "granted", plan.Granted, "after", took)
-	} else {
-		c.log.Info("node updated", "node", name, "patch", string(plan.Patch))
-	}
+	c.patched(node, d, in.Review)
 	return nil
 }
 
-// contestedBy lists the addresses another Node holds ("ip: Node x"),
-// sorted, "" when none.
-func contestedBy(others map[netip.Addr]string, claims []records.Claim) string {
-	var out []string
-	for ip, owner := range others {
-		if !slices.ContainsFunc(claims, func(c records.Claim) bool { return c.IP == ip.String() }) {
-			out = append(out, fmt.Sprintf("%s: Node %s", ip, owner))
-		}
+// putRecord writes spec over rec (creating record name when rec is nil) and returns
+// the record as written; a nil spec writes nothing and returns rec.
+func (c *Coordinator) putRecord(ctx context.Context, name string, rec *records.Record, spec *records.Spec) (*records.Record, error) {
+	if spec == nil {
+		return rec, nil
 	}
-	slices.Sort(out)
-	return strings.Join(out, ", ")
+	put := &records.Record{Name: name, Spec: *spec}
+	if rec != nil {
+		put.ResourceVersion = rec.ResourceVersion
+	}
+	written, err := c.records.Put(ctx, put)
+	if err != nil {
+		c.m.NodeWrites.WithLabelValues("record", "error").Inc()
+		return nil, err
+	}
+	c.m.NodeWrites.WithLabelValues("record", "ok").Inc()
+	return written, nil
 }
 
-// nodePrefix decides, under the /64's lock, whether the Node may carve its
-// IPv6 pod segment from the node prefix req names (records.NodePrefix) and
-// returns the prefix its record holds after this sync. A prefix another
-// Node holds is taken out of req (the IPv6 pool serves, when there is
-// one), with a PrefixHeldByOtherNode Event naming the holder.
-func (c *Coordinator) nodePrefix(node *corev1.Node, req *ipam.Request, claims []records.Claim, held string, existing []netip.Prefix) string {
-	if !req.IPv6Prefix.IsValid() {
-		return held
+// report says what Decide found before anything is written: a malformed
+// report, refused and contested addresses, a node prefix held by another
+// Node, refused grants.
+func (c *Coordinator) report(node *corev1.Node, d nodestate.Desired) {
+	name := node.Name
+	if len(d.Malformed) > 0 {
+		for _, p := range d.Malformed {
+			key, _, _ := strings.Cut(p, ":")
+			c.m.MalformedReports.WithLabelValues(key).Inc()
+		}
+		c.say(node, "node", name, corev1.EventTypeWarning, "MalformedAgentReport",
+			"nothing changed for this node until its agent's report can be read: "+strings.Join(d.Malformed, "; "))
 	}
-	set, _, err := ipam.SegmentFor(req.IPv6Prefix, req.IPv6Addr)
-	if err != nil {
-		return held // Allocate reports it
+	if d.InvalidPodCIDR != nil {
+		c.say(node, "node", name, corev1.EventTypeWarning, "InvalidPodCIDR", d.InvalidPodCIDR.Error())
 	}
-	prefix, holder := records.NodePrefix(node.Name, set, claims, held, c.records.Near(set), c.shared, existing)
-	if holder == "" || len(existing) > 0 {
-		return prefix
+	if len(d.Refused) > 0 {
+		c.m.AddressesRefused.Add(float64(len(d.Refused)))
+		c.say(node, "node", name, corev1.EventTypeWarning, "AddressNotRecorded",
+			"not recorded as this Node's (never certified, never used for its pod CIDRs): "+strings.Join(d.Refused, "; "))
 	}
-	if c.say(node, "node", node.Name, corev1.EventTypeWarning, "PrefixHeldByOtherNode", fmt.Sprintf(
-		"node prefix %s is Node %s's (it claimed an address in it first, or carves from it): no pod segment is carved from it for this Node. "+
-			"If %s is not entitled to it, delete that Node or bind the network to this Node's name in the coordinator's inventory; if the prefix is shared on one link, list it in ipam.sharedPrefixes",
-		set, holder, holder)) {
-		c.m.Contested.WithLabelValues("prefix").Inc()
+	if d.Contested != "" {
+		if c.say(node, "node", name, corev1.EventTypeWarning, "AddressHeldByOtherNode", "held by another Node, so never certified for this one nor used for its pod CIDRs: "+d.Contested+
+			". If that Node is not entitled to them, delete it (its record releases them) or bind their network to this Node's name in the coordinator's inventory") {
+			c.m.Contested.WithLabelValues("address").Inc()
+		}
 	}
-	req.IPv6Prefix, req.IPv6Addr, req.IPv6 = netip.Prefix{}, netip.Addr{}, c.hasV6
-	return prefix
+	if d.RecheckClaims {
+		// Another Node holds some of its addresses: look again later, as
+		// well as when that Node's record releases them.
+		c.nodeQueue.AddAfter(name, claimRetry)
+	}
+	if h := d.PrefixHolder; h != "" {
+		if c.say(node, "node", name, corev1.EventTypeWarning, "PrefixHeldByOtherNode", fmt.Sprintf(
+			"node prefix %s is Node %s's (it claimed an address in it first, or carves from it): no pod segment is carved from it for this Node. "+
+				"If %s is not entitled to it, delete that Node or bind the network to this Node's name in the coordinator's inventory; if the prefix is shared on one link, list it in ipam.sharedPrefixes",
+			d.PrefixSet, h, h)) {
+			c.m.Contested.WithLabelValues("prefix").Inc()
+		}
+	}
+	if len(d.Plan.Refused) > 0 {
+		c.m.GrantsRefused.WithLabelValues("request").Add(float64(len(d.Plan.Refused)))
+		c.say(node, "node", name, corev1.EventTypeWarning, "GrantRefused", strings.Join(d.Plan.Refused, "; "))
+	}
+}
+
+// recordWritten says what a record write means for people: a key enrolled,
+// a key waiting for an admin, a Node adopted.
+func (c *Coordinator) recordWritten(node *corev1.Node, d nodestate.Desired) {
+	name := node.Name
+	if d.Enrolled {
+		c.log.Info("enrolled the node agent's key", "node", name, "key", d.Record.AgentKey, "adopted", d.Record.Adopted)
+	}
+	if d.PendingKey {
+		c.recorder.Eventf(node, corev1.EventTypeWarning, "AgentKeyNotEnrolled",
+			"the node's agent publishes key %s, which is not enrolled (csr.enrolment: %s; a first use already happened for this name, or none is allowed): its serving CSRs wait. Compare it with the public-key the agent logs at start on the node, then: %s",
+			d.Record.PendingAgentKey, c.settings.CSR.Enrolment, approval.EnrolCommand(name))
+	}
+	if d.Adopting {
+		c.recorder.Eventf(node, corev1.EventTypeNormal, "Adopted", "adopted: recorded addresses %v; labels and taints set by others are never removed", records.ClaimedIPs(d.Claims))
+	}
+}
+
+// patched says what the Node's patch did, and starts the review's clock.
+func (c *Coordinator) patched(node *corev1.Node, d nodestate.Desired, review nodestate.Review) {
+	name := node.Name
+	if review.CSR != "" && (node.Annotations[contract.AnnotationCSRReview] != review.CSR || review.Stale) {
+		c.m.NodeWrites.WithLabelValues("review", "ok").Inc()
+		c.setReviewRequested(review.CSR, time.Now())
+		c.csrQueue.AddAfter(review.CSR, c.settings.CSR.AttestationTimeout.Duration)
+	}
+	if len(d.CIDRs) > 0 {
+		for _, p := range d.CIDRs {
+			c.m.Allocations.WithLabelValues(poolOf(d.Request, p), "ok").Inc()
+		}
+		if !d.Initialize { // the Initialized Event names them
+			c.recorder.Eventf(node, corev1.EventTypeNormal, "PodCIDRAssigned", "pod CIDRs %v", d.CIDRs)
+		}
+	}
+	if d.Initialize {
+		took := time.Since(node.CreationTimestamp.Time)
+		c.m.NodeInitTime.Observe(took.Seconds())
+		c.recorder.Eventf(node, corev1.EventTypeNormal, "Initialized", "initialized %v after registration: pod CIDRs %v, granted labels %v", took.Round(time.Millisecond), d.CIDRs, d.Plan.Granted)
+		c.log.Info("node initialized", "node", name, "podCIDRs", d.CIDRs, "granted", d.Plan.Granted, "after", took)
+	} else {
+		c.log.Info("node updated", "node", name, "patch", string(d.Patch))
+	}
 }
 
 // reconcileCIDRs accounts for the pod CIDRs the Node has, whoever wrote
@@ -308,24 +260,6 @@ func (c *Coordinator) reconcileCIDRs(node *corev1.Node, existing []netip.Prefix)
 		c.log.Error("pod CIDR conflict", "node", node.Name, "podCIDRs", existing, "err", err)
 	}
 	c.poolMetrics()
-}
-
-// releaseRewritten writes the record down to what the coordinator owns once
-// its patch applied: the values it rewrote or removed are no longer its
-// own, so an admin who sets one of them again is never overridden. Only a
-// patch that rewrote or removed a grant costs this second write.
-func (c *Coordinator) releaseRewritten(ctx context.Context, rec *records.Record, owns finalize.Grants) error {
-	if rec == nil || slices.Equal(rec.Spec.GrantedLabels, owns.Labels) && slices.Equal(rec.Spec.GrantedTaints, owns.Taints) {
-		return nil
-	}
-	next := rec.Spec
-	next.GrantedLabels, next.GrantedTaints = owns.Labels, owns.Taints
-	if _, err := c.records.Put(ctx, &records.Record{Name: rec.Name, ResourceVersion: rec.ResourceVersion, Spec: next}); err != nil {
-		c.m.NodeWrites.WithLabelValues("record", "error").Inc()
-		return err
-	}
-	c.m.NodeWrites.WithLabelValues("record", "ok").Inc()
-	return nil
 }
 
 // nodeGone releases a deleted Node's pod CIDRs and its record's claims and
@@ -473,34 +407,6 @@ func (c *Coordinator) lockAddrs(ips []netip.Addr) func() {
 	}
 }
 
-// releaseWithdrawn drops from node's record the addresses it no longer
-// lists, and nothing else.
-func (c *Coordinator) releaseWithdrawn(ctx context.Context, node *corev1.Node, rec *records.Record) error {
-	if rec == nil || rec.Spec.NodeUID != string(node.UID) {
-		return nil
-	}
-	current := nodeAddresses(node, c.settings.MaxNodeAddresses)
-	kept := slices.DeleteFunc(slices.Clone(rec.Spec.Addresses), func(cl records.Claim) bool {
-		ip, err := netip.ParseAddr(cl.IP)
-		return err != nil || !slices.Contains(current, ip)
-	})
-	if len(kept) == len(rec.Spec.Addresses) {
-		return nil
-	}
-	next := rec.Spec
-	next.Addresses = kept
-	if _, err := c.records.Put(ctx, &records.Record{Name: rec.Name, ResourceVersion: rec.ResourceVersion, Spec: next}); err != nil {
-		c.m.NodeWrites.WithLabelValues("record", "error").Inc()
-		return err
-	}
-	c.m.NodeWrites.WithLabelValues("record", "ok").Inc()
-	return nil
-}
-
-func (c *Coordinator) claimPolicy(node *corev1.Node) records.ClaimPolicy {
-	return records.ClaimPolicy{Networks: c.networks, Reserved: c.reservedFor(node), Max: c.settings.MaxNodeAddresses, Node: node.Name, Inventory: c.inventory}
-}
-
 // retryWaitingForCIDRs requeues the Nodes still without pod CIDRs: freed
 // segments may be what they wait for.
 func (c *Coordinator) retryWaitingForCIDRs() {
@@ -570,20 +476,4 @@ func (c *Coordinator) WaitingAt(name string) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.waitingNodes[name]
-}
-
-// rememberName records that a Node of this name existed, initialized, when
-// the coordinator first saw it and left it alone (adoptExisting off): no
-// later Node object of the name enrols a key on first use. One write per
-// such Node, once.
-func (c *Coordinator) rememberName(ctx context.Context, node *corev1.Node, rec *records.Record) error {
-	if rec != nil {
-		return nil
-	}
-	if _, err := c.records.Put(ctx, &records.Record{Name: node.Name, Spec: records.Spec{NodeUID: string(node.UID), NotAdopted: true}}); err != nil {
-		c.m.NodeWrites.WithLabelValues("record", "error").Inc()
-		return err
-	}
-	c.m.NodeWrites.WithLabelValues("record", "ok").Inc()
-	return nil
 }

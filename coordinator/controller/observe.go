@@ -5,10 +5,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/nodestate"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
 )
 
 // observer remembers since when each Node's addresses have been seen
@@ -72,35 +71,10 @@ func (o *observer) earlier(ip netip.Addr, self string) string {
 	return best
 }
 
-// nodeAddresses are a Node's InternalIP and ExternalIP addresses in order,
-// at most max of them: what a hostile report can make the coordinator hold
-// is bounded.
-func nodeAddresses(node *corev1.Node, max int) []netip.Addr {
-	var out []netip.Addr
-	for _, ip := range csrcheck.NodeIPs(csrcheck.Node{Name: node.Name, Addresses: node.Status.Addresses}) {
-		if len(out) == max {
-			break
-		}
-		if !containsAddr(out, ip) {
-			out = append(out, ip)
-		}
-	}
-	return out
-}
-
-func containsAddr(s []netip.Addr, a netip.Addr) bool {
-	for _, x := range s {
-		if x == a {
-			return true
-		}
-	}
-	return false
-}
-
 // observe records node's addresses at now and returns those added and
 // removed since the last observation.
 func (o *observer) observe(node *corev1.Node, now time.Time) (added, removed []netip.Addr) {
-	cur := nodeAddresses(node, o.max)
+	cur := nodestate.Addresses(node, o.max)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	prev := o.nodes[node.Name]

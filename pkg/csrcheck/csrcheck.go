@@ -49,15 +49,34 @@ type Request struct {
 	ExpirationSeconds *int32
 	// PEM is spec.request.
 	PEM []byte
+	// parsed is PEM parsed once by FromCSR; nil: Parse parses it.
+	parsed *parsedRequest
 }
 
-// FromCSR extracts a Request from the API object.
+type parsedRequest struct {
+	csr *x509.CertificateRequest
+	err error
+}
+
+// Parse is Parse(r.PEM), parsed once for a Request made by FromCSR.
+func (r Request) Parse() (*x509.CertificateRequest, error) {
+	if r.parsed != nil {
+		return r.parsed.csr, r.parsed.err
+	}
+	return Parse(r.PEM)
+}
+
+// FromCSR extracts a Request from the API object, its request parsed once
+// for every check and caller that reads it (Request.Parse).
 func FromCSR(csr *certificatesv1.CertificateSigningRequest) Request {
-	return Request{
+	r := Request{
 		Name: csr.Name, Username: csr.Spec.Username, Groups: csr.Spec.Groups,
 		SignerName: csr.Spec.SignerName, Usages: csr.Spec.Usages,
 		ExpirationSeconds: csr.Spec.ExpirationSeconds, PEM: csr.Spec.Request,
 	}
+	parsed, err := Parse(r.PEM)
+	r.parsed = &parsedRequest{csr: parsed, err: err}
+	return r
 }
 
 // Node is what the checks know about the requesting Node: its name (from the
@@ -225,7 +244,7 @@ func Check(req Request, node *Node, facts Facts, policy Policy) Verdict {
 			v.Failures = append(v.Failures, Failure{Check: c.name, Reason: err.Error()})
 		}
 	}
-	csr, err := Parse(req.PEM)
+	csr, err := req.Parse()
 	if err != nil {
 		v.Failures = append(v.Failures, Failure{Check: "parse", Reason: err.Error()})
 	}

@@ -1,0 +1,62 @@
+package approval
+
+import (
+	"slices"
+	"strings"
+	"time"
+)
+
+// Want is what one pending CSR's last decision says about its review: the
+// typed hand-off from the CSR reconciler to the Node's sync, the one writer
+// of nodeinit.io/csr-review.
+type Want struct {
+	CSR     string
+	Created time.Time
+	// Review: the decision asks for the agent's attestation
+	// (RequestReview), or waits with the review asked or about to be
+	// (Category.WaitsOnAddresses: the attestation is then ready when the
+	// addresses are). Stale: the Node's attestation is of an earlier request
+	// under the same name.
+	Review, Stale bool
+}
+
+// WantOf is the hand-off a decision makes for its CSR.
+func WantOf(csr string, created time.Time, d Decision) Want {
+	w := Want{CSR: csr, Created: created}
+	switch {
+	case d.Action == RequestReview:
+		w.Review, w.Stale = true, d.Category == CategoryAttestationStale
+	case d.Action == Wait && d.Category.WaitsOnAddresses():
+		w.Review = true
+	}
+	return w
+}
+
+// Handoff names the CSR a Node's csr-review should name now, "" when none,
+// from the wants of the Node's pending CSRs and the CSR its annotation
+// names (current). The CSR under review stays under review while it wants
+// it; only then does the newest other one (by creation, then name: every
+// sync agrees) get its turn, and only if it wants it.
+func Handoff(current string, wants []Want) (csr string, stale bool) {
+	wants = slices.Clone(wants)
+	slices.SortFunc(wants, func(a, b Want) int {
+		switch {
+		case a.CSR == current:
+			return -1
+		case b.CSR == current:
+			return 1
+		case !a.Created.Equal(b.Created):
+			return b.Created.Compare(a.Created)
+		}
+		return strings.Compare(b.CSR, a.CSR)
+	})
+	for _, w := range wants {
+		if w.Review {
+			return w.CSR, w.Stale
+		}
+		if w.CSR != current {
+			break // only the one under review may hand over to the next
+		}
+	}
+	return "", false
+}

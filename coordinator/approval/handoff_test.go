@@ -1,0 +1,61 @@
+package approval_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/approval"
+)
+
+func TestHandoff(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	old := func(name string, review bool) approval.Want {
+		return approval.Want{CSR: name, Created: t0, Review: review}
+	}
+	newer := func(name string, review bool) approval.Want {
+		return approval.Want{CSR: name, Created: t0.Add(time.Minute), Review: review}
+	}
+	for _, tc := range []struct {
+		name, current string
+		wants         []approval.Want
+		want          string
+		stale         bool
+	}{
+		{name: "none pending", want: ""},
+		{name: "one wanting", wants: []approval.Want{old("a", true)}, want: "a"},
+		{name: "one not wanting", wants: []approval.Want{old("a", false)}, want: ""},
+		{name: "the one under review keeps it over a newer one", current: "a", wants: []approval.Want{old("a", true), newer("b", true)}, want: "a"},
+		{name: "the one under review no longer wants it: the newest next", current: "a", wants: []approval.Want{old("a", false), newer("b", true)}, want: "b"},
+		{name: "decided (gone from the pending): the newest next", current: "gone", wants: []approval.Want{old("a", true), newer("b", true)}, want: "b"},
+		{name: "only the newest is considered after the current", current: "gone", wants: []approval.Want{old("a", true), newer("b", false)}, want: ""},
+		{name: "ties on creation by name, descending", wants: []approval.Want{old("a", true), old("b", true)}, want: "b"},
+		{name: "stale attestation asks again", current: "a", wants: []approval.Want{{CSR: "a", Created: t0, Review: true, Stale: true}}, want: "a", stale: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, stale := approval.Handoff(tc.current, tc.wants)
+			if got != tc.want || stale != tc.stale {
+				t.Fatalf("Handoff(%q) = %q, %v; want %q, %v", tc.current, got, stale, tc.want, tc.stale)
+			}
+		})
+	}
+}
+
+func TestWantOf(t *testing.T) {
+	for _, tc := range []struct {
+		d             approval.Decision
+		review, stale bool
+	}{
+		{approval.Decision{Action: approval.RequestReview, Category: approval.CategoryReview}, true, false},
+		{approval.Decision{Action: approval.RequestReview, Category: approval.CategoryAttestationStale}, true, true},
+		{approval.Decision{Action: approval.Wait, Category: approval.CategoryAddressNotSettled}, true, false},
+		{approval.Decision{Action: approval.Wait, Category: approval.CategoryWaiting}, true, false},
+		{approval.Decision{Action: approval.Hold, Category: approval.CategoryNoEnrolledKey}, false, false},
+		{approval.Decision{Action: approval.Approve, Category: approval.CategoryAttested}, false, false},
+		{approval.Decision{Action: approval.Retry, Category: approval.CategoryNodeUnknown}, false, false},
+	} {
+		w := approval.WantOf("x", time.Time{}, tc.d)
+		if w.Review != tc.review || w.Stale != tc.stale {
+			t.Errorf("WantOf(%v/%v) = review %v stale %v; want %v %v", tc.d.Action, tc.d.Category, w.Review, w.Stale, tc.review, tc.stale)
+		}
+	}
+}

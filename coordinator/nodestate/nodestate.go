@@ -1,0 +1,324 @@
+// Package nodestate decides, for one Node, everything the coordinator wants
+// it to be: what initialization waits for, the addresses recorded as its
+// own, the pod CIDR request and the node prefix it carves from, the labels
+// and taints granted, the one initializing patch, and the next NodeRecord.
+// Decide is a pure function of the Node, its record, the configuration and
+// facts the controller gathers from its caches; the controller writes its
+// answer. The one stateful step, the allocator's answer to Desired.Allocate,
+// comes back in as Input.Allocated.
+package nodestate
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/coordinator/config"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/coordinator/finalize"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/ipam"
+)
+
+// Settings is the configuration Decide reads, parsed once.
+type Settings struct {
+	Config *config.Config
+	// Networks are the node networks; Shared the prefixes every Node on
+	// them carves from (ipam.sharedPrefixes); Inventory the admin's
+	// bindings of names to networks.
+	Networks, Shared []netip.Prefix
+	Inventory        []records.Binding
+}
+
+// NewSettings parses what Decide needs from the configuration.
+func NewSettings(cfg *config.Config) (Settings, error) {
+	networks, err := cfg.Networks()
+	if err != nil {
+		return Settings{}, err
+	}
+	s := Settings{Config: cfg, Networks: networks, Shared: cfg.SharedPrefixesParsed()}
+	for _, b := range cfg.Inventory {
+		s.Inventory = append(s.Inventory, records.Binding{Names: b.Nodes, Networks: b.InventoryNetworks()})
+	}
+	return s, nil
+}
+
+// Review is the serving CSR the CSR reconciler hands to this Node's agent
+// (approval.Handoff), "" when none.
+type Review struct {
+	CSR string
+	// Stale: the Node's attestation is of an earlier request under CSR's
+	// name; the review is asked again.
+	Stale bool
+	// Serving is what the record keeps of CSR (its SANs, how long its
+	// certificate would be valid), for a review asked at initialization.
+	Serving *records.Serving
+}
+
+// Input is everything Decide reads.
+type Input struct {
+	Node *corev1.Node
+	// Record is the Node's NodeRecord, nil when there is none.
+	Record *records.Record
+	// Reserved are the ranges the Node may never claim.
+	Reserved []csrcheck.Reserved
+	// Others maps each of the Node's addresses that another Node holds
+	// (by its record, or by listing it first) to that Node.
+	Others map[netip.Addr]string
+	// Near is what other records hold around a prefix (records.Store.Near).
+	Near func(netip.Prefix) []records.Holding
+	// HasV4, HasV6: the allocator hands out segments of that family.
+	HasV4, HasV6 bool
+	Review       Review
+	// Allocated is the allocator's answer to Desired.Allocate of an earlier
+	// Decide on the same input.
+	Allocated []netip.Prefix
+	Now       time.Time
+}
+
+// Desired is what the coordinator wants for the Node, and what it says.
+type Desired struct {
+	// Malformed lists the agent's annotations that cannot be read: nothing
+	// granted changes (Record may still release withdrawn addresses).
+	Malformed []string
+	// InvalidPodCIDR: the Node's spec.podCIDRs cannot be parsed; nothing is written.
+	InvalidPodCIDR error
+	// NotAdopted: an initialized Node without a record, left alone
+	// (adoptExisting off). Adopting: it is adopted by this sync.
+	NotAdopted, Adopting bool
+	// Waiting lists what initialization still waits for: nothing is
+	// written while it is not empty.
+	Waiting []string
+
+	// Claims are the addresses recorded as the Node's; Refused the ones
+	// the claim policy refuses; Contested those another Node holds
+	// ("ip: Node x"), and RecheckClaims says to look again later.
+	Claims        []records.Claim
+	Refused       []string
+	Contested     string
+	RecheckClaims bool
+
+	// Request is the pod CIDR request; Allocate, when set, asks the
+	// controller for the allocator's answer (Input.Allocated) before the
+	// rest can be decided. PrefixHolder is the other Node holding the node
+	// prefix the request would have carved from ("" when none).
+	Request      ipam.Request
+	Allocate     bool
+	PrefixHolder string
+	PrefixSet    netip.Prefix
+
+	// Record is the record to write before the Node (nil: unchanged), and
+	// After what it says once Patch applied (nil: the same as Record).
+	Record, After *records.Spec
+	// Patch is the one merge patch for the Node (nil: nothing to write).
+	Patch []byte
+	Plan  finalize.Plan
+	// Initialize: the patch removes the uninitialized taint. CIDRs are the
+	// pod CIDRs it sets.
+	Initialize bool
+	CIDRs      []netip.Prefix
+	// Enrolled: the record enrols the agent's key on first use.
+	// PendingKey: the record holds a newly published key no first use
+	// allows.
+	Enrolled, PendingKey bool
+}
+
+// Decide computes the Node's desired state. It writes nothing and reads
+// only its input. Its one error is a patch that cannot be encoded.
+func Decide(s Settings, in Input) (Desired, error) {
+	var d Desired
+	node, rec, cfg := in.Node, in.Record, s.Config
+	rep := finalize.Read(node)
+	if len(rep.Problems) > 0 {
+		d.Malformed = rep.Problems
+		d.Record = releaseWithdrawn(node, rec, cfg.MaxNodeAddresses)
+		return d, nil
+	}
+	uninitialized := finalize.Uninitialized(node)
+	unrecorded := rec == nil || rec.Spec.NotAdopted && rec.Spec.NodeUID == string(node.UID)
+	if unrecorded && !uninitialized && !cfg.AdoptExisting {
+		d.NotAdopted = true
+		if rec == nil {
+			// No later Node object of the name enrols a key on first use.
+			d.Record = &records.Spec{NodeUID: string(node.UID), NotAdopted: true}
+		}
+		return d, nil
+	}
+	d.Adopting = unrecorded && !uninitialized
+	if uninitialized {
+		d.Waiting = finalize.Waiting(node, rep, cfg.RequireProviderID)
+	}
+	existing, err := finalize.PodCIDRs(node)
+	if err != nil {
+		d.InvalidPodCIDR = err
+		return d, nil
+	}
+
+	var prev records.Spec
+	if rec != nil {
+		prev = rec.Spec
+		if prev.NodeUID != "" && prev.NodeUID != string(node.UID) {
+			// The Node was re-created: what was recorded for the old object
+			// (grants, claims) is gone with it. What belongs to the machine
+			// and the name stays (records.Survives).
+			prev = records.Survives(prev)
+		}
+	}
+	current := Addresses(node, cfg.MaxNodeAddresses)
+	pol := records.ClaimPolicy{Networks: s.Networks, Reserved: in.Reserved, Max: cfg.MaxNodeAddresses, Node: node.Name, Inventory: s.Inventory}
+	d.Claims, d.Refused = records.NextClaims(prev.Addresses, current, in.Others, pol, in.Now)
+	d.Contested = contestedBy(in.Others, d.Claims)
+	d.RecheckClaims = len(in.Others) > 0
+
+	d.Request = finalize.Request(records.ClaimedIPs(d.Claims), rep, s.Networks, in.HasV4, in.HasV6)
+	prefix := d.nodePrefix(s, in, node.Name, prev.Prefix, existing)
+	if cfg.IPAMEnabled() && len(existing) == 0 && len(d.Waiting) == 0 {
+		if in.Allocated == nil {
+			d.Allocate = true
+			return d, nil
+		}
+		d.CIDRs = in.Allocated
+	}
+	if len(d.Waiting) > 0 {
+		return d, nil
+	}
+	d.Initialize = uninitialized
+	review := in.Review
+	d.Plan, err = finalize.Compute(node, rep, finalize.Inputs{
+		Grants: cfg.Grants, ClusterName: cfg.ClusterName, CIDRs: d.CIDRs, Initialize: d.Initialize,
+		Review: review.CSR, ClearAttestation: review.Stale,
+		PreviousLabels: prev.GrantedLabels, PreviousTaints: prev.GrantedTaints,
+	})
+	if err != nil {
+		return d, fmt.Errorf("the patch for Node %s: %w", node.Name, err)
+	}
+	d.Patch = d.Plan.Patch
+
+	next := prev
+	next.NodeUID = string(node.UID)
+	next.Adopted = prev.Adopted || d.Adopting
+	next.NotAdopted = false
+	if rec == nil && records.MayEnrolOnFirstUse(nil, string(node.UID), uninitialized, d.Adopting) {
+		next.EnrolUID = string(node.UID)
+	}
+	next.Addresses = d.Claims
+	next.Prefix = prefix
+	// The record holds, by value, what the patch rewrites or removes until
+	// the patch is applied (grants are owned by value: finalize.Owned).
+	next.GrantedLabels, next.GrantedTaints = d.Plan.Holding.Labels, d.Plan.Holding.Taints
+	if rep.Metadata != nil && rep.Metadata.AgentKey != "" {
+		if key, err := contract.DecodeAgentKey(rep.Metadata.AgentKey); err == nil {
+			published := contract.EncodeAgentKey(key) // re-encoded: nothing node-written is kept verbatim
+			switch {
+			case published == next.AgentKey:
+				next.PendingAgentKey = ""
+			case next.AgentKey == "" && (d.Initialize || d.Adopting) && cfg.CSR.Enrolment != config.EnrolApprove &&
+				records.MayEnrolOnFirstUse(rec, string(node.UID), uninitialized, d.Adopting):
+				// Trust on first use: the first Node object of this name, at its join.
+				now := in.Now
+				next.AgentKey, next.AgentKeyEnrolled, next.PendingAgentKey = published, &now, ""
+				d.Enrolled = true
+			default:
+				// No first use left: an admin enrols it from the record.
+				next.PendingAgentKey = published
+			}
+		}
+	}
+	d.PendingKey = next.PendingAgentKey != "" && next.PendingAgentKey != prev.PendingAgentKey
+	if review.CSR != "" && d.Initialize && (prev.Serving == nil || in.Now.After(prev.Serving.ValidUntil)) {
+		// Recorded with the initializing write, so the approval costs none;
+		// never over a valid certificate of an earlier object of this name,
+		// which the renewal rule compares the request with.
+		next.Serving = review.Serving
+	}
+	if rec == nil || !next.Equal(rec.Spec) {
+		d.Record = &next
+	}
+	// Once the patch applied, the values it rewrote or removed are no
+	// longer the coordinator's: an admin who sets one again is never
+	// overridden. Only such a patch costs this second write.
+	if d.Patch != nil && !(slices.Equal(next.GrantedLabels, d.Plan.Owns.Labels) && slices.Equal(next.GrantedTaints, d.Plan.Owns.Taints)) {
+		after := next
+		after.GrantedLabels, after.GrantedTaints = d.Plan.Owns.Labels, d.Plan.Owns.Taints
+		d.After = &after
+	}
+	return d, nil
+}
+
+// nodePrefix decides whether the Node may carve its IPv6 pod segment from
+// the node prefix the request names (records.NodePrefix) and returns the
+// prefix its record holds after this sync. A prefix another Node holds is
+// taken out of the request (the IPv6 pool serves, when there is one).
+func (d *Desired) nodePrefix(s Settings, in Input, name, held string, existing []netip.Prefix) string {
+	if !d.Request.IPv6Prefix.IsValid() {
+		return held
+	}
+	set, _, err := ipam.SegmentFor(d.Request.IPv6Prefix, d.Request.IPv6Addr)
+	if err != nil {
+		return held // the allocator reports it
+	}
+	var near []records.Holding
+	if in.Near != nil {
+		near = in.Near(set)
+	}
+	prefix, holder := records.NodePrefix(name, set, d.Claims, held, near, s.Shared, existing)
+	if holder == "" || len(existing) > 0 {
+		return prefix
+	}
+	d.PrefixHolder, d.PrefixSet = holder, set
+	d.Request.IPv6Prefix, d.Request.IPv6Addr, d.Request.IPv6 = netip.Prefix{}, netip.Addr{}, in.HasV6
+	return prefix
+}
+
+// releaseWithdrawn is rec without the addresses node no longer lists, and
+// nothing else changed; nil when that changes nothing.
+func releaseWithdrawn(node *corev1.Node, rec *records.Record, max int) *records.Spec {
+	if rec == nil || rec.Spec.NodeUID != string(node.UID) {
+		return nil
+	}
+	current := Addresses(node, max)
+	kept := slices.DeleteFunc(slices.Clone(rec.Spec.Addresses), func(cl records.Claim) bool {
+		ip, err := netip.ParseAddr(cl.IP)
+		return err != nil || !slices.Contains(current, ip)
+	})
+	if len(kept) == len(rec.Spec.Addresses) {
+		return nil
+	}
+	next := rec.Spec
+	next.Addresses = kept
+	return &next
+}
+
+// contestedBy lists the addresses another Node holds ("ip: Node x"),
+// sorted, "" when none.
+func contestedBy(others map[netip.Addr]string, claims []records.Claim) string {
+	var out []string
+	for ip, owner := range others {
+		if !slices.ContainsFunc(claims, func(c records.Claim) bool { return c.IP == ip.String() }) {
+			out = append(out, fmt.Sprintf("%s: Node %s", ip, owner))
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
+}
+
+// Addresses are a Node's InternalIP and ExternalIP addresses in order, at
+// most max of them: what a hostile report can make the coordinator hold is
+// bounded.
+func Addresses(node *corev1.Node, max int) []netip.Addr {
+	var out []netip.Addr
+	for _, ip := range csrcheck.NodeIPs(csrcheck.Node{Name: node.Name, Addresses: node.Status.Addresses}) {
+		if len(out) == max {
+			break
+		}
+		if !slices.Contains(out, ip) {
+			out = append(out, ip)
+		}
+	}
+	return out
+}

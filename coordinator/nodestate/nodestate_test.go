@@ -1,0 +1,300 @@
+package nodestate_test
+
+import (
+	"crypto/ed25519"
+	"encoding/json"
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/nodestate"
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/coordinator/config"
+)
+
+var now = time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+
+func settings(t *testing.T, extra string) nodestate.Settings {
+	t.Helper()
+	if !strings.Contains(extra, "ipam:") {
+		extra += "ipam: {ipv4Pool: 10.244.0.0/16, ipv4MaskSize: 24}\n"
+	}
+	cfg, err := config.Parse([]byte("clusterName: prod\nnodeNetworks: [\"10.0.0.0/8\", \"2001:db8::/32\"]\n" + extra))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := nodestate.NewSettings(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func agentKey(seed byte) string {
+	return contract.EncodeAgentKey(ed25519.NewKeyFromSeed(make32(seed)).Public().(ed25519.PublicKey))
+}
+
+func make32(b byte) []byte {
+	s := make([]byte, 32)
+	for i := range s {
+		s[i] = b
+	}
+	return s
+}
+
+// joined is a Node as the agent leaves it: registered, reported, waiting
+// for the coordinator.
+func joined(name, uid, ip string, key string) *corev1.Node {
+	md, _ := contract.EncodeMetadata(contract.Metadata{Platform: "metal", AgentKey: key})
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(uid), ResourceVersion: "7", Annotations: map[string]string{
+			contract.AnnotationMetadata: md, contract.AnnotationProvidedNodeIP: ip,
+		}},
+		Spec:   corev1.NodeSpec{Taints: []corev1.Taint{{Key: contract.TaintUninitialized, Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}},
+	}
+}
+
+type patch struct {
+	Metadata struct {
+		Labels      map[string]any `json:"labels"`
+		Annotations map[string]any `json:"annotations"`
+	} `json:"metadata"`
+	Spec *struct {
+		PodCIDRs []string       `json:"podCIDRs"`
+		Taints   []corev1.Taint `json:"taints"`
+	} `json:"spec"`
+}
+
+func decode(t *testing.T, b []byte) patch {
+	t.Helper()
+	var p patch
+	if err := json.Unmarshal(b, &p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// decide runs Decide as the controller does: once, and again with the
+// allocator's answer when it asks for one.
+func decide(t *testing.T, s nodestate.Settings, in nodestate.Input, cidrs ...string) nodestate.Desired {
+	t.Helper()
+	d, err := nodestate.Decide(s, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Allocate {
+		return d
+	}
+	in.Allocated = []netip.Prefix{}
+	for _, c := range cidrs {
+		in.Allocated = append(in.Allocated, netip.MustParsePrefix(c))
+	}
+	if d, err = nodestate.Decide(s, in); err != nil {
+		t.Fatal(err)
+	}
+	if d.Allocate {
+		t.Fatal("Decide asks for an allocation again after getting one")
+	}
+	return d
+}
+
+func TestJoin(t *testing.T) {
+	s := settings(t, "")
+	node := joined("n1", "uid-1", "10.0.0.1", agentKey(1))
+	in := nodestate.Input{Node: node, Now: now, HasV4: true,
+		Review: nodestate.Review{CSR: "csr-1", Serving: &records.Serving{CSR: "csr-1", SANs: []string{"n1"}, ValidUntil: now.Add(time.Hour)}}}
+
+	first, err := nodestate.Decide(s, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !first.Allocate || !first.Request.IPv4 || first.Patch != nil || first.Record != nil {
+		t.Fatalf("first Decide: want an IPv4 allocation asked and nothing else, got %+v", first)
+	}
+	d := decide(t, s, in, "10.244.3.0/24")
+	p := decode(t, d.Patch)
+	if p.Spec == nil || !reflect.DeepEqual(p.Spec.PodCIDRs, []string{"10.244.3.0/24"}) {
+		t.Errorf("patch pod CIDRs %+v", p.Spec)
+	}
+	if p.Spec != nil && len(p.Spec.Taints) != 0 {
+		t.Errorf("the uninitialized taint stays: %+v", p.Spec.Taints)
+	}
+	if p.Metadata.Labels[contract.LabelClusterName] != "prod" || p.Metadata.Annotations[contract.AnnotationCSRReview] != "csr-1" {
+		t.Errorf("patch metadata %+v", p.Metadata)
+	}
+	r := d.Record
+	switch {
+	case r == nil:
+		t.Fatal("no record written before the initializing patch")
+	case r.NodeUID != "uid-1" || r.EnrolUID != "uid-1" || r.AgentKey != agentKey(1) || !d.Enrolled:
+		t.Errorf("record %+v: want the key enrolled on first use by this object", r)
+	case len(r.Addresses) != 1 || r.Addresses[0].IP != "10.0.0.1":
+		t.Errorf("claims %+v", r.Addresses)
+	case r.Serving == nil || r.Serving.CSR != "csr-1":
+		t.Errorf("the CSR under review is not recorded with the initializing write: %+v", r.Serving)
+	case !contains(r.GrantedLabels, contract.LabelClusterName+"=prod"):
+		t.Errorf("granted labels %v", r.GrantedLabels)
+	}
+	if !d.Initialize || d.After != nil {
+		t.Errorf("Initialize %v, After %+v", d.Initialize, d.After)
+	}
+}
+
+func TestNothingWrittenWhile(t *testing.T) {
+	s := settings(t, "requireProviderID: true\n")
+	noReport := joined("n1", "uid-1", "10.0.0.1", "")
+	delete(noReport.Annotations, contract.AnnotationMetadata)
+	noProviderID := joined("n1", "uid-1", "10.0.0.1", agentKey(1))
+	wrongAddress := joined("n1", "uid-1", "10.0.0.1", agentKey(1))
+	wrongAddress.Spec.ProviderID = "talos://metal/x"
+	wrongAddress.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.2"}}
+	for name, node := range map[string]*corev1.Node{"no report": noReport, "no providerID": noProviderID, "provided-node-ip not in status": wrongAddress} {
+		t.Run(name, func(t *testing.T) {
+			d := decide(t, s, nodestate.Input{Node: node, Now: now, HasV4: true})
+			if len(d.Waiting) == 0 || d.Patch != nil || d.Record != nil || d.Allocate {
+				t.Fatalf("want waiting and nothing written, got waiting %v, patch %s, record %+v, allocate %v", d.Waiting, d.Patch, d.Record, d.Allocate)
+			}
+		})
+	}
+}
+
+func TestMalformedReportOnlyReleasesWithdrawnAddresses(t *testing.T) {
+	s := settings(t, "")
+	node := joined("n1", "uid-1", "10.0.0.1", agentKey(1))
+	node.Annotations[contract.AnnotationRequestedLabels] = "{not json"
+	rec := &records.Record{Name: "n1", Spec: records.Spec{NodeUID: "uid-1", AgentKey: agentKey(1),
+		Addresses: []records.Claim{{IP: "10.0.0.1", Since: now}, {IP: "10.0.0.9", Since: now}}}}
+	d := decide(t, s, nodestate.Input{Node: node, Record: rec, Now: now, HasV4: true})
+	if len(d.Malformed) == 0 || d.Patch != nil {
+		t.Fatalf("malformed %v patch %s", d.Malformed, d.Patch)
+	}
+	want := rec.Spec
+	want.Addresses = want.Addresses[:1]
+	if d.Record == nil || !d.Record.Equal(want) {
+		t.Fatalf("record %+v, want only 10.0.0.9 released: %+v", d.Record, want)
+	}
+}
+
+func TestLeftAloneWithoutAdoption(t *testing.T) {
+	s := settings(t, "")
+	node := joined("n1", "uid-1", "10.0.0.1", agentKey(1))
+	node.Spec.Taints = nil // initialized before the coordinator kept records
+	d := decide(t, s, nodestate.Input{Node: node, Now: now, HasV4: true})
+	if !d.NotAdopted || d.Patch != nil || d.Record == nil || !d.Record.NotAdopted || d.Record.AgentKey != "" {
+		t.Fatalf("want only the name remembered, got %+v", d)
+	}
+	// Remembered once: the next sync writes nothing.
+	d = decide(t, s, nodestate.Input{Node: node, Record: &records.Record{Name: "n1", Spec: *d.Record}, Now: now, HasV4: true})
+	if !d.NotAdopted || d.Record != nil || d.Patch != nil {
+		t.Fatalf("second sync wrote %+v", d)
+	}
+}
+
+func TestRecreatedNodeEnrolsNothing(t *testing.T) {
+	s := settings(t, "")
+	old := records.Spec{NodeUID: "uid-old", EnrolUID: "uid-old", AgentKey: agentKey(1),
+		Addresses: []records.Claim{{IP: "10.0.0.1", Since: now.Add(-time.Hour)}}, GrantedLabels: []string{"example.com/x=y"}}
+	node := joined("n1", "uid-new", "10.0.0.1", agentKey(2))
+	d := decide(t, s, nodestate.Input{Node: node, Record: &records.Record{Name: "n1", ResourceVersion: "3", Spec: old}, Now: now, HasV4: true}, "10.244.3.0/24")
+	r := d.Record
+	if r == nil || r.AgentKey != agentKey(1) || r.PendingAgentKey != agentKey(2) || d.Enrolled || !d.PendingKey {
+		t.Fatalf("a re-created Node must not replace the enrolled key: %+v", r)
+	}
+	if len(r.Addresses) != 1 || !r.Addresses[0].Since.Equal(now) {
+		t.Errorf("claims start over for the new object: %+v", r.Addresses)
+	}
+	if contains(r.GrantedLabels, "example.com/x=y") {
+		t.Errorf("the old object's grants carried over: %v", r.GrantedLabels)
+	}
+}
+
+func TestAddressHeldByAnotherNode(t *testing.T) {
+	s := settings(t, "")
+	node := joined("n1", "uid-1", "10.0.0.1", agentKey(1))
+	others := map[netip.Addr]string{netip.MustParseAddr("10.0.0.1"): "n0"}
+	d := decide(t, s, nodestate.Input{Node: node, Others: others, Now: now, HasV4: true}, "10.244.3.0/24")
+	if len(d.Claims) != 0 || !strings.Contains(d.Contested, "10.0.0.1: Node n0") || !d.RecheckClaims {
+		t.Fatalf("claims %+v contested %q recheck %v", d.Claims, d.Contested, d.RecheckClaims)
+	}
+}
+
+func TestPrefixHeldByAnotherNode(t *testing.T) {
+	s := settings(t, "ipam: {families: [ipv4, ipv6], ipv4Pool: 10.244.0.0/16, ipv4MaskSize: 24, ipv6Pool: 'fd00:10:244::/64', ipv6MaskSize: 80}\n")
+	node := joined("n1", "uid-1", "10.0.0.1", agentKey(1))
+	node.Status.Addresses = append(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "2001:db8:1:2::10"})
+	pf, _ := contract.EncodePrefixes([]netip.Prefix{netip.MustParsePrefix("2001:db8:1:2::/64")})
+	node.Annotations[contract.AnnotationPrefixes] = pf
+	base := nodestate.Input{Node: node, Now: now, HasV4: true, HasV6: true}
+
+	free, err := nodestate.Decide(s, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !free.Request.IPv6Prefix.IsValid() || free.PrefixHolder != "" {
+		t.Fatalf("a free node prefix: request %+v holder %q", free.Request, free.PrefixHolder)
+	}
+	held := base
+	held.Near = func(netip.Prefix) []records.Holding {
+		return []records.Holding{{Node: "n0", Prefix: netip.MustParsePrefix("2001:db8:1:2::/64")}}
+	}
+	d, err := nodestate.Decide(s, held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.PrefixHolder != "n0" || d.Request.IPv6Prefix.IsValid() || !d.Request.IPv6 {
+		t.Fatalf("a prefix n0 carves from: holder %q, request %+v (want the IPv6 pool instead)", d.PrefixHolder, d.Request)
+	}
+}
+
+func TestSteadyStateWritesNothing(t *testing.T) {
+	s := settings(t, "")
+	in := nodestate.Input{Node: joined("n1", "uid-1", "10.0.0.1", agentKey(1)), Now: now, HasV4: true}
+	d := decide(t, s, in, "10.244.3.0/24")
+	// Apply what was decided: the record, then the patch, as the API server would.
+	node := in.Node.DeepCopy()
+	node.Spec.Taints = nil
+	node.Spec.PodCIDR, node.Spec.PodCIDRs = "10.244.3.0/24", []string{"10.244.3.0/24"}
+	node.Labels = map[string]string{}
+	for k, v := range decode(t, d.Patch).Metadata.Labels {
+		node.Labels[k] = v.(string)
+	}
+	again := decide(t, s, nodestate.Input{Node: node, Record: &records.Record{Name: "n1", ResourceVersion: "2", Spec: *d.Record}, Now: now.Add(time.Minute), HasV4: true})
+	if again.Patch != nil || again.Record != nil || again.Allocate {
+		t.Fatalf("a Node already as wanted: patch %s record %+v allocate %v", again.Patch, again.Record, again.Allocate)
+	}
+}
+
+// TestDecideIsPure: the same input gives the same answer, and the input is
+// left as it was.
+func TestDecideIsPure(t *testing.T) {
+	s := settings(t, "")
+	node := joined("n1", "uid-1", "10.0.0.1", agentKey(1))
+	rec := &records.Record{Name: "n1", ResourceVersion: "1", Spec: records.Spec{NodeUID: "uid-1", Addresses: []records.Claim{{IP: "10.0.0.1", Since: now}}}}
+	in := nodestate.Input{Node: node, Record: rec, Now: now, HasV4: true, Allocated: []netip.Prefix{netip.MustParsePrefix("10.244.3.0/24")}}
+	nodeBefore, recBefore := node.DeepCopy(), *rec
+	a, errA := nodestate.Decide(s, in)
+	b, errB := nodestate.Decide(s, in)
+	if errA != nil || errB != nil || !reflect.DeepEqual(a, b) {
+		t.Fatalf("two answers to one input:\n%+v\n%+v", a, b)
+	}
+	if !reflect.DeepEqual(node, nodeBefore) || !reflect.DeepEqual(*rec, recBefore) {
+		t.Fatal("Decide changed its input")
+	}
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
