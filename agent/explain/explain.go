@@ -5,7 +5,6 @@
 package explain
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -22,7 +21,10 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
-	"go.yaml.in/yaml/v3"
+	"go.yaml.in/yaml/v4"
+	// The output is defined by its JSON tags (corev1.NodeAddress and the
+	// rest follow the Kubernetes API's JSON names): sigs.k8s.io/yaml turns
+	// that JSON into YAML with the same names, as kubectl -o yaml does.
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
@@ -34,6 +36,7 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/suggest"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/yamlstrict"
 )
 
 // Input is one node's facts.
@@ -246,16 +249,13 @@ type Node struct {
 // ReadNodes reads every document: `talosctl -n a,b get platformmetadata -o
 // yaml` prints one per node. Each must have a platform.
 func ReadNodes(data []byte) ([]Node, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var nodes []Node
-	for i := 1; ; i++ {
-		var doc yaml.Node
-		if err := dec.Decode(&doc); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
+	i := 0
+	for doc, err := range yamlstrict.Documents(data) {
+		if err != nil {
 			return nil, fmt.Errorf("platform metadata: %w", err)
 		}
+		i++
 		if len(doc.Content) == 0 {
 			continue
 		}
@@ -287,16 +287,13 @@ func ReadNodes(data []byte) ([]Node, error) {
 // ReadSystemInformationNodes reads every document of `talosctl get
 // systeminformation -o yaml`, by talosctl's node address ("" for a bare spec).
 func ReadSystemInformationNodes(data []byte) (map[string]facts.System, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
 	out := map[string]facts.System{}
-	for i := 1; ; i++ {
-		var doc yaml.Node
-		if err := dec.Decode(&doc); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
+	i := 0
+	for doc, err := range yamlstrict.Documents(data) {
+		if err != nil {
 			return nil, fmt.Errorf("system information: %w", err)
 		}
+		i++
 		if len(doc.Content) == 0 {
 			continue
 		}
@@ -328,17 +325,16 @@ func ReadSystemInformation(data []byte) (facts.System, error) {
 // `spec:` next to `metadata:`. Decoding is strict: a key the spec does not
 // have would otherwise be dropped, and a selector on it match nothing.
 func readSpec(data []byte, into any) error {
-	var doc yaml.Node
-	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return errors.New("empty file")
+	for doc, err := range yamlstrict.Documents(data) {
+		if err != nil {
+			return err
 		}
-		return err
+		if len(doc.Content) == 0 {
+			break
+		}
+		return decodeSpec(doc.Content[0], into)
 	}
-	if len(doc.Content) == 0 {
-		return errors.New("empty file")
-	}
-	return decodeSpec(doc.Content[0], into)
+	return errors.New("empty file")
 }
 
 // decodeSpec decodes a resource's spec (or a bare spec) strictly.
@@ -348,10 +344,10 @@ func decodeSpec(spec *yaml.Node, into any) error {
 			spec = s
 		}
 	}
-	if err := checkKeys(spec, reflect.TypeOf(into).Elem()); err != nil {
+	if err := unknownKeys(spec, reflect.TypeOf(into).Elem()); err != nil {
 		return err
 	}
-	return spec.Decode(into)
+	return yamlstrict.Decode(spec, into)
 }
 
 // value returns the value under key in a YAML mapping, or nil.
@@ -367,24 +363,16 @@ func value(m *yaml.Node, key string) *yaml.Node {
 	return nil
 }
 
-// checkKeys refuses keys of a mapping that are not YAML field names of the
-// struct type t, naming each with its line and the nearest known key
+// unknownKeys refuses keys of a mapping that are not YAML field names of
+// the struct type t, naming each with its line and the nearest known key
 // (talosctl prints `serialnumber`, not `serialNumber`).
-func checkKeys(m *yaml.Node, t reflect.Type) error {
-	if m.Kind != yaml.MappingNode {
-		return nil // not a mapping: Decode says what is wrong
-	}
-	known := yamlNames(t)
+func unknownKeys(m *yaml.Node, t reflect.Type) error {
 	var unknown []string
-	for i := 0; i < len(m.Content); i += 2 {
-		k := m.Content[i]
-		if slices.Contains(known, k.Value) {
-			continue
-		}
-		near, dist := suggest.Nearest(k.Value, known)
-		msg := fmt.Sprintf("line %d: unknown key %q; the nearest known key is %q", k.Line, k.Value, near)
+	for _, u := range yamlstrict.UnknownKeys(m, t) {
+		near, dist := suggest.Nearest(u.Key.Value, u.Known)
+		msg := fmt.Sprintf("line %d: unknown key %q; the nearest known key is %q", u.Key.Line, u.Key.Value, near)
 		if dist > 2 {
-			msg += "; known keys: " + strings.Join(known, ", ")
+			msg += "; known keys: " + strings.Join(u.Known, ", ")
 		}
 		unknown = append(unknown, msg)
 	}
@@ -392,26 +380,6 @@ func checkKeys(m *yaml.Node, t reflect.Type) error {
 		return errors.New(strings.Join(unknown, "; "))
 	}
 	return nil
-}
-
-// yamlNames lists the YAML keys of a struct type, in field order, as
-// go.yaml.in/yaml names them: the tag's name, else the lower-cased field name.
-func yamlNames(t reflect.Type) []string {
-	var names []string
-	for f := range t.Fields() {
-		if !f.IsExported() {
-			continue
-		}
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		switch name {
-		case "-":
-			continue
-		case "":
-			name = strings.ToLower(f.Name)
-		}
-		names = append(names, name)
-	}
-	return names
 }
 
 // Outputs are several nodes' outputs.

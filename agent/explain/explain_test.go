@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	sigsyaml "sigs.k8s.io/yaml"
+	"go.yaml.in/yaml/v4"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/facts"
@@ -150,7 +150,7 @@ func TestJSONShape(t *testing.T) {
 		t.Fatal(err)
 	}
 	var y map[string]any
-	if err := sigsyaml.Unmarshal(buf.Bytes(), &y); err != nil || len(y) != len(want) {
+	if err := yaml.Unmarshal(buf.Bytes(), &y); err != nil || len(y) != len(want) {
 		t.Fatalf("yaml output %v (%v)", y, err)
 	}
 	if err := Explain(Input{Rules: ccmRules(t), Metadata: spec}).Write(&buf, "xml"); err == nil {

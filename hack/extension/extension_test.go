@@ -14,7 +14,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/extensions"
 	"github.com/siderolabs/talos/pkg/machinery/extensions/services"
-	"go.yaml.in/yaml/v3"
+	"go.yaml.in/yaml/v4"
 	"golang.org/x/mod/modfile"
 
 	"github.com/talos-nodeinit/talos-nodeinit/hack/internal/ociimage"

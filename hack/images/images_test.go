@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
-	"go.yaml.in/yaml/v3"
+	"go.yaml.in/yaml/v4"
 
 	"github.com/talos-nodeinit/talos-nodeinit/hack/internal/ociimage"
 )

@@ -1,92 +1,39 @@
 package rules
 
 import (
-	"bytes"
 	"errors"
-	"io"
-	"reflect"
 	"strings"
 
 	"go.yaml.in/yaml/v4"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/yamlstrict"
 )
 
 // ParseDocuments parses every YAML document in data into nodes. A syntax
-// error is a Problem at the line and column where the parser stopped,
-// computed from its character offset: the line numbers in the YAML
-// library's own messages point at the enclosing block, not at the fault.
+// error is a Problem at the line and column where the parser stopped, with
+// a hint at its usual cause.
 func ParseDocuments(data []byte) ([]*yaml.Node, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var docs []*yaml.Node
-	for {
-		var n yaml.Node
-		err := dec.Decode(&n)
-		if errors.Is(err, io.EOF) {
-			return docs, nil
-		}
+	for n, err := range yamlstrict.Documents(data) {
 		if err != nil {
 			return nil, Problems{syntaxProblem(data, err)}
 		}
-		docs = append(docs, &n)
+		docs = append(docs, n)
 	}
+	return docs, nil
 }
 
-// syntaxProblem turns a YAML parser error into a Problem with its position.
+// syntaxProblem turns a syntax error from yamlstrict.Documents into a Problem.
 func syntaxProblem(data []byte, err error) Problem {
-	msg := err.Error()
-	p := Problem{Msg: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
-	if idx, ok := markIndex(err); ok {
-		p.Pos = posOfIndex(data, idx)
-		// The library's message repeats positions, some of them wrong; keep its words.
-		p.Msg = "invalid YAML: " + lastClause(msg)
-		p.Fix = yamlHint(data, p.Pos, lastClause(msg))
+	var e *yamlstrict.Error
+	if !errors.As(err, &e) {
+		return Problem{Msg: "invalid YAML: " + err.Error()}
+	}
+	p := Problem{Pos: Pos{Line: e.Line, Col: e.Column}, Msg: "invalid YAML: " + e.Msg}
+	if e.Line > 0 {
+		p.Fix = yamlHint(data, p.Pos, e.Msg)
 	}
 	return p
-}
-
-// markIndex reads the character offset of the parser's error mark. The
-// error types live in the YAML library's internal package, so this reads
-// the field by name; any other error has no offset.
-func markIndex(err error) (int, bool) {
-	v := reflect.ValueOf(err)
-	if v.Kind() == reflect.Pointer {
-		v = v.Elem()
-	}
-	if v.Kind() != reflect.Struct {
-		return 0, false
-	}
-	m := v.FieldByName("Mark")
-	if !m.IsValid() || m.Kind() != reflect.Struct {
-		return 0, false
-	}
-	i := m.FieldByName("Index")
-	if !i.IsValid() || !i.CanInt() {
-		return 0, false
-	}
-	return int(i.Int()), true
-}
-
-// posOfIndex converts a character offset into a 1-based line and column.
-func posOfIndex(data []byte, idx int) Pos {
-	p := Pos{Line: 1, Col: 1}
-	for i, r := range []rune(string(data)) {
-		if i >= idx {
-			break
-		}
-		if r == '\n' {
-			p.Line++
-			p.Col = 1
-		} else {
-			p.Col++
-		}
-	}
-	return p
-}
-
-func lastClause(msg string) string {
-	if i := strings.LastIndex(msg, ": "); i >= 0 {
-		return msg[i+2:]
-	}
-	return msg
 }
 
 // yamlHint says what usually causes the parser's complaint at p.

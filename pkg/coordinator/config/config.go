@@ -13,12 +13,13 @@ import (
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
+	"go.yaml.in/yaml/v4"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/ipam"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/yamlstrict"
 )
 
 // Config is the whole file. Every field has a default; an empty file is valid.
@@ -185,8 +186,8 @@ type Duration struct{ time.Duration }
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	v, err := time.ParseDuration(n.Value)
 	if err != nil {
-		// A TypeError: decoding goes on and every bad value is reported.
-		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d, column %d: %q is not a duration: want a number and a unit, e.g. 90s, 2m, 720h", n.Line, n.Column, n.Value)}}
+		// Placed at n by the decoder, which goes on: every bad value is reported.
+		return fmt.Errorf("%q is not a duration: want a number and a unit, e.g. 90s, 2m, 720h", n.Value)
 	}
 	d.Duration = v
 	return nil
@@ -238,10 +239,10 @@ func Parse(data []byte) (*Config, error) {
 	c := &Config{}
 	var errs Errors
 	if doc.root != nil {
-		var te *yaml.TypeError
-		if err := doc.root.Decode(c); errors.As(err, &te) {
-			for _, m := range te.Errors {
-				errs = append(errs, doc.typeError(m))
+		var bad yamlstrict.Errors
+		if err := yamlstrict.Decode(doc.root, c); errors.As(err, &bad) {
+			for _, e := range bad {
+				errs = append(errs, doc.typeError(e))
 			}
 		} else if err != nil {
 			errs = append(errs, syntaxError(err, doc.line, doc.column))
@@ -272,17 +273,18 @@ func sorted(errs Errors) Errors {
 	return errs
 }
 
-// typeError places a decoding error ("line 3: cannot unmarshal …") on the
-// key whose value is on that line.
-func (d *document) typeError(msg string) *Error {
-	e := syntaxError(errors.New(msg), d.line, d.column)
-	col := e.Column
-	for path, n := range d.positions {
-		if n.Line+d.line != e.Line || n.Kind != yaml.ScalarNode || (col > 0 && n.Column+d.column != col) {
-			continue
+// typeError places a value that did not decode on its key: the one whose
+// value is where the decoder stopped, else the key there (one given twice).
+func (d *document) typeError(bad *yamlstrict.Error) *Error {
+	e := syntaxError(bad, d.line, d.column)
+	for _, nodes := range []map[string]*yaml.Node{d.positions, d.keys} {
+		for path, n := range nodes {
+			if n.Line+d.line == e.Line && n.Column+d.column == e.Column && (e.Path == "" || path < e.Path) {
+				e.Path = path
+			}
 		}
-		if e.Path == "" || path < e.Path {
-			e.Path, e.Column = path, n.Column+d.column
+		if e.Path != "" {
+			break
 		}
 	}
 	return e

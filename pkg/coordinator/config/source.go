@@ -1,19 +1,16 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"reflect"
-	"regexp"
-	"sort"
-	"strconv"
+	"slices"
 	"strings"
 
-	"go.yaml.in/yaml/v3"
+	"go.yaml.in/yaml/v4"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/suggest"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/yamlstrict"
 )
 
 // Error is one problem in a configuration file: where it is (from the YAML
@@ -81,6 +78,7 @@ type document struct {
 	root         *yaml.Node // the configuration's mapping; nil when empty
 	line, column int        // added to positions inside root
 	positions    map[string]*yaml.Node
+	keys         map[string]*yaml.Node // the keys' own nodes, by the same paths
 }
 
 // The ConfigMap's key holding the configuration.
@@ -89,17 +87,11 @@ const configMapKey = "coordinator.yaml"
 // readDocument finds the configuration in data.
 func readDocument(data []byte) (*document, error) {
 	var docs []*yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	for {
-		var n yaml.Node
-		err := dec.Decode(&n)
-		if errors.Is(err, io.EOF) {
-			break
-		}
+	for n, err := range yamlstrict.Documents(data) {
 		if err != nil {
 			return nil, Errors{syntaxError(err, 0, 0)}
 		}
-		docs = append(docs, &n)
+		docs = append(docs, n)
 	}
 	var found []*document
 	var keyless *yaml.Node // a ConfigMap without our key
@@ -166,15 +158,18 @@ func embedded(n *yaml.Node, file []byte) (*document, error) {
 			}
 		}
 	}
-	var d yaml.Node
-	if err := yaml.Unmarshal([]byte(n.Value), &d); err != nil {
-		return nil, Errors{syntaxError(err, line, column)}
-	}
 	doc := &document{line: line, column: column}
-	if m := mapping(&d); m != nil {
-		doc.root = m
-	} else if len(d.Content) > 0 && d.Content[0].Tag != "!!null" {
-		return nil, Errors{{Line: n.Line, Column: n.Column, Msg: "the configuration is not a mapping of keys"}}
+	// Only the first document counts, as with yaml.Unmarshal.
+	for d, err := range yamlstrict.Documents([]byte(n.Value)) {
+		if err != nil {
+			return nil, Errors{syntaxError(err, line, column)}
+		}
+		if m := mapping(d); m != nil {
+			doc.root = m
+		} else if len(d.Content) > 0 && d.Content[0].Tag != "!!null" {
+			return nil, Errors{{Line: n.Line, Column: n.Column, Msg: "the configuration is not a mapping of keys"}}
+		}
+		break
 	}
 	return doc, nil
 }
@@ -201,26 +196,28 @@ func lookup(m *yaml.Node, key string) *yaml.Node {
 	return nil
 }
 
-var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+)(?:, column (\d+))?: (.*)$`)
-
-// syntaxError turns the YAML library's "line N: …" into an Error.
+// syntaxError turns a yamlstrict error into an Error, its position moved
+// by line and column (those of an embedded configuration in its file).
 func syntaxError(err error, line, column int) *Error {
-	msg := err.Error()
-	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		l, _ := strconv.Atoi(m[1])
-		c, _ := strconv.Atoi(m[2])
-		if c > 0 {
-			c += column
-		}
-		return &Error{Line: l + line, Column: c, Msg: m[3]}
+	var e *yamlstrict.Error
+	if !errors.As(err, &e) {
+		return &Error{Msg: err.Error()}
 	}
-	return &Error{Msg: msg}
+	if e.Line == 0 {
+		return &Error{Msg: e.Msg}
+	}
+	c := e.Column
+	if c > 0 {
+		c += column
+	}
+	return &Error{Line: e.Line + line, Column: c, Msg: e.Msg}
 }
 
 // index records each key's value node by its path ("csr.maxDuration",
-// "grants.labels.allow[1]").
+// "grants.labels.allow[1]"), and the key's own node.
 func (d *document) index() {
 	d.positions = map[string]*yaml.Node{}
+	d.keys = map[string]*yaml.Node{}
 	var walk func(path string, n *yaml.Node)
 	walk = func(path string, n *yaml.Node) {
 		if path != "" {
@@ -233,6 +230,7 @@ func (d *document) index() {
 				if path != "" {
 					p = path + "." + p
 				}
+				d.keys[p] = n.Content[i]
 				walk(p, n.Content[i+1])
 			}
 		case yaml.SequenceNode:
@@ -272,48 +270,19 @@ func (d *document) atPath(p problem, where string) *Error {
 // unknownKeys refuses keys the configuration does not have, suggesting the
 // nearest one.
 func (d *document) unknownKeys() []*Error {
-	var out []*Error
-	var walk func(path string, n *yaml.Node, t reflect.Type)
-	walk = func(path string, n *yaml.Node, t reflect.Type) {
-		if n.Kind != yaml.MappingNode {
-			return
-		}
-		fields := map[string]reflect.Type{}
-		var names []string
-		for i := range t.NumField() {
-			f := t.Field(i)
-			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-			if name == "" || name == "-" || !f.IsExported() {
-				continue
-			}
-			fields[name] = f.Type
-			names = append(names, name)
-		}
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k := n.Content[i]
-			p := k.Value
-			if path != "" {
-				p = path + "." + p
-			}
-			ft, ok := fields[k.Value]
-			if !ok {
-				e := &Error{Line: k.Line + d.line, Column: k.Column + d.column, Path: p, Msg: "unknown key"}
-				if near, ok := suggest.Typo(k.Value, names); ok {
-					e.Fix = fmt.Sprintf("did you mean %q?", near)
-				} else {
-					sort.Strings(names)
-					e.Fix = "the keys here are " + strings.Join(names, ", ")
-				}
-				out = append(out, e)
-				continue
-			}
-			if ft.Kind() == reflect.Struct && ft != reflect.TypeFor[Duration]() {
-				walk(p, n.Content[i+1], ft)
-			}
-		}
+	if d.root == nil {
+		return nil
 	}
-	if d.root != nil {
-		walk("", d.root, reflect.TypeFor[Config]())
+	var out []*Error
+	for _, u := range yamlstrict.UnknownKeys(d.root, reflect.TypeFor[Config]()) {
+		e := &Error{Line: u.Key.Line + d.line, Column: u.Key.Column + d.column, Path: u.Path, Msg: "unknown key"}
+		if near, ok := suggest.Typo(u.Key.Value, u.Known); ok {
+			e.Fix = fmt.Sprintf("did you mean %q?", near)
+		} else {
+			names := slices.Sorted(slices.Values(u.Known))
+			e.Fix = "the keys here are " + strings.Join(names, ", ")
+		}
+		out = append(out, e)
 	}
 	return out
 }

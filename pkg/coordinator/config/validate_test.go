@@ -66,14 +66,16 @@ func TestRefused(t *testing.T) {
 		{"csr: {allowedDNSNames: ['{node}.svc']}", []string{"csr.allowedDNSNames[0]", ".svc"}},
 		{"csr: {attestationRequired: perhaps}", []string{"1:28: csr.attestationRequired: cannot unmarshal"}},
 		{"maxNodeAddresses: many", []string{"1:19: maxNodeAddresses: cannot unmarshal"}},
+		{"maxNodeAddresses: {a: 1}", []string{"1:19: maxNodeAddresses: cannot unmarshal !!map into int"}},
+		{"clusterName: a\nclusterName: b", []string{`2:1: clusterName: mapping key "clusterName" already defined at line 1`}},
 		// Typos get the nearest key.
 		{"ipma: {}", []string{"1:1: ipma: unknown key", `did you mean "ipam"?`}},
 		{"csr:\n  maxDuraton: 1h", []string{"2:3: csr.maxDuraton: unknown key", `did you mean "maxDuration"?`}},
 		{"grants: {labels: {alow: []}}", []string{"grants.labels.alow: unknown key", `did you mean "allow"?`}},
 		{"clustername: prod", []string{`did you mean "clusterName"?`}},
 		{"zzz: 1", []string{"zzz: unknown key", "the keys here are adoptExisting, clusterDomain"}},
-		// Syntax errors keep their line.
-		{"csr:\n  maxDuration: 1h\n bad: [", []string{"2: did not find expected key"}},
+		// Syntax errors are placed where the parser stopped.
+		{"csr:\n  maxDuration: 1h\n bad: [", []string{"3:2: did not find expected key"}},
 		{"- a list", []string{"not a mapping"}},
 	} {
 		_, err := Parse([]byte(tc.doc))
