@@ -440,19 +440,22 @@ func (a *Agent) attest(ctx context.Context, node *corev1.Node, want desired.Stat
 	if node == nil {
 		return nil
 	}
-	name := node.Annotations[contract.AnnotationCSRReview]
-	if name == "" {
+	value := node.Annotations[contract.AnnotationCSRReview]
+	if value == "" {
 		return nil
 	}
-	if err := contract.CheckReviewName(name); err != nil {
-		a.once("review", name, func() { a.log.Warn("ignoring an invalid csr-review annotation", "err", err) })
+	review, err := contract.ParseReview(value)
+	if err != nil {
+		a.once("review", value, func() { a.log.Warn("ignoring an invalid csr-review annotation", "err", err) })
 		return nil
 	}
+	name := review.CSR
 	// An attestation this key did not sign (an older agent's, or one written
-	// with the kubelet's credential) counts for nothing: it is replaced.
+	// with the kubelet's credential) counts for nothing: it is replaced. One
+	// of another request than the review asks for is answered again.
 	prev, prevErr := contract.DecodeAttestation(node.Annotations[contract.AnnotationCSRAttestation])
 	ours := prevErr == nil && prev.CSR == name && prev.Verify(a.nodeName, a.pub, prev.SANs) == nil
-	if ours && a.attested[name] == prev.RequestSHA256 {
+	if ours && a.attested[name] == prev.RequestSHA256 && (review.RequestSHA256 == "" || review.RequestSHA256 == prev.RequestSHA256) {
 		return nil
 	}
 	csr, err := a.client.GetCSR(ctx, name)
@@ -470,11 +473,11 @@ func (a *Agent) attest(ctx context.Context, node *corev1.Node, want desired.Stat
 	}
 	att := csrcheck.Attest(csrcheck.FromCSR(csr), a.nodeName, ownNames(want), a.localIPs())
 	att = att.Sign(a.nodeName, a.cfg.Key)
-	value, err := contract.EncodeAttestation(att)
+	encoded, err := contract.EncodeAttestation(att)
 	if err != nil {
 		return err
 	}
-	body := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, contract.AnnotationCSRAttestation, value)
+	body := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, contract.AnnotationCSRAttestation, encoded)
 	if err := a.patch(ctx, "attestation", body, ""); err != nil {
 		return err
 	}

@@ -704,3 +704,36 @@ func TestMigratedTalosCCMConfiguration(t *testing.T) {
 			slices.Contains(taints, contract.Taint{Key: "node.cloudprovider.kubernetes.io/storage-type", Value: "ceph", Effect: "NoSchedule"})
 	})
 }
+
+// The coordinator asks again, for the request now under a name, when the
+// Node's attestation is of an earlier request under it (a CSR deleted and
+// created again): the agent alone writes the attestation, so the changed
+// review is the only signal it gets.
+func TestAttestsAgainWhenAskedForAnotherRequest(t *testing.T) {
+	n := newNode(t, "again-node", "10.0.0.14", metal("again-node"))
+	n.startAgent(t, "")
+	n.waitNode(t, 20*time.Second, "join", func(node *corev1.Node) bool { return hasAddress(node, corev1.NodeInternalIP, "10.0.0.14") })
+	createCSR(t, n, "again", []string{"again-node"}, []string{"10.0.0.14"})
+	first := n.review(t, "again")
+	if err := n.admin.CertificatesV1().CertificateSigningRequests().Delete(t.Context(), "again", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createCSR(t, n, "again", []string{"again-node"}, nil)
+	csr, err := n.admin.CertificatesV1().CertificateSigningRequests().Get(t.Context(), "again", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest := contract.RequestDigest(csr.Spec.Request)
+	if digest == first.RequestSHA256 {
+		t.Fatal("the second request is the first one")
+	}
+	ask := contract.Review{CSR: "again", RequestSHA256: digest}.String()
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, contract.AnnotationCSRReview, ask)
+	if _, err := n.admin.CoreV1().Nodes().Patch(t.Context(), n.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n.waitNode(t, 10*time.Second, "the attestation of the new request", func(node *corev1.Node) bool {
+		att, err := contract.DecodeAttestation(node.Annotations[contract.AnnotationCSRAttestation])
+		return err == nil && att.CSR == "again" && att.RequestSHA256 == digest
+	})
+}

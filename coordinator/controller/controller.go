@@ -24,7 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -43,9 +43,7 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/nodestate"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/coordinator/config"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/coordinator/finalize"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/ipam"
 )
 
 // ErrLostLeadership is returned by Run when another replica took the lease.
@@ -94,18 +92,13 @@ type Coordinator struct {
 	observer       *observer
 	inventory      []records.Binding // the admin's bindings of names to networks
 	configReserved []csrcheck.Reserved
-	reservedBy     map[netip.Addr]int    // observed Node addresses reserved in the allocator, by how many Nodes
-	unadopted      map[string]bool       // initialized Nodes without a record, left alone
-	pools          []netip.Prefix        // the configured pod pools: node addresses there are never reserved
-	allocUID       map[string]types.UID  // the Node object each allocation belongs to
-	desired        nodestate.Settings    // what nodestate.Decide reads of the configuration
-	reviews        *reviewWants          // the CSRs' review hand-off to their Nodes' syncs
-	reviewAsked    map[string]time.Time  // when this replica asked (or first saw it asked) for each CSR's review
-	decidedAt      map[string]string     // CSRs this replica approved or denied, at the resourceVersion it decided on
-	waitingNodes   map[string]string     // uninitialized Nodes waiting for their agent, at which resourceVersion
-	sceAdded       map[netip.Prefix]bool // ServiceCIDR objects' ranges added to the allocator
-	apiSANsRead    bool                  // the API server's certificate SANs are in cfg (read or given)
-	claimLocks     [64]sync.Mutex        // address stripes: claims are decided and recorded under them
+	desired        nodestate.Settings // what nodestate.Decide reads of the configuration
+	reviews        *reviews           // the CSR reconciler's: review hand-offs to the Nodes' syncs, when each was asked
+	cidrs          *podCIDRs          // the allocator and what it decides from
+	nodeStatus     *nodeStatus        // the Node reconciler's gauges: Nodes waiting, Nodes left alone
+	said           *said              // the last message of each Event reason per object
+	apiSANsRead    bool               // the API server's certificate SANs are in cfg (read or given)
+	claimLocks     [64]sync.Mutex     // address stripes: claims are decided and recorded under them
 
 	pendingMu             sync.Mutex // the flood guard's count, reused for pendingTTL
 	pending, pendingLimit int
@@ -120,15 +113,12 @@ type Coordinator struct {
 	// ownNodes overlays the Node cache with the Nodes this replica's own
 	// patches returned, until the informer delivers them: a sync reads its
 	// own writes instead of patching a stale resourceVersion into a 409.
-	ownNodes  cache.MutationCache
+	ownNodes cache.MutationCache
+	// ownCSRs does the same for the CSRs this replica decided: the next
+	// sync sees the decision, not a pending copy to decide again.
+	ownCSRs   cache.MutationCache
 	nodeQueue workqueue.TypedRateLimitingInterface[string]
 	csrQueue  workqueue.TypedRateLimitingInterface[string]
-
-	mu       sync.Mutex // guards alloc and the fields below
-	alloc    *ipam.Allocator
-	hasV4    bool
-	hasV6    bool
-	lastSaid map[string]string // dedupes repeated Events per object and reason
 
 	state sync.Mutex
 	ready error
@@ -189,11 +179,11 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	c := &Coordinator{
-		desired: desired, reviews: newReviewWants(), inventory: desired.Inventory,
+		desired: desired, reviews: newReviews(), cidrs: newPodCIDRs(cfg.Metrics, pools), nodeStatus: newNodeStatus(cfg.Metrics, cfg.Log), said: &said{last: map[string]string{}}, inventory: desired.Inventory,
 		cfg: cfg, client: cfg.Client, settings: cfg.Settings, log: cfg.Log, m: cfg.Metrics, policy: policy,
 		records: records.NewStore(cfg.Dynamic), facts: newClusterFacts(cfg.Client), observer: newObserver(cfg.Settings.MaxNodeAddresses),
-		configReserved: cfg.Settings.Reserved(), reservedBy: map[netip.Addr]int{}, unadopted: map[string]bool{}, pools: pools, apiSANsRead: cfg.APIServerNames != nil || cfg.APIServerIPs != nil, allocUID: map[string]types.UID{}, reviewAsked: map[string]time.Time{}, decidedAt: map[string]string{}, waitingNodes: map[string]string{}, sceAdded: map[netip.Prefix]bool{},
-		lastSaid: map[string]string{}, ready: errors.New("starting"),
+		configReserved: cfg.Settings.Reserved(), apiSANsRead: cfg.APIServerNames != nil || cfg.APIServerIPs != nil,
+		ready: errors.New("starting"),
 		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes"}),
 		csrQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
@@ -218,6 +208,8 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	c.csrIndex = csrInf.Informer().GetIndexer()
+	c.ownCSRs = cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), csrInf.Informer().GetStore(),
+		cache.MutationCacheOptions{Indexer: c.csrIndex, TTL: time.Minute, MaxCacheSize: 10000})
 	maxAddrs := cfg.Settings.MaxNodeAddresses
 	if err := nodeInf.Informer().AddIndexers(cache.Indexers{byHostname: hostnames, byAddress: func(obj any) ([]string, error) {
 		n, ok := obj.(*corev1.Node)
@@ -262,11 +254,9 @@ func New(cfg Config) (*Coordinator, error) {
 		DeleteFunc: func(obj any) {
 			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 				c.forget("csr", key)
-				c.handedOff(key)
-				c.mu.Lock()
-				delete(c.reviewAsked, key)
-				delete(c.decidedAt, key)
-				c.mu.Unlock()
+				if node := c.reviews.gone(key); node != "" {
+					c.nodeQueue.Add(node) // the review may move on
+				}
 			}
 		},
 	})
@@ -332,25 +322,8 @@ func (c *Coordinator) nodeChanged(obj any) {
 		removed = c.observer.forget(key)
 	}
 	// A Node's addresses (at most maxNodeAddresses) are reserved while it
-	// reports them, so no node is handed a segment holding another node's
-	// address; withdrawn ones are released.
-	c.mu.Lock()
-	added = slices.DeleteFunc(added, c.inPool)
-	removed = slices.DeleteFunc(removed, c.inPool)
-	for _, ip := range added {
-		if c.reservedBy[ip]++; c.reservedBy[ip] == 1 && c.alloc != nil {
-			c.alloc.Reserve(ip)
-		}
-	}
-	for _, ip := range removed {
-		if c.reservedBy[ip]--; c.reservedBy[ip] <= 0 {
-			delete(c.reservedBy, ip)
-			if c.alloc != nil {
-				c.alloc.Unreserve(ip)
-			}
-		}
-	}
-	c.mu.Unlock()
+	// reports them; withdrawn ones are released.
+	c.cidrs.observe(added, removed)
 	c.nodeQueue.Add(key)
 	// The node's review/attestation may have changed: its pending CSRs resync.
 	objs, _ := c.csrIndex.ByIndex(byNode, key)
@@ -362,33 +335,18 @@ func (c *Coordinator) nodeChanged(obj any) {
 // serviceCIDRsChanged keeps the allocator's service ranges equal to the
 // cluster's ServiceCIDR objects (plus the configured ones).
 func (c *Coordinator) serviceCIDRsChanged() {
-	want := map[netip.Prefix]bool{}
-	for _, r := range c.facts.serviceRanges() {
-		want[r.Prefix] = true
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.alloc == nil {
-		return
-	}
-	for p := range want {
-		if !c.sceAdded[p] {
-			c.alloc.AddServiceCIDR(p)
-			c.sceAdded[p] = true
-		}
-	}
-	for p := range c.sceAdded {
-		if !want[p] {
-			c.alloc.RemoveServiceCIDR(p)
-			delete(c.sceAdded, p)
-		}
-	}
+	c.cidrs.setServices(c.serviceRanges())
 }
 
-// inPool reports whether ip is inside a configured pod pool: no real node
-// address is, so a Node listing one does not get to reserve a segment.
-func (c *Coordinator) inPool(ip netip.Addr) bool {
-	return slices.ContainsFunc(c.pools, func(p netip.Prefix) bool { return p.Contains(ip) })
+// serviceRanges are the ranges of the cluster's ServiceCIDR objects.
+func (c *Coordinator) serviceRanges() []netip.Prefix {
+	var out []netip.Prefix
+	for _, r := range c.facts.serviceRanges() {
+		if !slices.Contains(out, r.Prefix) {
+			out = append(out, r.Prefix)
+		}
+	}
+	return out
 }
 
 func (c *Coordinator) enqueueCSR(obj any) {
@@ -423,47 +381,62 @@ func (c *Coordinator) setReady(err error) {
 // apiProbe is how often a starting coordinator retries the API server.
 const apiProbe = 500 * time.Millisecond
 
+// retry runs try every apiProbe until it succeeds (true) or ctx ends
+// (false); each failure is the readiness error, logged when it changes.
+func (c *Coordinator) retry(ctx context.Context, what string, try func() error) bool {
+	last := ""
+	err := wait.PollUntilContextCancel(ctx, apiProbe, true, func(context.Context) (bool, error) {
+		err := try()
+		if err == nil {
+			if last != "" {
+				c.log.Info(what + ": succeeded")
+			}
+			return true, nil
+		}
+		c.setReady(fmt.Errorf("%s: %w", what, err))
+		if msg := err.Error(); msg != last {
+			c.log.Warn(what+"; retrying", "err", err, "retry", apiProbe)
+			last = msg
+		}
+		return false, nil
+	})
+	return err == nil
+}
+
 // waitForAPI returns once the coordinator can list Nodes and CSRs. A process
 // restarted during an API-server outage would otherwise start its informers
 // into client-go's reflector backoff (up to 30 s between tries) and stay
 // behind long after the API server is back. It returns ctx's error.
 func (c *Coordinator) waitForAPI(ctx context.Context) error {
-	logged := false
-	for {
-		_, err := c.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{Limit: 1})
-		if err == nil {
-			_, err = c.client.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{Limit: 1,
-				FieldSelector: fields.OneTermEqualSelector("spec.signerName", certificatesv1.KubeletServingSignerName).String()})
-		}
-		if err == nil {
-			// Without its records the coordinator cannot decide anything safely.
-			err = c.records.Installed(ctx)
-		}
-		if err == nil && c.cfg.REST != nil && !c.apiSANsRead {
-			var names []string
-			var ips []netip.Addr
-			if names, ips, err = APIServerSANs(ctx, c.cfg.REST); err == nil {
-				c.cfg.APIServerNames, c.cfg.APIServerIPs, c.apiSANsRead = names, ips, true
-				c.log.Info("the API server's certificate names and addresses are never certified for a node", "names", names, "ips", ips)
-			}
-		}
-		if err == nil {
-			if logged {
-				c.log.Info("the API server answers")
-			}
-			return nil
-		}
-		c.setReady(fmt.Errorf("waiting for the API server: %w", err))
-		if !logged {
-			c.log.Warn("waiting for the API server", "err", err, "retry", apiProbe)
-			logged = true
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(apiProbe):
-		}
+	if !c.retry(ctx, "waiting for the API server", func() error { return c.probeAPI(ctx) }) {
+		return ctx.Err()
 	}
+	return nil
+}
+
+// probeAPI lists a Node and a serving CSR, checks the records are served,
+// and reads the API server's certificate SANs once.
+func (c *Coordinator) probeAPI(ctx context.Context) error {
+	if _, err := c.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+		return err
+	}
+	if _, err := c.client.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{Limit: 1,
+		FieldSelector: fields.OneTermEqualSelector("spec.signerName", certificatesv1.KubeletServingSignerName).String()}); err != nil {
+		return err
+	}
+	// Without its records the coordinator cannot decide anything safely.
+	if err := c.records.Installed(ctx); err != nil {
+		return err
+	}
+	if c.cfg.REST != nil && !c.apiSANsRead {
+		names, ips, err := APIServerSANs(ctx, c.cfg.REST)
+		if err != nil {
+			return err
+		}
+		c.cfg.APIServerNames, c.cfg.APIServerIPs, c.apiSANsRead = names, ips, true
+		c.log.Info("the API server's certificate names and addresses are never certified for a node", "names", names, "ips", ips)
+	}
+	return nil
 }
 
 // Run keeps the informers warm, campaigns for the lease, and leads until
@@ -584,18 +557,11 @@ func (c *Coordinator) lead(ctx context.Context) {
 	// The allocator is rebuilt from a fresh LIST, not from this replica's
 	// cache: the previous leader's last writes may not have reached it.
 	var nodes []corev1.Node
-	for {
-		var err error
-		if nodes, err = c.listFresh(ctx); err == nil {
-			break
-		}
-		c.setReady(fmt.Errorf("leader: listing Nodes to rebuild the allocator: %w", err))
-		c.log.Warn("cannot list Nodes to rebuild the allocator; retrying", "err", err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(apiProbe):
-		}
+	if !c.retry(ctx, "leader: listing Nodes to rebuild the allocator", func() (err error) {
+		nodes, err = c.listFresh(ctx)
+		return err
+	}) {
+		return
 	}
 	if err := c.rebuild(nodes); err != nil {
 		c.log.Error("cannot build the allocator", "err", err)
@@ -604,24 +570,22 @@ func (c *Coordinator) lead(ctx context.Context) {
 	}
 	// Before any worker decides: records of Nodes deleted while no
 	// coordinator led release their claims, as nodeGone would have.
-	for {
-		n, err := c.reconcileRecords(ctx, nodes)
-		if err == nil {
-			if n > 0 {
-				c.log.Info("released the records of Nodes deleted while no coordinator led", "records", n)
+	first := true
+	if !c.retry(ctx, "leader: reconciling NodeRecords with Nodes", func() error {
+		if !first {
+			// A conflict: someone wrote meanwhile; decide from fresh lists.
+			if fresh, err := c.listFresh(ctx); err == nil {
+				nodes = fresh
 			}
-			break
 		}
-		c.setReady(fmt.Errorf("leader: reconciling NodeRecords with Nodes: %w", err))
-		c.log.Warn("cannot reconcile NodeRecords with Nodes; retrying", "err", err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(apiProbe):
+		first = false
+		n, err := c.reconcileRecords(ctx, nodes)
+		if err == nil && n > 0 {
+			c.log.Info("released the records of Nodes deleted while no coordinator led", "records", n)
 		}
-		if fresh, err := c.listFresh(ctx); err == nil {
-			nodes = fresh
-		}
+		return err
+	}) {
+		return
 	}
 	took := time.Since(start)
 	c.m.RebuildSeconds.Set(took.Seconds())
@@ -645,6 +609,19 @@ func (c *Coordinator) lead(ctx context.Context) {
 	c.nodeQueue.ShutDown()
 	c.csrQueue.ShutDown()
 	wg.Wait()
+}
+
+// csr is CSR name as this replica last saw or wrote it.
+func (c *Coordinator) csr(name string) (*certificatesv1.CertificateSigningRequest, error) {
+	obj, exists, err := c.ownCSRs.GetByKey(name)
+	if err != nil {
+		return nil, err
+	}
+	r, ok := obj.(*certificatesv1.CertificateSigningRequest)
+	if !exists || !ok {
+		return nil, apierrors.NewNotFound(certificatesv1.Resource("certificatesigningrequests"), name)
+	}
+	return r, nil
 }
 
 // node is Node name as this replica last saw or wrote it.
@@ -687,47 +664,12 @@ func (c *Coordinator) rebuild(nodes []corev1.Node) error {
 	if err != nil {
 		return err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.alloc = alloc
 	v4, v6 := c.settings.Families()
-	for _, u := range alloc.Usage() {
-		switch u.Pool {
-		case "ipv4":
-			c.hasV4 = v4 && u.Total > 0
-		case "ipv6":
-			c.hasV6 = v6 && u.Total > 0
-		}
+	for n, err := range c.cidrs.rebuild(alloc, v4, v6, c.serviceRanges(), nodes) {
+		c.m.PodCIDRConflicts.Inc()
+		c.recorder.Eventf(n, corev1.EventTypeWarning, "PodCIDRConflict", "cannot account for this node's pod CIDRs: %v", err)
 	}
-	for ip := range c.reservedBy {
-		alloc.Reserve(ip)
-	}
-	// The cluster's ServiceCIDR objects are never overlapped either.
-	for _, r := range c.facts.serviceRanges() {
-		alloc.AddServiceCIDR(r.Prefix)
-		c.sceAdded[r.Prefix] = true
-	}
-	for i := range nodes {
-		n := &nodes[i]
-		c.allocUID[n.Name] = n.UID
-		cidrs, err := finalize.PodCIDRs(n)
-		if err == nil && len(cidrs) > 0 {
-			err = alloc.Occupy(n.Name, cidrs)
-		}
-		if err != nil {
-			c.m.PodCIDRConflicts.Inc()
-			c.recorder.Eventf(n, corev1.EventTypeWarning, "PodCIDRConflict", "cannot account for this node's pod CIDRs: %v", err)
-		}
-	}
-	c.poolMetrics()
 	return nil
-}
-
-func (c *Coordinator) poolMetrics() {
-	for _, u := range c.alloc.Usage() {
-		c.m.PoolSegments.WithLabelValues(u.Pool, "used").Set(float64(u.Used))
-		c.m.PoolSegments.WithLabelValues(u.Pool, "total").Set(float64(u.Total))
-	}
 }
 
 // work runs one queue's sync until the queue shuts down; failures are
@@ -750,27 +692,35 @@ func work(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], s
 	}
 }
 
+// said remembers the last message of each Event reason per object, so a
+// persisting condition is one Event, not a stream.
+type said struct {
+	mu   sync.Mutex
+	last map[string]string // kind/name/reason → message
+}
+
 // say records an Event unless the same reason and message were said last
-// time for this object: a persisting condition is one Event, not a stream.
+// time for this object.
 func (c *Coordinator) say(obj runtime.Object, kind, name, typ, reason, msg string) (said bool) {
 	key := kind + "/" + name + "/" + reason
-	c.mu.Lock()
-	same := c.lastSaid[key] == msg
-	c.lastSaid[key] = msg
-	c.mu.Unlock()
+	c.said.mu.Lock()
+	same := c.said.last[key] == msg
+	c.said.last[key] = msg
+	c.said.mu.Unlock()
 	if !same {
 		c.recorder.Event(obj, typ, reason, msg)
 	}
 	return !same
 }
 
+// forget drops what was said of an object that is gone.
 func (c *Coordinator) forget(kind, name string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.said.mu.Lock()
+	defer c.said.mu.Unlock()
 	prefix := kind + "/" + name + "/"
-	for k := range c.lastSaid {
+	for k := range c.said.last {
 		if strings.HasPrefix(k, prefix) {
-			delete(c.lastSaid, k)
+			delete(c.said.last, k)
 		}
 	}
 }

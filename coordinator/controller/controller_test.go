@@ -561,7 +561,8 @@ func condition(t testing.TB, name string) (certificatesv1.CertificateSigningRequ
 func (n *simNode) attest(t testing.TB, csrName string, digest string) {
 	t.Helper()
 	waitFor(t, 10*time.Second, "review of "+csrName, func() bool {
-		return get(t, n.name).Annotations[contract.AnnotationCSRReview] == csrName
+		r, err := contract.ParseReview(get(t, n.name).Annotations[contract.AnnotationCSRReview])
+		return err == nil && r.CSR == csrName
 	})
 	csr, err := n.self.CertificatesV1().CertificateSigningRequests().Get(t.Context(), csrName, metav1.GetOptions{})
 	if err != nil {
@@ -637,13 +638,22 @@ func TestCSRApprovalAndDenial(t *testing.T) {
 	}
 
 	// A stale attestation under the same name (the kubelet re-created its
-	// CSR): the coordinator clears it and asks again, never denies.
+	// CSR): the coordinator asks again, for this request, and never denies.
+	// The agent alone writes the attestation: the coordinator leaves the
+	// stale one where it is.
 	a.csr(t, "csr-a-stale", []string{"csr-a"}, []string{"10.0.4.1"})
 	a.attest(t, "csr-a-stale", contract.RequestDigest([]byte("the request this name had before")))
-	waitFor(t, 10*time.Second, "the stale attestation cleared", func() bool {
-		_, ok := get(t, "csr-a").Annotations[contract.AnnotationCSRAttestation]
-		return !ok
+	stale, err := admin().CertificatesV1().CertificateSigningRequests().Get(t.Context(), "csr-a-stale", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := contract.Review{CSR: "csr-a-stale", RequestSHA256: contract.RequestDigest(stale.Spec.Request)}.String()
+	waitFor(t, 10*time.Second, "the review asked again for this request", func() bool {
+		return get(t, "csr-a").Annotations[contract.AnnotationCSRReview] == again
 	})
+	if _, ok := get(t, "csr-a").Annotations[contract.AnnotationCSRAttestation]; !ok {
+		t.Fatal("the coordinator removed the agent's attestation: that annotation has one writer, the agent")
+	}
 	if c, decided := condition(t, "csr-a-stale"); decided {
 		t.Fatalf("a stale attestation decided the CSR: %+v", c)
 	}

@@ -35,22 +35,18 @@ var heldReasons = map[approval.Category]string{
 const reviewRecheck = 30 * time.Second
 
 func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
-	csr, err := c.csrs.Get(name)
+	csr, err := c.csr(name)
 	if apierrors.IsNotFound(err) {
 		c.forget("csr", name)
 		return nil
 	}
-	if err != nil || !pending(csr) {
-		if err == nil {
-			c.setDecided(name, "")
-			c.handedOff(name)
-		}
+	if err != nil {
 		return err
 	}
-	if c.decidedOn(name, csr.ResourceVersion) {
-		// This replica decided it; the cache has not seen its condition yet.
-		// The update's event syncs it again: deciding twice would only be
-		// refused as a conflict, one more write.
+	if !pending(csr) {
+		// Decided: by this replica (its own write, read back before the
+		// informer delivers it), another, or an admin.
+		c.handedOff(name)
 		return nil
 	}
 	now := time.Now()
@@ -109,7 +105,9 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 		return in, nil // not registered (yet): Decide says so
 	}
 	in.Node = &csrcheck.Node{Name: self.Name, Addresses: self.Status.Addresses}
-	in.Review = self.Annotations[contract.AnnotationCSRReview]
+	if review, err := contract.ParseReview(self.Annotations[contract.AnnotationCSRReview]); err == nil {
+		in.Review = review.CSR
+	}
 	if in.Review == csr.Name && in.ReviewRequested.IsZero() {
 		// Asked before this replica led: the timeout starts now (syncCSR
 		// remembers it).
@@ -134,7 +132,7 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 			if owner := c.holder(self.Name, ip); owner != "" {
 				in.Facts.Claims[ip] = owner
 			}
-			if holder := c.podCIDRHolder(ip); holder != "" {
+			if holder := c.cidrs.holder(ip); holder != "" {
 				in.Facts.PodCIDROf[ip] = holder
 			}
 		}
@@ -157,7 +155,7 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 		in.PreviousSANs = c.previousSANs(rec, csr.Name, now)
 	}
 	if in.Review != "" && in.Review != csr.Name {
-		if other, err := c.csrs.Get(in.Review); err == nil && pending(other) && csrcheck.NodeName(other.Spec.Username) == nodeName {
+		if other, err := c.csr(in.Review); err == nil && pending(other) && csrcheck.NodeName(other.Spec.Username) == nodeName {
 			in.ReviewBusy = true
 		}
 	}
@@ -172,7 +170,7 @@ func (c *Coordinator) previousSANs(rec *records.Record, csr string, now time.Tim
 	if s == nil || s.CSR == csr || now.After(s.ValidUntil) {
 		return nil
 	}
-	if prev, err := c.csrs.Get(s.CSR); err == nil && !approved(prev) {
+	if prev, err := c.csr(s.CSR); err == nil && !approved(prev) {
 		return nil
 	}
 	return s.SANs
@@ -224,21 +222,10 @@ func (c *Coordinator) pendingCount() (count, limit int) {
 // hundreds of CSRs a second, and the guard needs no finer count.
 const pendingTTL = 500 * time.Millisecond
 
-// podCIDRHolder is the Node whose allocated pod CIDR holds ip.
-func (c *Coordinator) podCIDRHolder(ip netip.Addr) string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.alloc == nil {
-		return ""
-	}
-	holder, _ := c.alloc.Holder(ip)
-	return holder
-}
-
 // servingUnderReview is the record of the certificate the initializing
 // patch asks the agent to attest: approved, it needs no further write.
 func (c *Coordinator) servingUnderReview(name string) *records.Serving {
-	csr, err := c.csrs.Get(name)
+	csr, err := c.csr(name)
 	if err != nil {
 		return nil
 	}
@@ -268,10 +255,20 @@ func (c *Coordinator) certDuration(csr *certificatesv1.CertificateSigningRequest
 // hand-off from its CSRs' last decisions says (approval.Handoff), with what
 // the record keeps of it when the Node is initialized with the review.
 func (c *Coordinator) review(node *corev1.Node) nodestate.Review {
-	csr, stale := approval.Handoff(node.Annotations[contract.AnnotationCSRReview], c.reviews.wants(node.Name))
-	r := nodestate.Review{CSR: csr, Stale: stale}
-	if csr != "" && finalize.Uninitialized(node) {
-		r.Serving = c.servingUnderReview(csr)
+	current, _ := contract.ParseReview(node.Annotations[contract.AnnotationCSRReview])
+	name, stale := approval.Handoff(current.CSR, c.reviews.wants(node.Name))
+	r := nodestate.Review{Ask: contract.Review{CSR: name}}
+	if name == "" {
+		return r
+	}
+	if stale {
+		// Ask again, for the request under the name now.
+		if csr, err := c.csr(name); err == nil {
+			r.Ask.RequestSHA256 = contract.RequestDigest(csr.Spec.Request)
+		}
+	}
+	if finalize.Uninitialized(node) {
+		r.Serving = c.servingUnderReview(name)
 	}
 	return r
 }
@@ -285,40 +282,11 @@ func (c *Coordinator) handedOff(csr string) {
 }
 
 // reviewRequested is when this replica asked for csr's review (zero: not yet).
-func (c *Coordinator) reviewRequested(csr string) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.reviewAsked[csr]
-}
+func (c *Coordinator) reviewRequested(csr string) time.Time { return c.reviews.askedAt(csr) }
 
 // setReviewRequested records that csr's review was asked for at t (again,
 // for a stale attestation: the timeout starts over).
-// setDecided remembers that this replica decided csr when it was at
-// resourceVersion ("": forget it, the cache has caught up).
-func (c *Coordinator) setDecided(csr, resourceVersion string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if resourceVersion == "" {
-		delete(c.decidedAt, csr)
-		return
-	}
-	c.decidedAt[csr] = resourceVersion
-}
-
-// decidedOn: this replica already decided csr when it was at this
-// resourceVersion, so the cached copy is older than its own decision.
-func (c *Coordinator) decidedOn(csr, resourceVersion string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	rv, ok := c.decidedAt[csr]
-	return ok && rv == resourceVersion
-}
-
-func (c *Coordinator) setReviewRequested(csr string, t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.reviewAsked[csr] = t
-}
+func (c *Coordinator) setReviewRequested(csr string, t time.Time) { c.reviews.asked(csr, t) }
 
 // recordServing keeps the record's serving SANs true after a decision:
 // set on an approval of another CSR than the one recorded, cleared on a
@@ -364,14 +332,15 @@ func (c *Coordinator) decide(ctx context.Context, csr *certificatesv1.Certificat
 	}
 	update := csr.DeepCopy()
 	update.Status.Conditions = append(update.Status.Conditions, cond)
-	if _, err := c.client.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, update, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+	decided, err := c.client.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, update, metav1.UpdateOptions{FieldManager: FieldManager})
+	if err != nil {
 		c.m.NodeWrites.WithLabelValues("approval", "error").Inc()
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		return fmt.Errorf("%s CSR %s: %w", d.Action, csr.Name, err)
 	}
-	c.setDecided(csr.Name, csr.ResourceVersion)
+	c.ownCSRs.Mutation(decided)
 	c.handedOff(csr.Name)
 	c.m.NodeWrites.WithLabelValues("approval", "ok").Inc()
 	c.m.CSRDecisions.WithLabelValues(string(d.Action), string(d.Category)).Inc()

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -45,9 +47,7 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 		return err
 	}
 	in := nodestate.Input{Node: node, Record: rec, Reserved: c.reservedFor(node), Near: c.records.Near, Now: time.Now()}
-	c.mu.Lock()
-	in.HasV4, in.HasV6 = c.hasV4, c.hasV6
-	c.mu.Unlock()
+	in.HasV4, in.HasV6 = c.cidrs.families()
 	in.Review = c.review(node)
 	// Claims are decided and written under the addresses' locks: two
 	// workers never record one address for two Nodes.
@@ -66,10 +66,7 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	if d.Allocate {
 		// Every observed Node address (this one's too) was reserved by
 		// nodeChanged before this sync could run.
-		c.mu.Lock()
-		cidrs, err := c.alloc.Allocate(name, d.Request)
-		c.poolMetrics()
-		c.mu.Unlock()
+		cidrs, err := c.cidrs.allocate(name, d.Request)
 		if err != nil {
 			c.report(node, d)
 			c.m.Allocations.WithLabelValues(poolOf(d.Request, netip.Prefix{}), "error").Inc()
@@ -206,10 +203,10 @@ func (c *Coordinator) recordWritten(node *corev1.Node, d nodestate.Desired) {
 // patched says what the Node's patch did, and starts the review's clock.
 func (c *Coordinator) patched(node *corev1.Node, d nodestate.Desired, review nodestate.Review) {
 	name := node.Name
-	if review.CSR != "" && (node.Annotations[contract.AnnotationCSRReview] != review.CSR || review.Stale) {
+	if ask := review.Ask; ask.CSR != "" && node.Annotations[contract.AnnotationCSRReview] != ask.String() {
 		c.m.NodeWrites.WithLabelValues("review", "ok").Inc()
-		c.setReviewRequested(review.CSR, time.Now())
-		c.csrQueue.AddAfter(review.CSR, c.settings.CSR.AttestationTimeout.Duration)
+		c.setReviewRequested(ask.CSR, time.Now())
+		c.csrQueue.AddAfter(ask.CSR, c.settings.CSR.AttestationTimeout.Duration)
 	}
 	if len(d.CIDRs) > 0 {
 		for _, p := range d.CIDRs {
@@ -235,31 +232,11 @@ func (c *Coordinator) patched(node *corev1.Node, d nodestate.Desired, review nod
 // name. A CIDR another Node holds is a PodCIDRConflict Event and a metric,
 // never a silent overlap.
 func (c *Coordinator) reconcileCIDRs(node *corev1.Node, existing []netip.Prefix) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.alloc == nil {
-		return
-	}
-	owned := c.alloc.Owned(node.Name)
-	if uid, ok := c.allocUID[node.Name]; ok && uid != node.UID && len(owned) > 0 {
-		// Deleted and re-created between two syncs: the old object's
-		// CIDRs are not the new one's.
-		c.alloc.Release(node.Name)
-		owned = nil
-	}
-	c.allocUID[node.Name] = node.UID
-	if len(existing) == 0 || slices.Equal(owned, existing) {
-		return
-	}
-	if len(owned) > 0 {
-		c.alloc.Release(node.Name)
-	}
-	if err := c.alloc.Occupy(node.Name, existing); err != nil {
+	if err := c.cidrs.account(node, existing); err != nil {
 		c.m.PodCIDRConflicts.Inc()
 		c.recorder.Eventf(node, corev1.EventTypeWarning, "PodCIDRConflict", "pod CIDRs %v overlap another Node's: %v", existing, err)
 		c.log.Error("pod CIDR conflict", "node", node.Name, "podCIDRs", existing, "err", err)
 	}
-	c.poolMetrics()
 }
 
 // nodeGone releases a deleted Node's pod CIDRs and its record's claims and
@@ -268,15 +245,10 @@ func (c *Coordinator) reconcileCIDRs(node *corev1.Node, existing []netip.Prefix)
 // gets neither a fresh enrolment nor a fresh renewal memory.
 func (c *Coordinator) nodeGone(ctx context.Context, name string) error {
 	c.setWaiting(name, "", false)
-	c.mu.Lock()
-	delete(c.allocUID, name)
-	if len(c.alloc.Owned(name)) > 0 {
-		c.alloc.Release(name)
-		c.poolMetrics()
+	if c.cidrs.release(name) {
 		c.log.Info("released pod CIDRs of a deleted node", "node", name)
 		defer c.retryWaitingForCIDRs()
 	}
-	c.mu.Unlock()
 	c.forget("node", name)
 	rec, err := c.records.Get(name)
 	if err != nil || rec == nil {
@@ -431,38 +403,57 @@ func poolOf(req ipam.Request, p netip.Prefix) string {
 	return "pool"
 }
 
+// nodeStatus is the Node reconciler's own bookkeeping, for its gauges and
+// health: the Nodes found waiting for their agent (at which
+// resourceVersion) and the initialized Nodes without a record it leaves
+// alone.
+type nodeStatus struct {
+	m   *Metrics
+	log *slog.Logger
+
+	mu        sync.Mutex
+	waiting   map[string]string
+	unadopted map[string]bool
+}
+
+func newNodeStatus(m *Metrics, log *slog.Logger) *nodeStatus {
+	return &nodeStatus{m: m, log: log, waiting: map[string]string{}, unadopted: map[string]bool{}}
+}
+
 // notAdopted counts the initialized Nodes without a record that the
 // coordinator leaves alone (adoptExisting off): one log line when the
 // first appears and a gauge, not an Event per Node of a migrated cluster.
 func (c *Coordinator) notAdopted(name string, is bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if is == c.unadopted[name] {
+	s := c.nodeStatus
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if is == s.unadopted[name] {
 		return
 	}
 	if is {
-		c.unadopted[name] = true
-		if len(c.unadopted) == 1 {
-			c.log.Warn("Nodes initialized before nodeinit-coordinator kept records of them are left alone; "+
+		s.unadopted[name] = true
+		if len(s.unadopted) == 1 {
+			s.log.Warn("Nodes initialized before nodeinit-coordinator kept records of them are left alone; "+
 				"set adoptExisting: true to adopt them (it never removes what others set). Count: nodeinit_coordinator_nodes_not_adopted", "first", name)
 		}
 	} else {
-		delete(c.unadopted, name)
+		delete(s.unadopted, name)
 	}
-	c.m.NotAdopted.Set(float64(len(c.unadopted)))
+	s.m.NotAdopted.Set(float64(len(s.unadopted)))
 }
 
 // setWaiting keeps nodeinit_coordinator_nodes_waiting: the Nodes synced and
 // found waiting for their agent's report (or providerID).
 func (c *Coordinator) setWaiting(name, resourceVersion string, is bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	s := c.nodeStatus
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if is {
-		c.waitingNodes[name] = resourceVersion
+		s.waiting[name] = resourceVersion
 	} else {
-		delete(c.waitingNodes, name)
+		delete(s.waiting, name)
 	}
-	c.m.NodesWaiting.Set(float64(len(c.waitingNodes)))
+	s.m.NodesWaiting.Set(float64(len(s.waiting)))
 }
 
 // Waiting reports whether the coordinator has synced Node name and found it
@@ -473,7 +464,7 @@ func (c *Coordinator) Waiting(name string) bool { return c.WaitingAt(name) != ""
 // WaitingAt is the resourceVersion of Node name when the coordinator last
 // found it waiting, "" when it is not waiting.
 func (c *Coordinator) WaitingAt(name string) string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.waitingNodes[name]
+	c.nodeStatus.mu.Lock()
+	defer c.nodeStatus.mu.Unlock()
+	return c.nodeStatus.waiting[name]
 }

@@ -2,27 +2,53 @@ package controller
 
 import (
 	"sync"
+	"time"
 
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/approval"
 )
 
-// reviewWants holds the typed hand-off from the CSR reconciler to the Node
-// sync: for each Node, what its pending serving CSRs' last decisions say
-// about their review (approval.WantOf). The CSR sync writes it; the Node
-// sync reads it (approval.Handoff) instead of deciding CSRs itself.
-type reviewWants struct {
-	mu     sync.Mutex
-	byNode map[string]map[string]approval.Want
-	nodeOf map[string]string // CSR name → its requester's Node
+// reviews is the CSR reconciler's own state about reviews: the typed
+// hand-off to the Node sync (for each Node, what its pending serving CSRs'
+// last decisions say about their review, approval.WantOf), which the CSR
+// sync writes and the Node sync reads (approval.Handoff) instead of
+// deciding CSRs itself; and when this replica asked (or first saw asked)
+// for each CSR's review, from which the attestation timeout counts.
+type reviews struct {
+	mu       sync.Mutex
+	byNode   map[string]map[string]approval.Want
+	nodeOf   map[string]string    // CSR name → its requester's Node
+	askedFor map[string]time.Time // CSR name → when its review was asked
 }
 
-func newReviewWants() *reviewWants {
-	return &reviewWants{byNode: map[string]map[string]approval.Want{}, nodeOf: map[string]string{}}
+func newReviews() *reviews {
+	return &reviews{byNode: map[string]map[string]approval.Want{}, nodeOf: map[string]string{}, askedFor: map[string]time.Time{}}
+}
+
+// asked records that csr's review was asked for at t.
+func (r *reviews) asked(csr string, t time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.askedFor[csr] = t
+}
+
+// askedAt is when csr's review was asked for (zero: not yet).
+func (r *reviews) askedAt(csr string) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.askedFor[csr]
+}
+
+// gone forgets a deleted CSR and returns its Node's name ("" when none).
+func (r *reviews) gone(csr string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.askedFor, csr)
+	return r.dropLocked(csr)
 }
 
 // set records w for node's CSR w.CSR and reports whether that changed what
 // the Node's sync reads.
-func (r *reviewWants) set(node string, w approval.Want) (changed bool) {
+func (r *reviews) set(node string, w approval.Want) (changed bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if prev, ok := r.nodeOf[w.CSR]; ok && prev != node {
@@ -40,13 +66,13 @@ func (r *reviewWants) set(node string, w approval.Want) (changed bool) {
 
 // drop forgets a CSR that is decided or gone, and returns its Node ("" when
 // it held nothing).
-func (r *reviewWants) drop(csr string) (node string) {
+func (r *reviews) drop(csr string) (node string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.dropLocked(csr)
 }
 
-func (r *reviewWants) dropLocked(csr string) string {
+func (r *reviews) dropLocked(csr string) string {
 	node, ok := r.nodeOf[csr]
 	if !ok {
 		return ""
@@ -62,7 +88,7 @@ func (r *reviewWants) dropLocked(csr string) string {
 }
 
 // wants lists node's pending CSRs' wants.
-func (r *reviewWants) wants(node string) []approval.Want {
+func (r *reviews) wants(node string) []approval.Want {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]approval.Want, 0, len(r.byNode[node]))

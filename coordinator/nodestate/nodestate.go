@@ -51,13 +51,21 @@ func NewSettings(cfg *config.Config) (Settings, error) {
 // Review is the serving CSR the CSR reconciler hands to this Node's agent
 // (approval.Handoff), "" when none.
 type Review struct {
-	CSR string
-	// Stale: the Node's attestation is of an earlier request under CSR's
-	// name; the review is asked again.
-	Stale bool
+	// Ask is what csr-review says: the CSR, and the digest of its request
+	// when the Node's attestation is of an earlier request under the same
+	// name (the review asks again; the agent alone writes attestations).
+	Ask contract.Review
 	// Serving is what the record keeps of CSR (its SANs, how long its
 	// certificate would be valid), for a review asked at initialization.
 	Serving *records.Serving
+}
+
+// value is the csr-review annotation's value, "" when none is asked.
+func (r Review) value() string {
+	if r.Ask.CSR == "" {
+		return ""
+	}
+	return r.Ask.String()
 }
 
 // Input is everything Decide reads.
@@ -191,7 +199,7 @@ func Decide(s Settings, in Input) (Desired, error) {
 	review := in.Review
 	d.Plan, err = finalize.Compute(node, rep, finalize.Inputs{
 		Grants: cfg.Grants, ClusterName: cfg.ClusterName, CIDRs: d.CIDRs, Initialize: d.Initialize,
-		Review: review.CSR, ClearAttestation: review.Stale,
+		Review:         review.value(),
 		PreviousLabels: prev.GrantedLabels, PreviousTaints: prev.GrantedTaints,
 	})
 	if err != nil {
@@ -230,7 +238,7 @@ func Decide(s Settings, in Input) (Desired, error) {
 		}
 	}
 	d.PendingKey = next.PendingAgentKey != "" && next.PendingAgentKey != prev.PendingAgentKey
-	if review.CSR != "" && d.Initialize && (prev.Serving == nil || in.Now.After(prev.Serving.ValidUntil)) {
+	if review.Ask.CSR != "" && d.Initialize && (prev.Serving == nil || in.Now.After(prev.Serving.ValidUntil)) {
 		// Recorded with the initializing write, so the approval costs none;
 		// never over a valid certificate of an earlier object of this name,
 		// which the renewal rule compares the request with.

@@ -110,7 +110,7 @@ func TestJoin(t *testing.T) {
 	s := settings(t, "")
 	node := joined("n1", "uid-1", "10.0.0.1", agentKey(1))
 	in := nodestate.Input{Node: node, Now: now, HasV4: true,
-		Review: nodestate.Review{CSR: "csr-1", Serving: &records.Serving{CSR: "csr-1", SANs: []string{"n1"}, ValidUntil: now.Add(time.Hour)}}}
+		Review: nodestate.Review{Ask: contract.Review{CSR: "csr-1"}, Serving: &records.Serving{CSR: "csr-1", SANs: []string{"n1"}, ValidUntil: now.Add(time.Hour)}}}
 
 	first, err := nodestate.Decide(s, in)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 )
@@ -100,10 +101,45 @@ func DecodeAttestation(value string) (Attestation, error) {
 	return w.Attestation, nil
 }
 
-// CheckReviewName validates the value of nodeinit.io/csr-review, a CSR name.
+// CheckReviewName validates a CSR name as nodeinit.io/csr-review names it.
 func CheckReviewName(name string) error {
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 		return fmt.Errorf("%s: %q is not a valid CSR name", AnnotationCSRReview, name)
 	}
 	return nil
+}
+
+// Review is the value of nodeinit.io/csr-review: the CSR the coordinator
+// wants the agent to attest, and, when it asks again because the Node's
+// attestation is of an earlier request under the same name, the digest
+// (RequestDigest) of the request it wants attested now. Only the agent
+// writes the attestation; a changed review is how the coordinator asks
+// for a new one.
+type Review struct {
+	CSR, RequestSHA256 string
+}
+
+// String encodes the review: "<csr>", or "<csr>/<sha256>" when it asks
+// again for a given request.
+func (r Review) String() string {
+	if r.RequestSHA256 == "" {
+		return r.CSR
+	}
+	return r.CSR + "/" + r.RequestSHA256
+}
+
+// ParseReview decodes a nodeinit.io/csr-review value. Node-written text
+// never reaches it: only the coordinator writes the annotation, but a
+// node could forge one, so it is validated like any input.
+func ParseReview(v string) (Review, error) {
+	name, digest, asked := strings.Cut(v, "/")
+	if err := CheckReviewName(name); err != nil {
+		return Review{}, err
+	}
+	if asked {
+		if b, err := hex.DecodeString(digest); err != nil || len(b) != sha256.Size || digest != strings.ToLower(digest) {
+			return Review{}, fmt.Errorf("%s: %q does not end in a lower-case hex sha256 of the request", AnnotationCSRReview, v)
+		}
+	}
+	return Review{CSR: name, RequestSHA256: digest}, nil
 }

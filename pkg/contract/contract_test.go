@@ -274,3 +274,33 @@ func TestAttestationSignature(t *testing.T) {
 		}
 	}
 }
+
+func TestReviewRoundTrip(t *testing.T) {
+	digest := RequestDigest([]byte("a request"))
+	for _, tc := range []struct {
+		value string
+		want  Review
+		bad   bool
+	}{
+		{value: "csr-abc", want: Review{CSR: "csr-abc"}},
+		{value: "csr-abc/" + digest, want: Review{CSR: "csr-abc", RequestSHA256: digest}},
+		{value: "", bad: true},
+		{value: "CSR_bad", bad: true},
+		{value: "csr-abc/", bad: true},
+		{value: "csr-abc/xyz", bad: true},
+		{value: "csr-abc/" + strings.ToUpper(digest), bad: true},
+		{value: "csr-abc/" + digest + "/x", bad: true},
+		{value: "csr-abc/" + digest[:62], bad: true},
+	} {
+		got, err := ParseReview(tc.value)
+		if tc.bad {
+			if err == nil {
+				t.Errorf("ParseReview(%q) = %+v, want an error", tc.value, got)
+			}
+			continue
+		}
+		if err != nil || got != tc.want || got.String() != tc.value {
+			t.Errorf("ParseReview(%q) = %+v, %v; String %q", tc.value, got, err, got.String())
+		}
+	}
+}

@@ -163,13 +163,9 @@ type Inputs struct {
 	// Initialize removes the uninitialized taint.
 	Initialize bool
 	// Review, when set, asks the agent to attest this CSR in the same patch
-	// (the csr-review annotation): a CSR that arrived before initialization
-	// costs no separate review write.
+	// (the csr-review annotation, contract.Review's encoding): a CSR that
+	// arrived before initialization costs no separate review write.
 	Review string
-	// ClearAttestation removes the Node's attestation in the same patch:
-	// it is of an earlier request under Review's name, and the agent
-	// attests again once it is gone.
-	ClearAttestation bool
 	// PreviousLabels and PreviousTaints are the grants the coordinator's own
 	// record holds (Grants entries, legacy key-only ones included): only
 	// those Owned finds unchanged on the Node are ever removed or rewritten.
@@ -220,11 +216,6 @@ func Compute(node *corev1.Node, r Reported, in Inputs) (Plan, error) {
 	annotations := map[string]any{}
 	if in.Review != "" && node.Annotations[contract.AnnotationCSRReview] != in.Review {
 		annotations[contract.AnnotationCSRReview] = in.Review
-	}
-	if in.ClearAttestation {
-		if _, ok := node.Annotations[contract.AnnotationCSRAttestation]; ok {
-			annotations[contract.AnnotationCSRAttestation] = nil
-		}
 	}
 	if len(annotations) > 0 {
 		metadata["annotations"] = annotations

@@ -1,0 +1,199 @@
+package controller
+
+import (
+	"net/netip"
+	"slices"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/coordinator/finalize"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/ipam"
+)
+
+// podCIDRs owns the pod-CIDR allocator and what it decides from, as
+// kube-controller-manager's range allocator owns its own: the Node object
+// (UID) each allocation belongs to, the observed Node addresses it keeps
+// out of every segment (counted by the Nodes listing each), and the
+// cluster's ServiceCIDR ranges. Its mutex guards exactly these. The
+// allocator is nil until this replica leads (rebuild); what is observed
+// meanwhile is applied then.
+type podCIDRs struct {
+	m     *Metrics
+	pools []netip.Prefix // the configured pod pools: node addresses there are never reserved
+
+	mu           sync.Mutex
+	alloc        *ipam.Allocator
+	hasV4, hasV6 bool
+	reservedBy   map[netip.Addr]int
+	owner        map[string]types.UID
+	services     map[netip.Prefix]bool
+}
+
+func newPodCIDRs(m *Metrics, pools []netip.Prefix) *podCIDRs {
+	return &podCIDRs{m: m, pools: pools, reservedBy: map[netip.Addr]int{}, owner: map[string]types.UID{}, services: map[netip.Prefix]bool{}}
+}
+
+// observe reserves the addresses a Node added and releases those it
+// withdrew: no Node is handed a segment holding another Node's address.
+// Addresses inside a pod pool are ignored: no real node address is there,
+// so a Node listing one does not get to reserve a segment.
+func (p *podCIDRs) observe(added, removed []netip.Addr) {
+	inPool := func(ip netip.Addr) bool {
+		return slices.ContainsFunc(p.pools, func(pp netip.Prefix) bool { return pp.Contains(ip) })
+	}
+	added = slices.DeleteFunc(slices.Clone(added), inPool)
+	removed = slices.DeleteFunc(slices.Clone(removed), inPool)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, ip := range added {
+		if p.reservedBy[ip]++; p.reservedBy[ip] == 1 && p.alloc != nil {
+			p.alloc.Reserve(ip)
+		}
+	}
+	for _, ip := range removed {
+		if p.reservedBy[ip]--; p.reservedBy[ip] <= 0 {
+			delete(p.reservedBy, ip)
+			if p.alloc != nil {
+				p.alloc.Unreserve(ip)
+			}
+		}
+	}
+}
+
+// setServices keeps the allocator's service ranges equal to want.
+func (p *podCIDRs) setServices(want []netip.Prefix) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.alloc == nil {
+		return
+	}
+	for _, s := range want {
+		if !p.services[s] {
+			p.alloc.AddServiceCIDR(s)
+			p.services[s] = true
+		}
+	}
+	for s := range p.services {
+		if !slices.Contains(want, s) {
+			p.alloc.RemoveServiceCIDR(s)
+			delete(p.services, s)
+		}
+	}
+}
+
+// rebuild takes a fresh allocator for the families v4 and v6 enable, and
+// accounts in it for the observed addresses, services and every Node's pod
+// CIDRs; it returns the Nodes whose pod CIDRs it cannot account for.
+func (p *podCIDRs) rebuild(alloc *ipam.Allocator, v4, v6 bool, services []netip.Prefix, nodes []corev1.Node) map[*corev1.Node]error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.alloc = alloc
+	for _, u := range alloc.Usage() {
+		switch u.Pool {
+		case "ipv4":
+			p.hasV4 = v4 && u.Total > 0
+		case "ipv6":
+			p.hasV6 = v6 && u.Total > 0
+		}
+	}
+	for ip := range p.reservedBy {
+		alloc.Reserve(ip)
+	}
+	// The cluster's ServiceCIDR objects are never overlapped either.
+	for _, s := range services {
+		alloc.AddServiceCIDR(s)
+		p.services[s] = true
+	}
+	conflicts := map[*corev1.Node]error{}
+	for i := range nodes {
+		n := &nodes[i]
+		p.owner[n.Name] = n.UID
+		cidrs, err := finalize.PodCIDRs(n)
+		if err == nil && len(cidrs) > 0 {
+			err = alloc.Occupy(n.Name, cidrs)
+		}
+		if err != nil {
+			conflicts[n] = err
+		}
+	}
+	p.metrics()
+	return conflicts
+}
+
+// families says which families the allocator hands out segments of.
+func (p *podCIDRs) families() (v4, v6 bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.hasV4, p.hasV6
+}
+
+// allocate hands Node name its segments (the same ones again when it has
+// them already).
+func (p *podCIDRs) allocate(name string, req ipam.Request) ([]netip.Prefix, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer p.metrics()
+	return p.alloc.Allocate(name, req)
+}
+
+// account takes over the pod CIDRs the Node has, whoever wrote them (the
+// previous leader's last patch, an admin, a migrated cluster), and drops
+// what the allocator holds for an earlier Node object of the same name. It
+// returns an error when they overlap another Node's.
+func (p *podCIDRs) account(node *corev1.Node, existing []netip.Prefix) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.alloc == nil {
+		return nil
+	}
+	owned := p.alloc.Owned(node.Name)
+	if uid, ok := p.owner[node.Name]; ok && uid != node.UID && len(owned) > 0 {
+		// Deleted and re-created between two syncs: the old object's
+		// CIDRs are not the new one's.
+		p.alloc.Release(node.Name)
+		owned = nil
+	}
+	p.owner[node.Name] = node.UID
+	if len(existing) == 0 || slices.Equal(owned, existing) {
+		return nil
+	}
+	if len(owned) > 0 {
+		p.alloc.Release(node.Name)
+	}
+	defer p.metrics()
+	return p.alloc.Occupy(node.Name, existing)
+}
+
+// release frees a deleted Node's segments and reports whether it had any.
+func (p *podCIDRs) release(name string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.owner, name)
+	if p.alloc == nil || len(p.alloc.Owned(name)) == 0 {
+		return false
+	}
+	p.alloc.Release(name)
+	p.metrics()
+	return true
+}
+
+// holder is the Node whose allocated pod CIDR holds ip, "" when none.
+func (p *podCIDRs) holder(ip netip.Addr) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.alloc == nil {
+		return ""
+	}
+	holder, _ := p.alloc.Holder(ip)
+	return holder
+}
+
+// metrics publishes the pools' usage; p.mu is held.
+func (p *podCIDRs) metrics() {
+	for _, u := range p.alloc.Usage() {
+		p.m.PoolSegments.WithLabelValues(u.Pool, "used").Set(float64(u.Used))
+		p.m.PoolSegments.WithLabelValues(u.Pool, "total").Set(float64(u.Total))
+	}
+}
