@@ -195,8 +195,7 @@ func TestAgentKilledMidJoin(t *testing.T) {
 			t.Fatal("the agent made no metadata patch within 30s")
 		}
 	}
-	_ = sn.agentProc.Process.Signal(syscall.SIGKILL)
-	<-sn.agentDone
+	sn.agentProc.Stop(syscall.SIGKILL, 5*time.Second)
 	killed := time.Now()
 	if err := shared.startAgentProcess(sn); err != nil {
 		t.Fatal(err)

@@ -4,16 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
 	"io"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -23,17 +19,23 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/talos-nodeinit/talos-nodeinit/agent/controller"
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/agentkey"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/daemon"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/gobuild"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeapply"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeletsim"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/machined"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/spawn"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testcluster"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos"
@@ -101,7 +103,10 @@ func newEnv(ctx context.Context, logw io.Writer) (*env, error) {
 		return nil, err
 	}
 	e := &env{cluster: c, admin: kubernetes.NewForConfigOrDie(c.Admin()), dir: c.Dir(), log: logw}
-	if e.machined, err = machined.Start(logw); err != nil {
+	// Forked on the immortal thread, as every harness process is, so that
+	// Pdeathsig stays tied to this process.
+	spawn.Do(func() { e.machined, err = machined.Start(logw) })
+	if err != nil {
 		c.Close()
 		return nil, err
 	}
@@ -114,11 +119,9 @@ func newEnv(ctx context.Context, logw io.Writer) (*env, error) {
 
 func (e *env) setup(ctx context.Context, root string) error {
 	e.coordBin, e.agentBin = filepath.Join(e.dir, "nodeinit-coordinator"), filepath.Join(e.dir, "nodeinit-agent")
-	for bin, pkg := range map[string]string{e.coordBin: "./coordinator", e.agentBin: "./agent"} {
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, pkg)
-		cmd.Dir, cmd.Env = root, append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+	for bin, pkg := range map[string]string{e.coordBin: "coordinator", e.agentBin: "agent"} {
+		if err := gobuild.Build(filepath.Join(root, pkg), bin); err != nil {
+			return err
 		}
 	}
 	if err := kubeapply.Files(ctx, e.cluster.Admin(), filepath.Join(root, "coordinator/deploy/noderecords.yaml"), filepath.Join(root, "coordinator/deploy/rbac.yaml")); err != nil {
@@ -164,10 +167,8 @@ func (e *env) close() {
 // coordinator is a running nodeinit-coordinator binary, as its ServiceAccount.
 type coordinator struct {
 	id      string
-	cmd     *exec.Cmd
 	metrics string
-	logPath string
-	done    chan struct{}
+	proc    *daemon.Process
 }
 
 // fastLease makes failover quick enough to measure within a test.
@@ -180,20 +181,11 @@ func (e *env) startCoordinator(id string, extra ...string) (*coordinator, error)
 	}
 	metrics := ln.Addr().String()
 	ln.Close()
-	c := &coordinator{id: id, metrics: metrics, logPath: filepath.Join(e.dir, id+".log"), done: make(chan struct{})}
-	f, err := os.Create(c.logPath)
-	if err != nil {
+	argv := append([]string{e.coordBin, "run", "--kubeconfig", e.coordKubeconfig, "--config", e.coordConfig, "--id", id, "--metrics-addr", metrics}, extra...)
+	c := &coordinator{id: id, metrics: metrics, proc: &daemon.Process{Name: id, Argv: argv, LogPath: filepath.Join(e.dir, id+".log")}}
+	if err := c.proc.Start(); err != nil {
 		return nil, err
 	}
-	args := append([]string{"run", "--kubeconfig", e.coordKubeconfig, "--config", e.coordConfig, "--id", id, "--metrics-addr", metrics}, extra...)
-	c.cmd = exec.Command(e.coordBin, args...)
-	c.cmd.Stdout, c.cmd.Stderr = f, f
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := c.cmd.Start(); err != nil {
-		f.Close()
-		return nil, err
-	}
-	go func() { _ = c.cmd.Wait(); f.Close(); close(c.done) }()
 	return c, nil
 }
 
@@ -207,39 +199,15 @@ func (c *coordinator) ready() bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-func (c *coordinator) exited() bool {
-	select {
-	case <-c.done:
-		return true
-	default:
-		return false
-	}
-}
-
 // kill is kill -9.
-func (c *coordinator) kill() {
-	_ = c.cmd.Process.Kill()
-	<-c.done
-}
+func (c *coordinator) kill() { c.proc.Stop(syscall.SIGKILL, 10*time.Second) }
 
-func (c *coordinator) stop() {
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.done:
-	case <-time.After(10 * time.Second):
-		c.kill()
-	}
-}
+func (c *coordinator) stop() { c.proc.Stop(syscall.SIGTERM, 10*time.Second) }
 
-func (c *coordinator) usage() procUsage { return readProcUsage(c.cmd.Process.Pid) }
+func (c *coordinator) usage() procUsage { return readProcUsage(c.proc.Pid()) }
 
-func (c *coordinator) logTail() string {
-	data, _ := os.ReadFile(c.logPath)
-	if len(data) > 4000 {
-		data = data[len(data)-4000:]
-	}
-	return string(data)
-}
+// logTail is the end of the coordinator's log, every run under its id.
+func (c *coordinator) logTail() string { return c.proc.Report(40) }
 
 // simNode is one simulated Talos node: a network namespace, its machined
 // (in the shared stand-in), a node identity, then (once the storm starts) an
@@ -260,7 +228,7 @@ type simNode struct {
 	agent     *controller.Agent // when the agent runs in this process
 	agentStop context.CancelFunc
 	agentDone chan struct{}
-	agentProc *exec.Cmd // when the agent runs as the real binary
+	agentProc *daemon.Process // when the agent runs as the real binary
 
 	mu                    sync.Mutex
 	registered, certified time.Time
@@ -386,23 +354,15 @@ func registerAgent(sn *simNode, pid int) error {
 // startAgentProcess runs the real nodeinit-agent binary for this node and
 // registers its PID with the node's machined (again on every restart).
 func (e *env) startAgentProcess(sn *simNode) error {
-	f, err := os.OpenFile(filepath.Join(e.dir, "agent-"+sn.name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
+	if sn.agentProc == nil {
+		sn.agentProc = &daemon.Process{Name: "nodeinit-agent of " + sn.name, LogPath: filepath.Join(e.dir, "agent-"+sn.name+".log"),
+			Argv: append([]string{e.agentBin}, e.agentArgs(sn)...)}
+	}
+	if err := sn.agentProc.Start(); err != nil {
 		return err
 	}
-	cmd := exec.Command(e.agentBin, e.agentArgs(sn)...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return err
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); f.Close(); close(done) }()
-	sn.agentProc, sn.agentDone = cmd, done
-	if err := registerAgent(sn, cmd.Process.Pid); err != nil {
-		_ = cmd.Process.Kill()
-		<-done
+	if err := registerAgent(sn, sn.agentProc.Pid()); err != nil {
+		sn.agentProc.Stop(syscall.SIGKILL, 5*time.Second)
 		return err
 	}
 	return nil
@@ -446,19 +406,12 @@ func (sn *simNode) times() (registered, certified time.Time, err error) {
 func (sn *simNode) stopAgent() {
 	if sn.agentStop != nil {
 		sn.agentStop()
-	}
-	if sn.agentProc != nil {
-		_ = sn.agentProc.Process.Signal(syscall.SIGTERM)
-	}
-	if sn.agentDone != nil {
 		select {
 		case <-sn.agentDone:
 		case <-time.After(5 * time.Second):
-			if sn.agentProc != nil {
-				_ = sn.agentProc.Process.Kill()
-			}
 		}
 	}
+	sn.agentProc.Stop(syscall.SIGTERM, 5*time.Second)
 }
 
 func (sn *simNode) close() {
@@ -658,7 +611,7 @@ func (s *supervised) loop() {
 		s.mu.Lock()
 		c := s.cur
 		s.mu.Unlock()
-		<-c.done
+		<-c.proc.Done()
 		time.Sleep(restartDelay)
 		s.mu.Lock()
 		if s.stopping {

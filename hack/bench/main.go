@@ -271,7 +271,7 @@ func (e *env) waitLeaderReady(ctx context.Context, c *coordinator, timeout time.
 		if !led.IsZero() && c.ready() {
 			return led.Sub(start), time.Since(led), nil
 		}
-		if c.exited() {
+		if c.proc.Exited() {
 			return 0, 0, fmt.Errorf("coordinator %s exited", c.id)
 		}
 		if time.Now().After(deadline) {

@@ -78,6 +78,20 @@ func (p *Process) Exited() bool {
 	}
 }
 
+// exited is what Done returns for a process that is not running.
+var exited = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// Done is closed when the running process exits, on its own or stopped, for
+// a supervisor that restarts it; for one not running it is closed already.
+func (p *Process) Done() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done == nil {
+		return exited
+	}
+	return p.done
+}
+
 // Stop sends sig and waits for the process to exit, escalating to SIGKILL
 // after grace. Stopping a process that is not running does nothing.
 func (p *Process) Stop(sig syscall.Signal, grace time.Duration) {

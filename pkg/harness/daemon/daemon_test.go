@@ -57,3 +57,45 @@ func TestProcess(t *testing.T) {
 		t.Errorf("stubborn: exited %v after %v", stubborn.Exited(), time.Since(start))
 	}
 }
+
+// Done is closed when the process exits on its own and when it is stopped,
+// and is closed already for a process that is not running.
+func TestDone(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "d.log")
+	p := &Process{Name: "short", LogPath: log, Argv: []string{"sh", "-c", "sleep 0.2; exit 3"}}
+	select {
+	case <-p.Done():
+	default:
+		t.Fatal("Done of a process never started is open")
+	}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := p.Done()
+	select {
+	case <-done:
+		t.Fatal("Done closed while the process runs")
+	default:
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done still open 5s after the process exited on its own")
+	}
+	if !p.Exited() {
+		t.Error("closed Done, yet not Exited")
+	}
+	p.Stop(syscall.SIGTERM, time.Second) // reaps nothing: it has exited
+
+	long := &Process{Name: "long", LogPath: log, Argv: []string{"sleep", "60"}}
+	if err := long.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done = long.Done()
+	long.Stop(syscall.SIGKILL, time.Second)
+	select {
+	case <-done:
+	default:
+		t.Fatal("Done taken before Stop still open after it")
+	}
+}

@@ -1,0 +1,4 @@
+// Command broken does not compile: TestBuild expects the compiler's message.
+package main
+
+func main() { undefinedFunction() }
