@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
@@ -97,6 +98,7 @@ type Coordinator struct {
 	cidrs          *podCIDRs          // the allocator and what it decides from
 	nodeStatus     *nodeStatus        // the Node reconciler's gauges: Nodes waiting, Nodes left alone
 	said           *said              // the last message of each Event reason per object
+	requests       *requests          // each CSR's request, parsed once
 	apiSANsRead    bool               // the API server's certificate SANs are in cfg (read or given)
 	claimLocks     [64]sync.Mutex     // address stripes: claims are decided and recorded under them
 
@@ -179,7 +181,7 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	c := &Coordinator{
-		desired: desired, reviews: newReviews(), cidrs: newPodCIDRs(cfg.Metrics, pools), nodeStatus: newNodeStatus(cfg.Metrics, cfg.Log), said: &said{last: map[string]string{}}, inventory: desired.Inventory,
+		desired: desired, reviews: newReviews(), cidrs: newPodCIDRs(cfg.Metrics, pools), nodeStatus: newNodeStatus(cfg.Metrics, cfg.Log), said: &said{last: map[string]string{}}, requests: &requests{parsed: map[types.UID]csrcheck.Request{}}, inventory: desired.Inventory,
 		cfg: cfg, client: cfg.Client, settings: cfg.Settings, log: cfg.Log, m: cfg.Metrics, policy: policy,
 		records: records.NewStore(cfg.Dynamic), facts: newClusterFacts(cfg.Client), observer: newObserver(cfg.Settings.MaxNodeAddresses),
 		configReserved: cfg.Settings.Reserved(), apiSANsRead: cfg.APIServerNames != nil || cfg.APIServerIPs != nil,
@@ -254,6 +256,12 @@ func New(cfg Config) (*Coordinator, error) {
 		DeleteFunc: func(obj any) {
 			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 				c.forget("csr", key)
+				if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+					obj = d.Obj
+				}
+				if csr, ok := obj.(*certificatesv1.CertificateSigningRequest); ok {
+					c.requests.gone(csr.UID)
+				}
 				if node := c.reviews.gone(key); node != "" {
 					c.nodeQueue.Add(node) // the review may move on
 				}

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"sync"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/approval"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/nodestate"
@@ -95,7 +97,7 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningRequest, now time.Time) (approval.Input, *corev1.Node) {
 	nodeName := csrcheck.NodeName(csr.Spec.Username)
 	in := approval.Input{
-		CSR: csrcheck.FromCSR(csr), Created: csr.CreationTimestamp.Time, ReviewRequested: c.reviewRequested(csr.Name), Policy: c.policy,
+		CSR: c.requests.of(csr), Created: csr.CreationTimestamp.Time, ReviewRequested: c.reviewRequested(csr.Name), Policy: c.policy,
 		AttestationRequired: c.settings.AttestationRequired(), Timeout: c.settings.CSR.AttestationTimeout.Duration,
 		OnTimeout: c.settings.CSR.OnTimeout, Renewals: c.settings.CSR.Renewals, Now: now,
 	}
@@ -222,6 +224,38 @@ func (c *Coordinator) pendingCount() (count, limit int) {
 // hundreds of CSRs a second, and the guard needs no finer count.
 const pendingTTL = 500 * time.Millisecond
 
+// requests keeps each CSR object's request parsed (and its signature
+// checked) once: a CSR's spec never changes, and it is decided again on
+// every event of its Node.
+type requests struct {
+	mu     sync.Mutex
+	parsed map[types.UID]csrcheck.Request
+}
+
+// of is csr's request, parsed the first time it is asked for.
+func (r *requests) of(csr *certificatesv1.CertificateSigningRequest) csrcheck.Request {
+	r.mu.Lock()
+	req, ok := r.parsed[csr.UID]
+	r.mu.Unlock()
+	if ok && csr.UID != "" {
+		return req
+	}
+	req = csrcheck.FromCSR(csr)
+	if csr.UID != "" {
+		r.mu.Lock()
+		r.parsed[csr.UID] = req
+		r.mu.Unlock()
+	}
+	return req
+}
+
+// gone forgets a deleted CSR's request.
+func (r *requests) gone(uid types.UID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.parsed, uid)
+}
+
 // servingUnderReview is the record of the certificate the initializing
 // patch asks the agent to attest: approved, it needs no further write.
 func (c *Coordinator) servingUnderReview(name string) *records.Serving {
@@ -229,7 +263,7 @@ func (c *Coordinator) servingUnderReview(name string) *records.Serving {
 	if err != nil {
 		return nil
 	}
-	parsed, err := csrcheck.Parse(csr.Spec.Request)
+	parsed, err := c.requests.of(csr).Parse()
 	if err != nil {
 		return nil
 	}
