@@ -115,7 +115,7 @@ type UnknownKey struct {
 // wrong with it.
 func UnknownKeys(n *yaml.Node, t reflect.Type) []UnknownKey {
 	var out []UnknownKey
-	var walk func(path string, n *yaml.Node, t reflect.Type)
+	var walk, into func(path string, n *yaml.Node, t reflect.Type)
 	walk = func(path string, n *yaml.Node, t reflect.Type) {
 		if n == nil || n.Kind != yaml.MappingNode {
 			return
@@ -132,8 +132,28 @@ func UnknownKeys(n *yaml.Node, t reflect.Type) []UnknownKey {
 				out = append(out, UnknownKey{Key: k, Path: p, Known: names})
 				continue
 			}
-			if ft.Kind() == reflect.Struct && !decodesItself(ft) {
-				walk(p, n.Content[i+1], ft)
+			into(p, n.Content[i+1], ft)
+		}
+	}
+	// into walks a value of type t: a struct's keys, and those of the
+	// structs a list or map holds ("inventory[1].network").
+	into = func(path string, n *yaml.Node, t reflect.Type) {
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if n == nil || decodesItself(t) {
+			return
+		}
+		switch {
+		case t.Kind() == reflect.Struct:
+			walk(path, n, t)
+		case (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) && n.Kind == yaml.SequenceNode:
+			for i, item := range n.Content {
+				into(fmt.Sprintf("%s[%d]", path, i), item, t.Elem())
+			}
+		case t.Kind() == reflect.Map && n.Kind == yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				into(path+"."+n.Content[i].Value, n.Content[i+1], t.Elem())
 			}
 		}
 	}

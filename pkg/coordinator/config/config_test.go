@@ -277,3 +277,20 @@ func TestCSRPolicyLeavesTheConfigurationAlone(t *testing.T) {
 		t.Errorf("csr.reservedNames after CSRPolicy: %q, want it as written", got)
 	}
 }
+
+// A misspelt key inside a list item is refused like any other: an inventory
+// binding whose "networks" is misspelt would bind nothing, and the admin's
+// protection would silently be absent.
+func TestUnknownKeyInsideAListItem(t *testing.T) {
+	_, err := Parse([]byte(`
+nodeNetworks: [10.0.0.0/8]
+inventory:
+- nodes: [web-1]
+  networks: [10.1.0.0/16]
+- nodes: [web-2]
+  network: [10.2.0.0/16]
+`))
+	if err == nil || !strings.Contains(err.Error(), "inventory[1].network") || !strings.Contains(err.Error(), "networks") {
+		t.Fatalf("Parse = %v, want the misspelt inventory[1].network refused, naming networks", err)
+	}
+}
