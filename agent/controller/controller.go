@@ -89,6 +89,7 @@ type Agent struct {
 	informer  *nodeInformer
 	patched   *corev1.Node // the newest Node a patch returned
 	attested  map[string]string
+	answered  string            // the last csr-review value answered
 	lastLog   map[string]string // dedupes repeated warnings
 	// missingSince is when a synced watch first lacked the Node; recheck asks
 	// the loop to sync again soon (see checkWatch).
@@ -455,7 +456,9 @@ func (a *Agent) attest(ctx context.Context, node *corev1.Node, want desired.Stat
 	// of another request than the review asks for is answered again.
 	prev, prevErr := contract.DecodeAttestation(node.Annotations[contract.AnnotationCSRAttestation])
 	ours := prevErr == nil && prev.CSR == name && prev.Verify(a.nodeName, a.pub, prev.SANs) == nil
-	if ours && a.attested[name] == prev.RequestSHA256 && (review.RequestSHA256 == "" || review.RequestSHA256 == prev.RequestSHA256) {
+	if ours && a.attested[name] == prev.RequestSHA256 && (review.RequestSHA256 == "" || review.RequestSHA256 == prev.RequestSHA256 || a.answered == value) {
+		// Answered already; an ask for a request the CSR no longer has (the
+		// coordinator's cache lagged) costs one GET, not one per sync.
 		return nil
 	}
 	csr, err := a.client.GetCSR(ctx, name)
@@ -468,7 +471,7 @@ func (a *Agent) attest(ctx context.Context, node *corev1.Node, want desired.Stat
 	}
 	digest := contract.RequestDigest(csr.Spec.Request)
 	if ours && prev.RequestSHA256 == digest {
-		a.attested = map[string]string{name: digest}
+		a.attested, a.answered = map[string]string{name: digest}, value
 		return nil
 	}
 	att := csrcheck.Attest(csrcheck.FromCSR(csr), a.nodeName, ownNames(want), a.localIPs())
@@ -481,7 +484,7 @@ func (a *Agent) attest(ctx context.Context, node *corev1.Node, want desired.Stat
 	if err := a.patch(ctx, "attestation", body, ""); err != nil {
 		return err
 	}
-	a.attested = map[string]string{name: digest}
+	a.attested, a.answered = map[string]string{name: digest}, value
 	a.m.Attestations.WithLabelValues(string(att.Verdict)).Inc()
 	a.log.Info("attested serving CSR", "csr", name, "verdict", att.Verdict, "reason", att.Reason)
 	return nil

@@ -243,16 +243,20 @@ func New(cfg Config) (*Coordinator, error) {
 	// decision reads. An oversized request stays too large to parse.
 	_ = csrInf.Informer().SetTransform(func(obj any) (any, error) {
 		if csr, ok := obj.(*certificatesv1.CertificateSigningRequest); ok {
-			csr.ManagedFields = nil
-			if len(csr.Spec.Request) > csrcheck.MaxRequestBytes {
-				csr.Spec.Request = csr.Spec.Request[:csrcheck.MaxRequestBytes+1]
-			}
+			trimCSR(csr)
 		}
 		return obj, nil
 	})
 	_, _ = csrInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.enqueueCSR(obj) },
-		UpdateFunc: func(_, obj any) { c.enqueueCSR(obj) },
+		AddFunc: func(obj any) { c.enqueueCSR(obj) },
+		UpdateFunc: func(_, obj any) {
+			if csr, ok := obj.(*certificatesv1.CertificateSigningRequest); ok && !pending(csr) {
+				// Decided, by whoever (an admin by hand too): its Node's
+				// review moves on.
+				c.handedOff(csr.Name)
+			}
+			c.enqueueCSR(obj)
+		},
 		DeleteFunc: func(obj any) {
 			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 				c.forget("csr", key)
@@ -355,6 +359,17 @@ func (c *Coordinator) serviceRanges() []netip.Prefix {
 		}
 	}
 	return out
+}
+
+// trimCSR keeps no more of a node-written CSR in memory than a decision
+// reads: no managed fields, and an oversized request stays too large to
+// parse. The informer's copies and the coordinator's own decisions are
+// trimmed alike.
+func trimCSR(csr *certificatesv1.CertificateSigningRequest) {
+	csr.ManagedFields = nil
+	if len(csr.Spec.Request) > csrcheck.MaxRequestBytes {
+		csr.Spec.Request = csr.Spec.Request[:csrcheck.MaxRequestBytes+1]
+	}
 }
 
 func (c *Coordinator) enqueueCSR(obj any) {
@@ -677,6 +692,9 @@ func (c *Coordinator) rebuild(nodes []corev1.Node) error {
 		c.m.PodCIDRConflicts.Inc()
 		c.recorder.Eventf(n, corev1.EventTypeWarning, "PodCIDRConflict", "cannot account for this node's pod CIDRs: %v", err)
 	}
+	// A ServiceCIDR object added while the allocator was rebuilt found no
+	// allocator to tell: the ranges are read again now that there is one.
+	c.serviceCIDRsChanged()
 	return nil
 }
 

@@ -53,9 +53,9 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 	}
 	now := time.Now()
 	in, node := c.approvalInput(csr, now)
-	if in.Node != nil && in.Review == csr.Name && c.reviewRequested(csr.Name).IsZero() {
+	if in.Node != nil && in.Review == csr.Name && c.reviews.askedAt(csr.Name, csr.UID).IsZero() {
 		// Asked before this replica led: the timeout starts now.
-		c.setReviewRequested(csr.Name, now)
+		c.reviews.asked(csr.Name, csr.UID, now)
 	}
 	nodeName := csrcheck.NodeName(csr.Spec.Username)
 	d := approval.Decide(in)
@@ -97,7 +97,7 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningRequest, now time.Time) (approval.Input, *corev1.Node) {
 	nodeName := csrcheck.NodeName(csr.Spec.Username)
 	in := approval.Input{
-		CSR: c.requests.of(csr), Created: csr.CreationTimestamp.Time, ReviewRequested: c.reviewRequested(csr.Name), Policy: c.policy,
+		CSR: c.requests.of(csr), Created: csr.CreationTimestamp.Time, ReviewRequested: c.reviews.askedAt(csr.Name, csr.UID), Policy: c.policy,
 		AttestationRequired: c.settings.AttestationRequired(), Timeout: c.settings.CSR.AttestationTimeout.Duration,
 		OnTimeout: c.settings.CSR.OnTimeout, Renewals: c.settings.CSR.Renewals, Now: now,
 	}
@@ -290,15 +290,20 @@ func (c *Coordinator) certDuration(csr *certificatesv1.CertificateSigningRequest
 // the record keeps of it when the Node is initialized with the review.
 func (c *Coordinator) review(node *corev1.Node) nodestate.Review {
 	current, _ := contract.ParseReview(node.Annotations[contract.AnnotationCSRReview])
-	name, stale := approval.Handoff(current.CSR, c.reviews.wants(node.Name))
+	name, _ := approval.Handoff(current.CSR, c.reviews.wants(node.Name))
 	r := nodestate.Review{Ask: contract.Review{CSR: name}}
 	if name == "" {
 		return r
 	}
-	if stale {
-		// Ask again, for the request under the name now.
+	// The Node's attestation names this CSR but another request (it was
+	// deleted and created again): ask again, for the request now under the
+	// name. Decided from the attestation and the CSR themselves, so the ask
+	// stays the same however the CSR's decision moves meanwhile.
+	if att, err := contract.DecodeAttestation(node.Annotations[contract.AnnotationCSRAttestation]); err == nil && att.CSR == name {
 		if csr, err := c.csr(name); err == nil {
-			r.Ask.RequestSHA256 = contract.RequestDigest(csr.Spec.Request)
+			if digest := contract.RequestDigest(csr.Spec.Request); digest != att.RequestSHA256 {
+				r.Ask.RequestSHA256 = digest
+			}
 		}
 	}
 	if finalize.Uninitialized(node) {
@@ -314,13 +319,6 @@ func (c *Coordinator) handedOff(csr string) {
 		c.nodeQueue.Add(node)
 	}
 }
-
-// reviewRequested is when this replica asked for csr's review (zero: not yet).
-func (c *Coordinator) reviewRequested(csr string) time.Time { return c.reviews.askedAt(csr) }
-
-// setReviewRequested records that csr's review was asked for at t (again,
-// for a stale attestation: the timeout starts over).
-func (c *Coordinator) setReviewRequested(csr string, t time.Time) { c.reviews.asked(csr, t) }
 
 // recordServing keeps the record's serving SANs true after a decision:
 // set on an approval of another CSR than the one recorded, cleared on a
@@ -374,6 +372,7 @@ func (c *Coordinator) decide(ctx context.Context, csr *certificatesv1.Certificat
 		}
 		return fmt.Errorf("%s CSR %s: %w", d.Action, csr.Name, err)
 	}
+	trimCSR(decided)
 	c.ownCSRs.Mutation(decided)
 	c.handedOff(csr.Name)
 	c.m.NodeWrites.WithLabelValues("approval", "ok").Inc()

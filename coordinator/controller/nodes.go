@@ -205,7 +205,9 @@ func (c *Coordinator) patched(node *corev1.Node, d nodestate.Desired, review nod
 	name := node.Name
 	if ask := review.Ask; ask.CSR != "" && node.Annotations[contract.AnnotationCSRReview] != ask.String() {
 		c.m.NodeWrites.WithLabelValues("review", "ok").Inc()
-		c.setReviewRequested(ask.CSR, time.Now())
+		if csr, err := c.csr(ask.CSR); err == nil {
+			c.reviews.asked(ask.CSR, csr.UID, time.Now())
+		}
 		c.csrQueue.AddAfter(ask.CSR, c.settings.CSR.AttestationTimeout.Duration)
 	}
 	if len(d.CIDRs) > 0 {

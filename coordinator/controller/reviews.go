@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/approval"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // reviews is the CSR reconciler's own state about reviews: the typed
@@ -16,26 +17,38 @@ import (
 type reviews struct {
 	mu       sync.Mutex
 	byNode   map[string]map[string]approval.Want
-	nodeOf   map[string]string    // CSR name → its requester's Node
-	askedFor map[string]time.Time // CSR name → when its review was asked
+	nodeOf   map[string]string // CSR name → its requester's Node
+	askedFor map[string]asked  // CSR name → when its review was asked, and of which object
+}
+
+// asked is when the review of one CSR object was asked: a CSR deleted and
+// created again under its name is another object, asked afresh.
+type asked struct {
+	uid types.UID
+	at  time.Time
 }
 
 func newReviews() *reviews {
-	return &reviews{byNode: map[string]map[string]approval.Want{}, nodeOf: map[string]string{}, askedFor: map[string]time.Time{}}
+	return &reviews{byNode: map[string]map[string]approval.Want{}, nodeOf: map[string]string{}, askedFor: map[string]asked{}}
 }
 
-// asked records that csr's review was asked for at t.
-func (r *reviews) asked(csr string, t time.Time) {
+// asked records that the review of CSR csr, object uid, was asked for at t
+// (again, for a stale attestation: the timeout starts over).
+func (r *reviews) asked(csr string, uid types.UID, t time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.askedFor[csr] = t
+	r.askedFor[csr] = asked{uid: uid, at: t}
 }
 
-// askedAt is when csr's review was asked for (zero: not yet).
-func (r *reviews) askedAt(csr string) time.Time {
+// askedAt is when the review of CSR csr, object uid, was asked for (zero:
+// not yet, or only that of an earlier object under the name).
+func (r *reviews) askedAt(csr string, uid types.UID) time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.askedFor[csr]
+	if a := r.askedFor[csr]; a.uid == uid {
+		return a.at
+	}
+	return time.Time{}
 }
 
 // gone forgets a deleted CSR and returns its Node's name ("" when none).
