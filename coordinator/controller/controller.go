@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
@@ -636,28 +637,27 @@ func (c *Coordinator) lead(ctx context.Context) {
 
 // csr is CSR name as this replica last saw or wrote it.
 func (c *Coordinator) csr(name string) (*certificatesv1.CertificateSigningRequest, error) {
-	obj, exists, err := c.ownCSRs.GetByKey(name)
-	if err != nil {
-		return nil, err
-	}
-	r, ok := obj.(*certificatesv1.CertificateSigningRequest)
-	if !exists || !ok {
-		return nil, apierrors.NewNotFound(certificatesv1.Resource("certificatesigningrequests"), name)
-	}
-	return r, nil
+	return readBack[*certificatesv1.CertificateSigningRequest](c.ownCSRs, certificatesv1.Resource("certificatesigningrequests"), name)
 }
 
 // node is Node name as this replica last saw or wrote it.
 func (c *Coordinator) node(name string) (*corev1.Node, error) {
-	obj, exists, err := c.ownNodes.GetByKey(name)
+	return readBack[*corev1.Node](c.ownNodes, corev1.Resource("nodes"), name)
+}
+
+// readBack reads object name through a cache of this replica's own writes
+// over its informer; a missing one is NotFound.
+func readBack[T any](m cache.MutationCache, resource schema.GroupResource, name string) (T, error) {
+	var zero T
+	obj, exists, err := m.GetByKey(name)
 	if err != nil {
-		return nil, err
+		return zero, err
 	}
-	n, ok := obj.(*corev1.Node)
+	o, ok := obj.(T)
 	if !exists || !ok {
-		return nil, apierrors.NewNotFound(corev1.Resource("nodes"), name)
+		return zero, apierrors.NewNotFound(resource, name)
 	}
-	return n, nil
+	return o, nil
 }
 
 func (c *Coordinator) listNodes() []*corev1.Node {
