@@ -63,7 +63,8 @@ type Config struct {
 	// Lease in Namespace; Identity is this replica's name (pod name).
 	Namespace, LeaseName, Identity            string
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
-	// NodeWorkers and CSRWorkers sync in parallel (default 4 each).
+	// NodeWorkers and CSRWorkers sync in parallel (default 16 each: a sync
+	// waits on the API server, not the CPU).
 	NodeWorkers, CSRWorkers int
 	Log                     *slog.Logger
 	Metrics                 *Metrics
@@ -150,10 +151,10 @@ func New(cfg Config) (*Coordinator, error) {
 	def(&cfg.RenewDeadline, 10*time.Second)
 	def(&cfg.RetryPeriod, 2*time.Second)
 	if cfg.NodeWorkers <= 0 {
-		cfg.NodeWorkers = 4
+		cfg.NodeWorkers = 16
 	}
 	if cfg.CSRWorkers <= 0 {
-		cfg.CSRWorkers = 4
+		cfg.CSRWorkers = 16
 	}
 	if cfg.Namespace == "" {
 		cfg.Namespace = "kube-system"

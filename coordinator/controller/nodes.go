@@ -59,6 +59,7 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	unlock := c.lockAddrs(slices.Concat(current, recorded))
 	defer unlock()
 	in.Others = c.otherOwners(node.Name, current)
+	in.FirstSeen = c.observer.firstSeen(node.Name, node.UID)
 	d, err := nodestate.Decide(c.desired, in)
 	if err != nil {
 		return err

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"maps"
 	"net/netip"
 	"sync"
 	"time"
@@ -123,6 +124,18 @@ func (o *observer) forget(name string) []netip.Addr {
 		return nil
 	}
 	return n.order
+}
+
+// firstSeen is since when each of the Node object's addresses has been
+// observed continuously.
+func (o *observer) firstSeen(name string, uid types.UID) map[netip.Addr]time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := map[netip.Addr]time.Time{}
+	if n := o.nodes[name]; n != nil && n.uid == uid {
+		maps.Copy(out, n.since)
+	}
+	return out
 }
 
 // seen is how long each of the Node's addresses has been observed at now.

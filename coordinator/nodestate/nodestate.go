@@ -78,6 +78,10 @@ type Input struct {
 	// Others maps each of the Node's addresses that another Node holds
 	// (by its record, or by listing it first) to that Node.
 	Others map[netip.Addr]string
+	// FirstSeen is when the coordinator first saw this Node object list
+	// each of its addresses, listed continuously since: a new claim dates
+	// from then.
+	FirstSeen map[netip.Addr]time.Time
 	// Near is what other records hold around a prefix (records.Store.Near).
 	Near func(netip.Prefix) []records.Holding
 	// HasV4, HasV6: the allocator hands out segments of that family.
@@ -179,7 +183,7 @@ func Decide(s Settings, in Input) (Desired, error) {
 	}
 	current := Addresses(node, cfg.MaxNodeAddresses)
 	pol := records.ClaimPolicy{Networks: s.Networks, Reserved: in.Reserved, Max: cfg.MaxNodeAddresses, Node: node.Name, Inventory: s.Inventory}
-	d.Claims, d.Refused = records.NextClaims(prev.Addresses, current, in.Others, pol, in.Now)
+	d.Claims, d.Refused = records.NextClaims(prev.Addresses, current, in.Others, in.FirstSeen, pol, in.Now)
 	d.Contested = contestedBy(in.Others, d.Claims)
 	d.RecheckClaims = len(in.Others) > 0
 

@@ -298,3 +298,24 @@ func contains(s []string, v string) bool {
 	}
 	return false
 }
+
+// A new claim dates from when this replica first saw the Node list the
+// address continuously (no other Node held or listed it first, or it would
+// be contested): the address has been the Node's alone since then, so the
+// serving certificate need not wait csr.minAddressAge again from the
+// initializing write.
+func TestClaimDatesFromTheFirstObservation(t *testing.T) {
+	s := settings(t, "")
+	listed := now.Add(-5 * time.Second)
+	in := nodestate.Input{Node: joined("n1", "uid-1", "10.0.0.1", agentKey(1)), Now: now, HasV4: true,
+		FirstSeen: map[netip.Addr]time.Time{netip.MustParseAddr("10.0.0.1"): listed}}
+	d := decide(t, s, in, "10.244.3.0/24")
+	if len(d.Claims) != 1 || !d.Claims[0].Since.Equal(listed) {
+		t.Fatalf("claims %+v, want 10.0.0.1 since %v", d.Claims, listed)
+	}
+	// Never later than now, whatever an observation says.
+	in.FirstSeen[netip.MustParseAddr("10.0.0.1")] = now.Add(time.Hour)
+	if d = decide(t, s, in, "10.244.3.0/24"); !d.Claims[0].Since.Equal(now) {
+		t.Fatalf("claim since %v, want now", d.Claims[0].Since)
+	}
+}

@@ -156,9 +156,12 @@ func unit(p netip.Prefix) netip.Prefix {
 // NextClaims is a Node's recorded addresses after the coordinator saw it
 // report current: claims it still reports keep their time, withdrawn ones
 // are released, and new ones are recorded only when certifiable at all,
-// held by no other record (others), and under the cap. refused says why
-// each address was not recorded.
-func NextClaims(prev []Claim, current []netip.Addr, others map[netip.Addr]string, pol ClaimPolicy, now time.Time) (next []Claim, refused []string) {
+// held by no other record (others), and under the cap. A new claim dates
+// from firstSeen (when the coordinator first saw the Node list it, and
+// has seen it listed since), never later than now: no other Node held or
+// listed it before, or others would name that Node. refused says why each
+// address was not recorded.
+func NextClaims(prev []Claim, current []netip.Addr, others map[netip.Addr]string, firstSeen map[netip.Addr]time.Time, pol ClaimPolicy, now time.Time) (next []Claim, refused []string) {
 	have := map[netip.Addr]bool{}
 	for _, c := range prev {
 		ip, err := netip.ParseAddr(c.IP)
@@ -196,7 +199,11 @@ func NextClaims(prev []Claim, current []netip.Addr, others map[netip.Addr]string
 			refused = append(refused, fmt.Sprintf("%s: the Node already has %d recorded addresses (the limit)", ip, pol.Max))
 			continue
 		}
-		next = append(next, Claim{IP: ip.String(), Since: now.UTC()})
+		since := now
+		if t, ok := firstSeen[ip]; ok && t.Before(now) {
+			since = t
+		}
+		next = append(next, Claim{IP: ip.String(), Since: since.UTC()})
 	}
 	return next, refused
 }

@@ -45,7 +45,7 @@ func TestNextClaims(t *testing.T) {
 		{name: "kept claims keep their time and order", prev: []Claim{{"10.0.0.2", earlier}}, current: ips("10.0.0.1", "10.0.0.2"), want: []string{"10.0.0.2", "10.0.0.1"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			next, refused := NextClaims(c.prev, c.current, c.others, pol, now)
+			next, refused := NextClaims(c.prev, c.current, c.others, nil, pol, now)
 			var got []string
 			for _, cl := range next {
 				got = append(got, cl.IP)
@@ -174,7 +174,7 @@ func TestBound(t *testing.T) {
 	// recorded before the inventory was configured.
 	pol := ClaimPolicy{Networks: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, Max: 4, Node: "squatter", Inventory: inv}
 	now := time.Now()
-	next, refused := NextClaims([]Claim{{"10.1.0.9", now.Add(-time.Hour)}}, []netip.Addr{netip.MustParseAddr("10.1.0.9"), netip.MustParseAddr("10.1.0.10")}, nil, pol, now)
+	next, refused := NextClaims([]Claim{{"10.1.0.9", now.Add(-time.Hour)}}, []netip.Addr{netip.MustParseAddr("10.1.0.9"), netip.MustParseAddr("10.1.0.10")}, nil, nil, pol, now)
 	if len(next) != 0 || len(refused) != 2 {
 		t.Errorf("squatter keeps %v (refused %q): want nothing", next, refused)
 	}

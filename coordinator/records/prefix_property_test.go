@@ -127,7 +127,7 @@ func (m *prefixModel) sync(name string) {
 		}
 	}
 	pol := records.ClaimPolicy{Networks: []netip.Prefix{netip.MustParsePrefix("2001:db8::/32")}, Max: 16, Node: name}
-	n.rec.Addresses, _ = records.NextClaims(n.rec.Addresses, n.listed, others, pol, m.now)
+	n.rec.Addresses, _ = records.NextClaims(n.rec.Addresses, n.listed, others, nil, pol, m.now)
 	if len(n.cidrs) > 0 {
 		return
 	}
