@@ -229,6 +229,14 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	c.nodeIndex = nodeInf.Informer().GetIndexer()
+	// No decision reads a Node's managed fields, and on a cluster of
+	// thousands of Nodes they are most of what the cache would hold.
+	_ = nodeInf.Informer().SetTransform(func(obj any) (any, error) {
+		if n, ok := obj.(*corev1.Node); ok {
+			n.ManagedFields = nil
+		}
+		return obj, nil
+	})
 	c.ownNodes = cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), nodeInf.Informer().GetStore(),
 		cache.MutationCacheOptions{Indexer: c.nodeIndex, TTL: time.Minute, MaxCacheSize: 10000})
 	_, _ = nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
