@@ -5,7 +5,6 @@ import (
 	"flag"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 
 	"k8s.io/klog/v2"
 )
@@ -13,21 +12,26 @@ import (
 // klog is process-wide: its logger and its verbosity are globals that
 // client-go's goroutines (reflectors, leader election, the certificate
 // manager) read at any time, and a test process runs many commands in
-// turn. So klog is pointed once, for the life of the process, at a router
-// whose target each RouteKlog call swaps atomically and whose restore puts
-// back what was there before: a command run in-process changes klog only
-// while it runs, and never writes a global another goroutine is reading.
+// turn. So klog is pointed at a router once, in this package's init,
+// before any goroutine that could read it exists (klog's own writes are
+// unsynchronized: doing it on a command's first run raced a goroutine
+// another test left logging). Each RouteKlog call then swaps the router's
+// target atomically and its restore puts back what was there before: a
+// command run in-process changes klog only while it runs, and never
+// writes a global another goroutine is reading. A klog line holds the
+// route's read lock while it is handled, and a swap takes the write lock:
+// when restore returns, no line is still on its way to the command's
+// writer.
 
 // klogDebugVerbosity is the klog -v that --log-level debug turns on:
 // client-go's requests, reflectors and leader-election attempts.
 const klogDebugVerbosity = "4"
 
 var klogRoute struct {
-	once   sync.Once
-	target atomic.Pointer[slog.Logger] // nil: klog's lines are dropped
-	mu     sync.Mutex                  // serializes RouteKlog and restores (flags, verbosity)
-	flags  *flag.FlagSet               // klog's own -v, registered once
-	v      string                      // the verbosity set now
+	mu     sync.RWMutex  // read: a line being handled; write: a swap (target, flags, verbosity)
+	target *slog.Logger  // nil: klog's lines are dropped
+	flags  *flag.FlagSet // klog's own -v, registered once
+	v      string        // the verbosity set now
 }
 
 // RouteKlog sends client-go's own logs (klog: leader election, reflectors,
@@ -37,26 +41,32 @@ var klogRoute struct {
 // registered on the command line): V(4) and below with debug, none else.
 // The returned func puts back the previous route; a command defers it.
 func RouteKlog(log *slog.Logger) (restore func()) {
-	klogRoute.once.Do(func() {
-		klogRoute.flags = flag.NewFlagSet("klog", flag.ContinueOnError)
-		klog.InitFlags(klogRoute.flags)
-		klogRoute.v = "0"
-		klog.SetSlogLogger(slog.New(routedHandler{}))
-	})
 	v := "0"
 	if log.Enabled(context.Background(), slog.LevelDebug) {
 		v = klogDebugVerbosity
 	}
 	klogRoute.mu.Lock()
 	defer klogRoute.mu.Unlock()
-	prev, prevV := klogRoute.target.Swap(log), klogRoute.v
+	prev, prevV := klogRoute.target, klogRoute.v
+	klogRoute.target = log
 	setKlogVerbosity(v)
 	return func() {
 		klogRoute.mu.Lock()
 		defer klogRoute.mu.Unlock()
-		klogRoute.target.Store(prev)
+		klogRoute.target = prev
 		setKlogVerbosity(prevV)
 	}
+}
+
+// init points klog at the router with verbosity 0 and no target (klog's
+// lines are dropped until a command routes them). Only the agent and the
+// coordinator import this package, and both route klog.
+func init() {
+	klogRoute.flags = flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogRoute.flags)
+	_ = klogRoute.flags.Set("v", "0")
+	klogRoute.v = "0"
+	klog.SetSlogLogger(slog.New(routedHandler{}))
 }
 
 // setKlogVerbosity sets klog's -v (klog locks and stores it atomically);
@@ -74,8 +84,10 @@ type routedHandler struct {
 	ops []func(slog.Handler) slog.Handler // WithAttrs/WithGroup, in order
 }
 
+// current is the target's handler; the caller holds klogRoute.mu for
+// reading.
 func (h routedHandler) current() slog.Handler {
-	l := klogRoute.target.Load()
+	l := klogRoute.target
 	if l == nil {
 		return nil
 	}
@@ -87,11 +99,15 @@ func (h routedHandler) current() slog.Handler {
 }
 
 func (h routedHandler) Enabled(ctx context.Context, level slog.Level) bool {
+	klogRoute.mu.RLock()
+	defer klogRoute.mu.RUnlock()
 	c := h.current()
 	return c != nil && c.Enabled(ctx, level)
 }
 
 func (h routedHandler) Handle(ctx context.Context, r slog.Record) error {
+	klogRoute.mu.RLock()
+	defer klogRoute.mu.RUnlock()
 	if c := h.current(); c != nil {
 		return c.Handle(ctx, r)
 	}

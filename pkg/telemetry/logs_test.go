@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -131,3 +132,53 @@ type syncbuf struct {
 func (s *syncbuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
 func (s *syncbuf) Len() int                    { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Len() }
 func (s *syncbuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// A command's writer is its own once RouteKlog's restore has returned: a
+// leftover goroutine's klog line that was already on its way through the
+// route must have finished before restore returns, never land after it
+// (a test reads its buffer right then; a command may close its file).
+func TestKlogRestoreWaitsForLinesInFlight(t *testing.T) {
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() { // a leftover client-go goroutine
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				klog.InfoS("certificate rotation: waiting")
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	for i := range 200 {
+		w := &closingWriter{}
+		log, _ := NewLogger(w, "info", "text")
+		restore := RouteKlog(log)
+		time.Sleep(100 * time.Microsecond)
+		restore()
+		w.close()
+		if late := w.late.Load(); late > 0 {
+			t.Fatalf("round %d: %d klog lines written after restore returned", i, late)
+		}
+	}
+}
+
+// closingWriter counts the writes that come after close; each write takes
+// a little while, as a file or a pipe's would.
+type closingWriter struct {
+	closed, late atomic.Int64
+}
+
+func (w *closingWriter) Write(p []byte) (int, error) {
+	time.Sleep(50 * time.Microsecond)
+	if w.closed.Load() > 0 {
+		w.late.Add(1)
+	}
+	return len(p), nil
+}
+
+func (w *closingWriter) close() {
+	w.closed.Store(1)
+	time.Sleep(200 * time.Microsecond) // a write already past the check lands in this time
+}
