@@ -15,9 +15,9 @@ type Want struct {
 	// Review: the decision asks for the agent's attestation
 	// (RequestReview), or waits with the review asked or about to be
 	// (Category.WaitsOnAddresses: the attestation is then ready when the
-	// addresses are). Stale: the Node's attestation is of an earlier request
-	// under the same name.
-	Review, Stale bool
+	// addresses are). Whether the ask is a first one or an ask again is
+	// decided when it is written, from the Node's attestation.
+	Review bool
 }
 
 // WantOf is the hand-off a decision makes for its CSR.
@@ -25,7 +25,7 @@ func WantOf(csr string, created time.Time, d Decision) Want {
 	w := Want{CSR: csr, Created: created}
 	switch {
 	case d.Action == RequestReview:
-		w.Review, w.Stale = true, d.Category == CategoryAttestationStale
+		w.Review = true
 	case d.Action == Wait && d.Category.WaitsOnAddresses():
 		w.Review = true
 	}
@@ -37,7 +37,7 @@ func WantOf(csr string, created time.Time, d Decision) Want {
 // names (current). The CSR under review stays under review while it wants
 // it; only then does the newest other one (by creation, then name: every
 // sync agrees) get its turn, and only if it wants it.
-func Handoff(current string, wants []Want) (csr string, stale bool) {
+func Handoff(current string, wants []Want) string {
 	wants = slices.Clone(wants)
 	slices.SortFunc(wants, func(a, b Want) int {
 		switch {
@@ -52,11 +52,11 @@ func Handoff(current string, wants []Want) (csr string, stale bool) {
 	})
 	for _, w := range wants {
 		if w.Review {
-			return w.CSR, w.Stale
+			return w.CSR
 		}
 		if w.CSR != current {
 			break // only the one under review may hand over to the next
 		}
 	}
-	return "", false
+	return ""
 }

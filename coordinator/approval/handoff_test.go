@@ -19,7 +19,6 @@ func TestHandoff(t *testing.T) {
 		name, current string
 		wants         []approval.Want
 		want          string
-		stale         bool
 	}{
 		{name: "none pending", want: ""},
 		{name: "one wanting", wants: []approval.Want{old("a", true)}, want: "a"},
@@ -29,12 +28,11 @@ func TestHandoff(t *testing.T) {
 		{name: "decided (gone from the pending): the newest next", current: "gone", wants: []approval.Want{old("a", true), newer("b", true)}, want: "b"},
 		{name: "only the newest is considered after the current", current: "gone", wants: []approval.Want{old("a", true), newer("b", false)}, want: ""},
 		{name: "ties on creation by name, descending", wants: []approval.Want{old("a", true), old("b", true)}, want: "b"},
-		{name: "stale attestation asks again", current: "a", wants: []approval.Want{{CSR: "a", Created: t0, Review: true, Stale: true}}, want: "a", stale: true},
+		{name: "a stale attestation keeps the review", current: "a", wants: []approval.Want{approval.WantOf("a", t0, approval.Decision{Action: approval.RequestReview, Category: approval.CategoryAttestationStale})}, want: "a"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, stale := approval.Handoff(tc.current, tc.wants)
-			if got != tc.want || stale != tc.stale {
-				t.Fatalf("Handoff(%q) = %q, %v; want %q, %v", tc.current, got, stale, tc.want, tc.stale)
+			if got := approval.Handoff(tc.current, tc.wants); got != tc.want {
+				t.Fatalf("Handoff(%q) = %q; want %q", tc.current, got, tc.want)
 			}
 		})
 	}
@@ -42,20 +40,19 @@ func TestHandoff(t *testing.T) {
 
 func TestWantOf(t *testing.T) {
 	for _, tc := range []struct {
-		d             approval.Decision
-		review, stale bool
+		d      approval.Decision
+		review bool
 	}{
-		{approval.Decision{Action: approval.RequestReview, Category: approval.CategoryReview}, true, false},
-		{approval.Decision{Action: approval.RequestReview, Category: approval.CategoryAttestationStale}, true, true},
-		{approval.Decision{Action: approval.Wait, Category: approval.CategoryAddressNotSettled}, true, false},
-		{approval.Decision{Action: approval.Wait, Category: approval.CategoryWaiting}, true, false},
-		{approval.Decision{Action: approval.Hold, Category: approval.CategoryNoEnrolledKey}, false, false},
-		{approval.Decision{Action: approval.Approve, Category: approval.CategoryAttested}, false, false},
-		{approval.Decision{Action: approval.Retry, Category: approval.CategoryNodeUnknown}, false, false},
+		{approval.Decision{Action: approval.RequestReview, Category: approval.CategoryReview}, true},
+		{approval.Decision{Action: approval.RequestReview, Category: approval.CategoryAttestationStale}, true},
+		{approval.Decision{Action: approval.Wait, Category: approval.CategoryAddressNotSettled}, true},
+		{approval.Decision{Action: approval.Wait, Category: approval.CategoryWaiting}, true},
+		{approval.Decision{Action: approval.Hold, Category: approval.CategoryNoEnrolledKey}, false},
+		{approval.Decision{Action: approval.Approve, Category: approval.CategoryAttested}, false},
+		{approval.Decision{Action: approval.Retry, Category: approval.CategoryNodeUnknown}, false},
 	} {
-		w := approval.WantOf("x", time.Time{}, tc.d)
-		if w.Review != tc.review || w.Stale != tc.stale {
-			t.Errorf("WantOf(%v/%v) = review %v stale %v; want %v %v", tc.d.Action, tc.d.Category, w.Review, w.Stale, tc.review, tc.stale)
+		if w := approval.WantOf("x", time.Time{}, tc.d); w.Review != tc.review {
+			t.Errorf("WantOf(%v/%v) = review %v; want %v", tc.d.Action, tc.d.Category, w.Review, tc.review)
 		}
 	}
 }

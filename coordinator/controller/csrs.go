@@ -290,7 +290,7 @@ func (c *Coordinator) certDuration(csr *certificatesv1.CertificateSigningRequest
 // the record keeps of it when the Node is initialized with the review.
 func (c *Coordinator) review(node *corev1.Node) nodestate.Review {
 	current, _ := contract.ParseReview(node.Annotations[contract.AnnotationCSRReview])
-	name, _ := approval.Handoff(current.CSR, c.reviews.wants(node.Name))
+	name := approval.Handoff(current.CSR, c.reviews.wants(node.Name))
 	r := nodestate.Review{Ask: contract.Review{CSR: name}}
 	if name == "" {
 		return r

@@ -150,14 +150,3 @@ func (o *observer) seen(name string, uid types.UID, now time.Time) map[netip.Add
 	}
 	return out
 }
-
-// all returns every observed address, for rebuilding reservations.
-func (o *observer) all() []netip.Addr {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	var out []netip.Addr
-	for _, n := range o.nodes {
-		out = append(out, n.order...)
-	}
-	return out
-}
