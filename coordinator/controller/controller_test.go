@@ -907,3 +907,38 @@ func atOrAfter(rv, than string) bool {
 	b, errB := strconv.ParseUint(than, 10, 64)
 	return errA == nil && errB == nil && a >= b
 }
+
+// A CSR approved by hand while under review hands the Node's review on to
+// its next pending CSR: the CSR sync sees it decided and drops its
+// hand-off, as it does for its own decisions. Before, the Node's review
+// stayed on the hand-approved CSR until the csrcleaner removed it.
+func TestReviewMovesOnWhenApprovedByHand(t *testing.T) {
+	startCoordinator(t, "by-hand", ipamSettings)
+	n := register(t, "by-hand", "10.0.6.2")
+	n.publish(t, report{providerID: "talos://metal/10.0.6.2"})
+	n.csr(t, "by-hand-old", []string{"by-hand"}, []string{"10.0.6.2"})
+	waitFor(t, 10*time.Second, "review of by-hand-old", func() bool {
+		return get(t, "by-hand").Annotations[contract.AnnotationCSRReview] == "by-hand-old"
+	})
+	time.Sleep(1100 * time.Millisecond) // a newer creation time (seconds)
+	n.csr(t, "by-hand-new", []string{"by-hand"}, []string{"10.0.6.2"})
+	// The one under review keeps the review over a newer one.
+	time.Sleep(300 * time.Millisecond)
+	if got := get(t, "by-hand").Annotations[contract.AnnotationCSRReview]; got != "by-hand-old" {
+		t.Fatalf("csr-review %q while by-hand-old waits for its attestation, want by-hand-old", got)
+	}
+	// An admin approves it by hand, before the attestation timeout (3s).
+	csr, err := admin().CertificatesV1().CertificateSigningRequests().Get(t.Context(), "by-hand-old", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "ApprovedByHand",
+	})
+	if _, err := admin().CertificatesV1().CertificateSigningRequests().UpdateApproval(t.Context(), "by-hand-old", csr, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the review handed on to by-hand-new", func() bool {
+		return get(t, "by-hand").Annotations[contract.AnnotationCSRReview] == "by-hand-new"
+	})
+}
