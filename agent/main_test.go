@@ -206,8 +206,9 @@ func TestBinaryRunAndSIGTERM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if node.Spec.ProviderID != "talos://metal/10.1.0.10" || node.Labels["topology.kubernetes.io/zone"] != "lab-a" {
-		t.Errorf("node after ready: providerID %q labels %v", node.Spec.ProviderID, node.Labels)
+	md, _ := contract.DecodeMetadata(node.Annotations[contract.AnnotationMetadata])
+	if md.SetProviderID != "talos://metal/10.1.0.10" || node.Labels["topology.kubernetes.io/zone"] != "lab-a" {
+		t.Errorf("node after ready: the report asks for providerID %q (the coordinator sets it); labels %v", md.SetProviderID, node.Labels)
 	}
 	if !containsAddr(node.Status.Addresses, corev1.NodeExternalIP, "2001:db8:9::20") {
 		t.Errorf("addresses %v", node.Status.Addresses)
@@ -231,8 +232,8 @@ func TestBinaryRunAndSIGTERM(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(string(body), `nodeinit_agent_writes_total{kind="metadata",result="ok"} 1`) {
-		t.Errorf("metrics lack the metadata write:\n%s", body)
+	if !strings.Contains(string(body), `nodeinit_agent_writes_total{kind="status",result="ok"} 1`) {
+		t.Errorf("metrics lack the one status write:\n%s", body)
 	}
 
 	start := time.Now()

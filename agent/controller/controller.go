@@ -362,15 +362,15 @@ func (a *Agent) sync(ctx context.Context) error {
 				"node", p.ProviderIDConflict, "wanted", want.ProviderID)
 		})
 	}
-	// Addresses first: the metadata annotation is what tells the coordinator
-	// the node's facts are complete, so they must already be there.
+	// The report and the addresses in one write: the coordinator never sees
+	// the metadata annotation without the addresses it describes.
 	if p.Status != nil {
 		if err := a.patch(ctx, "status", p.Status, "status"); err != nil {
 			return err
 		}
 	}
-	if p.Meta != nil {
-		if err := a.patch(ctx, "metadata", p.Meta, ""); err != nil {
+	if p.Spec != nil {
+		if err := a.patch(ctx, "spec", p.Spec, ""); err != nil {
 			return err
 		}
 	}

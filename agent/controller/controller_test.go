@@ -199,8 +199,8 @@ func TestJoinThenSteadyStateWritesNothing(t *testing.T) {
 	n := newNode(t, "web-www", "10.0.0.10", metal("web-www"))
 	a := n.startAgent(t, ccmRules)
 
-	took := n.waitNode(t, 20*time.Second, "node initialized by the agent", func(node *corev1.Node) bool {
-		return node.Spec.ProviderID != "" && node.Annotations[contract.AnnotationPrefixes] != "" &&
+	took := n.waitNode(t, 20*time.Second, "the agent's report", func(node *corev1.Node) bool {
+		return node.Annotations[contract.AnnotationMetadata] != "" && node.Annotations[contract.AnnotationPrefixes] != "" &&
 			hasAddress(node, corev1.NodeExternalIP, "203.0.113.10")
 	})
 	t.Logf("join: node written %v after the agent started", took)
@@ -236,8 +236,10 @@ func TestJoinThenSteadyStateWritesNothing(t *testing.T) {
 	if err != nil || md.Platform != "metal" || md.Region != "eu-west" || md.AgentVersion != "test" || md.AgentKey == "" {
 		t.Errorf("metadata = %+v (%v)", md, err)
 	}
-	if got, want := node.Spec.ProviderID, "talos://metal/10.0.0.10"; got != want {
-		t.Errorf("providerID = %q, want %q", got, want)
+	// The Node waits for its initialization: the providerID is asked for in
+	// the report, for the coordinator's initializing patch to set.
+	if got, want := md.SetProviderID, "talos://metal/10.0.0.10"; got != want || node.Spec.ProviderID != "" {
+		t.Errorf("report asks for providerID %q, want %q; spec.providerID %q, want none before the initialization", got, want, node.Spec.ProviderID)
 	}
 	wantAddrs := []corev1.NodeAddress{
 		{Type: corev1.NodeInternalIP, Address: "10.0.0.10"},
@@ -256,8 +258,8 @@ func TestJoinThenSteadyStateWritesNothing(t *testing.T) {
 		t.Error("the agent must never write taints")
 	}
 
-	// The agent's writes, counted by the API server: one metadata patch and
-	// one direct status patch, both as the node itself.
+	// The agent's writes, counted by the API server: one status patch, the
+	// report with its addresses, as the node itself.
 	writes := agentWrites(t, n.name)
 	var kinds []string
 	for _, e := range writes {
@@ -267,8 +269,8 @@ func TestJoinThenSteadyStateWritesNothing(t *testing.T) {
 		}
 	}
 	slices.Sort(kinds)
-	if !slices.Equal(kinds, []string{"patch nodes/", "patch nodes/status"}) {
-		t.Errorf("join writes = %q, want one metadata patch and one status patch", kinds)
+	if !slices.Equal(kinds, []string{"patch nodes/status"}) {
+		t.Errorf("join writes = %q, want one status patch", kinds)
 	}
 
 	// Steady state: the agent resyncs (an admin touches an annotation it
@@ -294,6 +296,19 @@ func TestJoinThenSteadyStateWritesNothing(t *testing.T) {
 		t.Errorf("agent not ready in steady state: %v", err)
 	}
 	t.Logf("steady state: 0 writes over 3 resyncs; %d writes in all", before)
+
+	// Initialized without a providerID (by an older coordinator, or by
+	// hand): nobody else will set it, so the agent does, in one spec patch.
+	untaint := []byte(`{"spec":{"taints":null}}`)
+	if _, err := n.admin.CoreV1().Nodes().Patch(t.Context(), n.name, types.MergePatchType, untaint, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n.waitNode(t, 10*time.Second, "the agent's own providerID once initialized", func(node *corev1.Node) bool {
+		return node.Spec.ProviderID == "talos://metal/10.0.0.10"
+	})
+	if got := len(agentWrites(t, n.name)) - before; got != 1 {
+		t.Errorf("%d agent writes to set its providerID, want 1", got)
+	}
 }
 
 func TestAddressChangesWithinOneSecond(t *testing.T) {

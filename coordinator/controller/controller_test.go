@@ -164,7 +164,6 @@ func (n *simNode) publish(t testing.TB, r report) {
 		addrs = append(addrs, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: a})
 	}
 	addrs = append(addrs, corev1.NodeAddress{Type: corev1.NodeHostName, Address: n.name})
-	n.patch(t, map[string]any{"status": map[string]any{"addresses": addrs}}, "status")
 
 	var prefixes []netip.Prefix
 	for _, p := range r.prefixes {
@@ -173,16 +172,14 @@ func (n *simNode) publish(t testing.TB, r report) {
 	ann := map[string]string{}
 	if !r.noMetadata {
 		ann[contract.AnnotationMetadata], _ = contract.EncodeMetadata(contract.Metadata{Platform: "metal", Hostname: n.name,
-			AgentKey: contract.EncodeAgentKey(n.key.Public().(ed25519.PublicKey))})
+			SetProviderID: r.providerID, AgentKey: contract.EncodeAgentKey(n.key.Public().(ed25519.PublicKey))})
 	}
 	ann[contract.AnnotationPrefixes], _ = contract.EncodePrefixes(prefixes)
 	ann[contract.AnnotationRequestedLabels], _ = contract.EncodeRequestedLabels(r.requested)
 	ann[contract.AnnotationRequestedTaints], _ = contract.EncodeRequestedTaints(r.taints)
-	meta := map[string]any{"metadata": map[string]any{"annotations": ann}}
-	if r.providerID != "" {
-		meta["spec"] = map[string]any{"providerID": r.providerID}
-	}
-	n.patch(t, meta, "")
+	// As the agent reports: one status patch, the report with its addresses;
+	// the coordinator sets the providerID it asks for.
+	n.patch(t, map[string]any{"metadata": map[string]any{"annotations": ann}, "status": map[string]any{"addresses": addrs}}, "status")
 }
 
 func (n *simNode) patch(t testing.TB, body map[string]any, sub string) {
@@ -332,7 +329,10 @@ func TestAllocationAndInitialization(t *testing.T) {
 			}
 		}
 		if w := coordinatorWrites(t, "nodes", s.name); len(w) != 1 || w[0].Verb != "patch" || w[0].ObjectRef.Subresource != "" {
-			t.Errorf("%s: coordinator writes %+v, want exactly one patch (CIDRs, labels and the taint together)", s.name, w)
+			t.Errorf("%s: coordinator writes %+v, want exactly one patch (CIDRs, labels, providerID and the taint together)", s.name, w)
+		}
+		if want := "talos://metal/" + s.ip; node.Spec.ProviderID != want {
+			t.Errorf("%s: providerID %q, want %q, the one its report asks for, set in the initializing patch", s.name, node.Spec.ProviderID, want)
 		}
 		if len(events(t, s.name, "Initialized")) != 1 {
 			t.Errorf("%s: no Initialized Event", s.name)

@@ -3,6 +3,7 @@ package nodestate_test
 import (
 	"crypto/ed25519"
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -317,5 +318,62 @@ func TestClaimDatesFromTheFirstObservation(t *testing.T) {
 	in.FirstSeen[netip.MustParseAddr("10.0.0.1")] = now.Add(time.Hour)
 	if d = decide(t, s, in, "10.244.3.0/24"); !d.Claims[0].Since.Equal(now) {
 		t.Fatalf("claim since %v, want now", d.Claims[0].Since)
+	}
+}
+
+// The initializing patch sets the providerID the report asks for, so the
+// agent's join is one write; it never rewrites one the Node has, a
+// requireProviderID cluster waits only while none is asked for, and a
+// setProviderId that is no providerID is a malformed report: nothing is
+// written.
+func TestJoinSetsTheReportedProviderID(t *testing.T) {
+	asking := func(id, have string) *corev1.Node {
+		n := joined("n1", "uid-1", "10.0.0.1", agentKey(1))
+		md, _ := contract.EncodeMetadata(contract.Metadata{Platform: "metal", AgentKey: agentKey(1), SetProviderID: id})
+		n.Annotations[contract.AnnotationMetadata] = md
+		n.Spec.ProviderID = have
+		return n
+	}
+	type spec struct {
+		Spec map[string]any `json:"spec"`
+	}
+	for _, tc := range []struct {
+		name, ask, have, want string
+		written               bool
+	}{
+		{name: "asked", ask: "talos://metal/10.0.0.1", want: "talos://metal/10.0.0.1", written: true},
+		{name: "asked, the Node has one", ask: "talos://metal/10.0.0.1", have: "aws:///eu-1a/i-1", written: true},
+		{name: "none asked", written: true},
+		{name: "no provider name", ask: "i-1"},
+		{name: "a space", ask: "aws:///eu 1a/i-1"},
+		{name: "upper-case provider", ask: "AWS:///i-1"},
+		{name: "a control character", ask: "aws:///i-1\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, require := range []bool{false, true} {
+				s := settings(t, fmt.Sprintf("requireProviderID: %v\n", require))
+				d := decide(t, s, nodestate.Input{Node: asking(tc.ask, tc.have), Now: now, HasV4: true}, "10.244.3.0/24")
+				if !tc.written {
+					if d.Patch != nil || d.Record != nil {
+						t.Fatalf("requireProviderID %v: setProviderId %q written: %s", require, tc.ask, d.Patch)
+					}
+					continue
+				}
+				if require && tc.ask == "" && tc.have == "" {
+					if d.Patch != nil || len(d.Waiting) == 0 {
+						t.Fatalf("requireProviderID with none asked: patch %s, waiting %v", d.Patch, d.Waiting)
+					}
+					continue
+				}
+				var p spec
+				if err := json.Unmarshal(d.Patch, &p); err != nil {
+					t.Fatalf("requireProviderID %v: %v (%s, waiting %v)", require, err, d.Patch, d.Waiting)
+				}
+				got, _ := p.Spec["providerID"].(string)
+				if got != tc.want {
+					t.Fatalf("requireProviderID %v: the initializing patch sets providerID %q, want %q: %s", require, got, tc.want, d.Patch)
+				}
+			}
+		})
 	}
 }

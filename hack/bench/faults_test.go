@@ -189,10 +189,10 @@ func TestAgentKilledMidJoin(t *testing.T) {
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(2 * time.Millisecond) {
 		if n := shared.watch.get(sn.name); n != nil && len(n.Annotations) > 1 && len(n.Labels) > 5 {
-			break // the agent's metadata patch landed
+			break // the agent's report landed
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the agent made no metadata patch within 30s")
+			t.Fatal("the agent made no report within 30s")
 		}
 	}
 	sn.agentProc.Stop(syscall.SIGKILL, 5*time.Second)
@@ -213,7 +213,7 @@ func TestAgentKilledMidJoin(t *testing.T) {
 	if n := stats.perNode[compAgent][sn.name]; n > agentBudget {
 		t.Errorf("the agent wrote %d times across the kill (budget %d): %v", n, agentBudget, stats.byKind[compAgent])
 	}
-	t.Logf("agent killed after its metadata patch: node initialized and certified %v after the kill; agent writes %v",
+	t.Logf("agent killed after its report: node initialized and certified %v after the kill; agent writes %v",
 		sinceOrZero(later(lastInitialized(nodes), lastCertified(nodes)), killed), stats.byKind[compAgent])
 }
 

@@ -37,7 +37,7 @@ import (
 
 // Budgets of mutating requests per node, Events apart (issue 7).
 const (
-	agentBudget       = 3 // metadata patch, status patch, attestation
+	agentBudget       = 2 // the report with its addresses (a status patch), the attestation
 	coordinatorBudget = 4 // its NodeRecord, initializing patch, review request, approval
 )
 

@@ -1,6 +1,9 @@
 package contract
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Metadata is the effective platform metadata the agent reports, after rule
 // overrides. Field names follow Talos's PlatformMetadataSpec. It carries no
@@ -13,9 +16,14 @@ type Metadata struct {
 	InstanceType string `json:"instanceType,omitempty"`
 	InstanceID   string `json:"instanceId,omitempty"`
 	ProviderID   string `json:"providerId,omitempty"`
-	Spot         bool   `json:"spot,omitempty"`
-	InternalDNS  string `json:"internalDNS,omitempty"`
-	ExternalDNS  string `json:"externalDNS,omitempty"`
+	// SetProviderID is the spec.providerID the agent's policy chose (the
+	// platform's, or Talos CCM's talos://<platform>/<nodeIP> fallback; ""
+	// for none). The coordinator sets it, while unset, in the patch that
+	// initializes the Node.
+	SetProviderID string `json:"setProviderId,omitempty"`
+	Spot          bool   `json:"spot,omitempty"`
+	InternalDNS   string `json:"internalDNS,omitempty"`
+	ExternalDNS   string `json:"externalDNS,omitempty"`
 	// AgentKey is the agent's own public key (EncodeAgentKey), enrolled by
 	// the coordinator on the node's first join.
 	AgentKey string `json:"agentKey,omitempty"`
@@ -48,11 +56,37 @@ func DecodeMetadata(value string) (Metadata, error) {
 	for name, v := range map[string]string{
 		"platform": m.Platform, "hostname": m.Hostname, "region": m.Region, "zone": m.Zone,
 		"instanceType": m.InstanceType, "instanceId": m.InstanceID, "providerId": m.ProviderID,
-		"internalDNS": m.InternalDNS, "externalDNS": m.ExternalDNS, "agentVersion": m.AgentVersion, "agentKey": m.AgentKey,
+		"setProviderId": m.SetProviderID, "internalDNS": m.InternalDNS, "externalDNS": m.ExternalDNS, "agentVersion": m.AgentVersion, "agentKey": m.AgentKey,
 	} {
 		if len(v) > maxFieldBytes {
 			return Metadata{}, fmt.Errorf("%s: field %s is %d bytes, limit %d", AnnotationMetadata, name, len(v), maxFieldBytes)
 		}
 	}
+	if m.SetProviderID != "" {
+		if err := CheckProviderID(m.SetProviderID); err != nil {
+			return Metadata{}, fmt.Errorf("%s: setProviderId: %w", AnnotationMetadata, err)
+		}
+	}
 	return m, nil
+}
+
+// CheckProviderID accepts a providerID of the form <provider>://<id>, as
+// Kubernetes' cloud providers parse it: a provider name of lower-case
+// letters, digits and dashes, then printable ASCII without spaces.
+func CheckProviderID(id string) error {
+	name, rest, ok := strings.Cut(id, "://")
+	if !ok || name == "" || rest == "" {
+		return fmt.Errorf("%q is not <provider>://<id>", NodeText(id))
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return fmt.Errorf("%q: provider name %q is not lower-case letters, digits and dashes", NodeText(id), NodeText(name))
+		}
+	}
+	for _, r := range rest {
+		if r <= ' ' || r > '~' {
+			return fmt.Errorf("%q: the id holds a space, a control or a non-ASCII character", NodeText(id))
+		}
+	}
+	return nil
 }

@@ -124,11 +124,17 @@ func Compute(in Inputs) (State, bool, error) {
 	case in.Policy == ProviderIDTalosFallback && eff.Platform != "" && len(nodeIPs) > 0:
 		providerID = fmt.Sprintf("talos://%s/%s", eff.Platform, nodeIPs[0])
 	}
+	if providerID != "" {
+		if err := contract.CheckProviderID(providerID); err != nil {
+			res.Errors = append(res.Errors, fmt.Sprintf("spec.providerID: %s, so none is set; rewrite it with a rule (platformMetadata: {providerID: …})", err))
+			providerID = ""
+		}
+	}
 
 	annotations := maps.Clone(res.Annotations)
 	meta := contract.Metadata{
 		Platform: eff.Platform, Hostname: eff.Hostname, Region: eff.Region, Zone: eff.Zone,
-		InstanceType: eff.InstanceType, InstanceID: eff.InstanceID, ProviderID: eff.ProviderID,
+		InstanceType: eff.InstanceType, InstanceID: eff.InstanceID, ProviderID: eff.ProviderID, SetProviderID: providerID,
 		Spot: eff.Spot, InternalDNS: eff.InternalDNS, ExternalDNS: eff.ExternalDNS,
 		AgentKey: in.AgentKey, AgentVersion: in.AgentVersion,
 	}

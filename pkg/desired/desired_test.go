@@ -156,8 +156,8 @@ func TestDiffSteadyStateIsEmpty(t *testing.T) {
 	node := observedAfter(st, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "web-1"}})
 	again, _, _ := Compute(inputs(t, webRules))
 	p, err := Diff(node, again)
-	if err != nil || p.Meta != nil || p.Status != nil {
-		t.Fatalf("steady state patches: meta %s status %s %v", p.Meta, p.Status, err)
+	if err != nil || p.Status != nil || p.Spec != nil {
+		t.Fatalf("steady state patches: status %s spec %s %v", p.Status, p.Spec, err)
 	}
 }
 
@@ -167,7 +167,7 @@ func TestDiffRemovesOnlyOwnedLabels(t *testing.T) {
 		Labels: map[string]string{"someone.else/label": "keep", "kubernetes.io/hostname": "web-1"}}})
 	next, _, _ := Compute(inputs(t, "")) // the rules no longer set example.com/tier
 	p, err := Diff(node, next)
-	if err != nil || p.Meta == nil {
+	if err != nil || p.Status == nil {
 		t.Fatalf("no patch: %v", err)
 	}
 	var got struct {
@@ -175,19 +175,19 @@ func TestDiffRemovesOnlyOwnedLabels(t *testing.T) {
 			Labels map[string]*string `json:"labels"`
 		} `json:"metadata"`
 	}
-	if err := json.Unmarshal(p.Meta, &got); err != nil {
+	if err := json.Unmarshal(p.Status, &got); err != nil {
 		t.Fatal(err)
 	}
 	if v, ok := got.Metadata.Labels["example.com/tier"]; !ok || v != nil {
-		t.Fatalf("owned label not removed: %s", p.Meta)
+		t.Fatalf("owned label not removed: %s", p.Status)
 	}
 	for _, k := range []string{"someone.else/label", "kubernetes.io/hostname", "topology.kubernetes.io/zone"} {
 		if _, touched := got.Metadata.Labels[k]; touched {
-			t.Fatalf("patch touches %s: %s", k, p.Meta)
+			t.Fatalf("patch touches %s: %s", k, p.Status)
 		}
 	}
-	if p.Status != nil || strings.Contains(string(p.Meta), "taints") || strings.Contains(string(p.Meta), "podCIDR") {
-		t.Fatalf("unexpected patch content: %s / %s", p.Meta, p.Status)
+	if p.Spec != nil || strings.Contains(string(p.Status), "addresses") || strings.Contains(string(p.Status), "taints") || strings.Contains(string(p.Status), "podCIDR") {
+		t.Fatalf("unexpected patch content: %s / %s", p.Status, p.Spec)
 	}
 }
 
@@ -219,7 +219,7 @@ transformations:
 
 	next, _, _ := Compute(inputs(t, fewer))
 	p, err := Diff(node, next)
-	if err != nil || p.Meta == nil {
+	if err != nil || p.Status == nil {
 		t.Fatalf("no patch: %v", err)
 	}
 	var got struct {
@@ -227,26 +227,26 @@ transformations:
 			Annotations map[string]*string `json:"annotations"`
 		} `json:"metadata"`
 	}
-	if err := json.Unmarshal(p.Meta, &got); err != nil {
+	if err := json.Unmarshal(p.Status, &got); err != nil {
 		t.Fatal(err)
 	}
 	if v, ok := got.Metadata.Annotations["example.com/owner"]; !ok || v != nil {
-		t.Fatalf("an annotation the rules no longer produce was not removed: %s", p.Meta)
+		t.Fatalf("an annotation the rules no longer produce was not removed: %s", p.Status)
 	}
 	for _, k := range []string{"someone.else/note", contract.AnnotationCSRReview, "example.com/kept", contract.AnnotationMetadata} {
 		if _, touched := got.Metadata.Annotations[k]; touched {
-			t.Fatalf("patch touches %s: %s", k, p.Meta)
+			t.Fatalf("patch touches %s: %s", k, p.Status)
 		}
 	}
-	if p.Status != nil {
-		t.Fatalf("a rules change patched status: %s", p.Status)
+	if strings.Contains(string(p.Status), "addresses") {
+		t.Fatalf("a rules change patched the addresses: %s", p.Status)
 	}
 
 	// Once applied, the state is steady: nothing left to remove or write.
 	after := observedAfter(next, node)
 	delete(after.Annotations, "example.com/owner")
-	if p, err := Diff(after, next); err != nil || p.Meta != nil {
-		t.Fatalf("after removal: meta %s (%v)", p.Meta, err)
+	if p, err := Diff(after, next); err != nil || p.Status != nil {
+		t.Fatalf("after removal: meta %s (%v)", p.Status, err)
 	}
 
 	// Without owned-annotations (an older agent, or someone removed it),
@@ -254,8 +254,8 @@ transformations:
 	// not set deleted.
 	delete(node.Annotations, contract.AnnotationOwnedAnnotations)
 	p, _ = Diff(node, next)
-	if strings.Contains(string(p.Meta), `"example.com/owner":null`) {
-		t.Fatalf("removed an annotation with no record of setting it: %s", p.Meta)
+	if strings.Contains(string(p.Status), `"example.com/owner":null`) {
+		t.Fatalf("removed an annotation with no record of setting it: %s", p.Status)
 	}
 }
 
@@ -265,8 +265,8 @@ func TestDiffProviderIDNeverChanges(t *testing.T) {
 	st, _, _ := Compute(in)
 	node := observedAfter(st, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "web-1"}, Spec: corev1.NodeSpec{ProviderID: "aws:///old"}})
 	p, _ := Diff(node, st)
-	if p.ProviderIDConflict != "aws:///old" || (p.Meta != nil && strings.Contains(string(p.Meta), "providerID")) {
-		t.Fatalf("conflict %q, meta %s", p.ProviderIDConflict, p.Meta)
+	if p.ProviderIDConflict != "aws:///old" || p.Spec != nil || strings.Contains(string(p.Status), "providerID") {
+		t.Fatalf("conflict %q, status %s, spec %s", p.ProviderIDConflict, p.Status, p.Spec)
 	}
 }
 
@@ -277,8 +277,8 @@ func TestDiffAddressChangeIsStatusOnly(t *testing.T) {
 	in.Talos.ExternalIPs = nil
 	next, _, _ := Compute(in)
 	p, _ := Diff(node, next)
-	if p.Meta != nil || p.Status == nil || strings.Contains(string(p.Status), "198.51.100.1") {
-		t.Fatalf("meta %s status %s", p.Meta, p.Status)
+	if p.Spec != nil || p.Status == nil || strings.Contains(string(p.Status), "metadata") || strings.Contains(string(p.Status), "198.51.100.1") {
+		t.Fatalf("status %s spec %s", p.Status, p.Spec)
 	}
 }
 
@@ -376,5 +376,55 @@ func TestInvalidTopologyValueIsReported(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("errors lack %q:\n%s", want, got)
 		}
+	}
+}
+
+// A join is one write: the labels, the annotations (the report) and the
+// addresses go to nodes/<self>/status in one merge patch (NodeRestriction
+// checks labels there as on the Node). The providerID is the coordinator's
+// to set in its initializing patch while the Node waits for it (the
+// report's setProviderId); the agent sets it itself only on a Node that
+// waits for no initialization.
+func TestDiffJoinIsOneStatusWrite(t *testing.T) {
+	in := inputs(t, webRules)
+	in.Policy = ProviderIDTalosFallback
+	st, _, err := Compute(in)
+	if err != nil || st.ProviderID == "" {
+		t.Fatalf("no providerID to set (%v)", err)
+	}
+	m, err := contract.DecodeMetadata(st.Annotations[contract.AnnotationMetadata])
+	if err != nil || m.SetProviderID != st.ProviderID {
+		t.Fatalf("the report asks for providerID %q, want %q (%v)", m.SetProviderID, st.ProviderID, err)
+	}
+	joining := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "web-1"}, Spec: corev1.NodeSpec{
+		Taints: []corev1.Taint{{Key: contract.TaintUninitialized, Value: "true", Effect: corev1.TaintEffectNoSchedule}}}}
+	p, err := Diff(joining, st)
+	if err != nil || p.Status == nil || p.Spec != nil {
+		t.Fatalf("join: status %s spec %s (%v); want one status patch", p.Status, p.Spec, err)
+	}
+	var got struct {
+		Metadata struct {
+			Labels      map[string]string `json:"labels"`
+			Annotations map[string]string `json:"annotations"`
+		} `json:"metadata"`
+		Spec   map[string]any `json:"spec"`
+		Status struct {
+			Addresses []corev1.NodeAddress `json:"addresses"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal(p.Status, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Metadata.Labels["example.com/tier"] != "frontend" || got.Metadata.Annotations[contract.AnnotationMetadata] == "" ||
+		len(got.Status.Addresses) == 0 || got.Spec != nil {
+		t.Fatalf("the status patch lacks part of the report: %s", p.Status)
+	}
+	// Initialized without a providerID (no coordinator initializes it, or
+	// an older one did): the agent sets it on the Node itself.
+	initialized := observedAfter(st, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "web-1"}})
+	initialized.Spec.ProviderID = ""
+	p, err = Diff(initialized, st)
+	if err != nil || p.Status != nil || string(p.Spec) != `{"spec":{"providerID":"`+st.ProviderID+`"}}` {
+		t.Fatalf("initialized: status %s spec %s (%v)", p.Status, p.Spec, err)
 	}
 }

@@ -11,11 +11,18 @@ import (
 
 // Patches are the JSON merge patches to send; nil means nothing to send.
 type Patches struct {
-	// Meta patches labels, annotations and spec.providerID of nodes/<self>.
-	Meta []byte
-	// Status patches status.addresses of nodes/<self>/status directly: a node
-	// may not GET its status, so it never reads-modifies-writes it.
+	// Status patches nodes/<self>/status: the labels, the annotations (the
+	// report) and status.addresses, in one write. The status subresource
+	// keeps the Node's spec but takes its metadata, and NodeRestriction
+	// checks the labels there as on the Node. A node may not GET its
+	// status, so it never reads-modifies-writes it.
 	Status []byte
+	// Spec patches spec.providerID of nodes/<self>, only on a Node that
+	// waits for no initialization: while the uninitialized taint is there,
+	// the coordinator sets the providerID the report asks for
+	// (setProviderId) in the patch that removes the taint, as Talos CCM's
+	// cloud-node controller does.
+	Spec []byte
 	// ProviderIDConflict is set when the Node already has a different
 	// providerID, which can never change; the agent reports it and moves on.
 	ProviderIDConflict string
@@ -62,25 +69,31 @@ func Diff(observed *corev1.Node, want State) (Patches, error) {
 	if len(metadata) > 0 {
 		patch["metadata"] = metadata
 	}
-	switch {
-	case want.ProviderID == "" || observed.Spec.ProviderID == want.ProviderID:
-	case observed.Spec.ProviderID == "":
-		patch["spec"] = map[string]any{"providerID": want.ProviderID}
-	default:
-		p.ProviderIDConflict = observed.Spec.ProviderID
+	if !slices.Equal(observed.Status.Addresses, want.Addresses) {
+		patch["status"] = map[string]any{"addresses": want.Addresses}
 	}
 	var err error
 	if len(patch) > 0 {
-		if p.Meta, err = json.Marshal(patch); err != nil {
+		if p.Status, err = json.Marshal(patch); err != nil {
 			return Patches{}, err
 		}
 	}
-	if !slices.Equal(observed.Status.Addresses, want.Addresses) {
-		if p.Status, err = json.Marshal(map[string]any{"status": map[string]any{"addresses": want.Addresses}}); err != nil {
+	switch {
+	case want.ProviderID == "" || observed.Spec.ProviderID == want.ProviderID:
+	case observed.Spec.ProviderID != "":
+		p.ProviderIDConflict = observed.Spec.ProviderID
+	case !waitsForInitialization(observed):
+		if p.Spec, err = json.Marshal(map[string]any{"spec": map[string]any{"providerID": want.ProviderID}}); err != nil {
 			return Patches{}, err
 		}
 	}
 	return p, nil
+}
+
+// waitsForInitialization: the Node still has the uninitialized taint, which
+// the coordinator removes in the patch that sets the providerID.
+func waitsForInitialization(n *corev1.Node) bool {
+	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == contract.TaintUninitialized })
 }
 
 // noLongerWanted lists the keys the owned annotation (owned-labels or

@@ -69,6 +69,19 @@ func Read(node *corev1.Node) Reported {
 	return r
 }
 
+// ProviderID is the providerID the initializing patch sets: the one the
+// report asks for (setProviderId, checked when decoded), while the Node has
+// none and waits for its initialization; "" otherwise. It is the node's
+// own Node: NodeRestriction lets a node set its empty providerID itself, so
+// this grants nothing it could not do; the agent leaves it to this patch
+// so that a join is one write of its own.
+func ProviderID(node *corev1.Node, r Reported) string {
+	if node.Spec.ProviderID != "" || r.Metadata == nil || !Uninitialized(node) {
+		return ""
+	}
+	return r.Metadata.SetProviderID
+}
+
 // Uninitialized reports whether the Node still has the uninitialized taint.
 func Uninitialized(node *corev1.Node) bool {
 	return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == contract.TaintUninitialized })
@@ -81,7 +94,7 @@ func Waiting(node *corev1.Node, r Reported, requireProviderID bool) []string {
 	if r.Metadata == nil {
 		w = append(w, "the agent's metadata annotation")
 	}
-	if requireProviderID && node.Spec.ProviderID == "" {
+	if requireProviderID && ProviderID(node, r) == "" && node.Spec.ProviderID == "" {
 		w = append(w, "spec.providerID")
 	}
 	if len(r.Prefixes) > 0 && !slices.ContainsFunc(r.Prefixes, func(p netip.Prefix) bool {
@@ -222,6 +235,11 @@ func Compute(node *corev1.Node, r Reported, in Inputs) (Plan, error) {
 	}
 
 	spec := map[string]any{}
+	if in.Initialize {
+		if id := ProviderID(node, r); id != "" {
+			spec["providerID"] = id
+		}
+	}
 	if len(in.CIDRs) > 0 && len(node.Spec.PodCIDRs) == 0 && node.Spec.PodCIDR == "" {
 		cidrs := make([]string, len(in.CIDRs))
 		for i, c := range in.CIDRs {

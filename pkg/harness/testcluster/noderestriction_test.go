@@ -80,10 +80,12 @@ func TestNodeIdentityLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	labelPatch := func(key string) func() error {
+	// The agent writes its labels through nodes/status (one write with its
+	// addresses): NodeRestriction must check them there as on the Node.
+	labelPatch := func(key string, subresource ...string) func() error {
 		return func() error {
 			_, err := self.CoreV1().Nodes().Patch(ctx, "limits-self", types.MergePatchType,
-				mergePatch(t, map[string]any{"metadata": map[string]any{"labels": map[string]string{key: "x"}}}), metav1.PatchOptions{})
+				mergePatch(t, map[string]any{"metadata": map[string]any{"labels": map[string]string{key: "x"}}}), metav1.PatchOptions{}, subresource...)
 			return err
 		}
 	}
@@ -132,10 +134,11 @@ func TestNodeIdentityLimits(t *testing.T) {
 		"node-restriction.kubernetes.io/x",
 	}
 	for _, k := range allowedLabels {
-		rows = append(rows, row{"label " + k, labelPatch(k), ""})
+		rows = append(rows, row{"label " + k, labelPatch(k), ""}, row{"label by status patch " + k, labelPatch(k, "status"), ""})
 	}
 	for _, k := range forbiddenLabels {
-		rows = append(rows, row{"label " + k, labelPatch(k), "is not allowed to modify labels: " + k})
+		rows = append(rows, row{"label " + k, labelPatch(k), "is not allowed to modify labels: " + k},
+			row{"label by status patch " + k, labelPatch(k, "status"), "is not allowed to modify labels: " + k})
 	}
 	rows = append(rows,
 		row{"any annotation", func() error {
@@ -156,6 +159,28 @@ func TestNodeIdentityLimits(t *testing.T) {
 		row{"status.addresses by direct status patch", func() error {
 			_, err := self.CoreV1().Nodes().Patch(ctx, "limits-self", types.StrategicMergePatchType,
 				mergePatch(t, map[string]any{"status": map[string]any{"addresses": []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.1"}}}}), metav1.PatchOptions{}, "status")
+			return err
+		}, ""},
+		row{"the report in one status patch: labels, annotations and addresses all land", func() error {
+			n, err := self.CoreV1().Nodes().Patch(ctx, "limits-self", types.MergePatchType, mergePatch(t, map[string]any{
+				"metadata": map[string]any{"labels": map[string]string{"example.com/report": "1"}, "annotations": map[string]string{"nodeinit.io/report": "1"}},
+				"status":   map[string]any{"addresses": []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.9"}}},
+			}), metav1.PatchOptions{}, "status")
+			switch {
+			case err != nil:
+				return err
+			case n.Labels["example.com/report"] != "1" || n.Annotations["nodeinit.io/report"] != "1" ||
+				len(n.Status.Addresses) != 1 || n.Status.Addresses[0].Address != "192.0.2.9":
+				return fmt.Errorf("the status patch did not land whole: labels %v, annotations %v, addresses %v", n.Labels, n.Annotations, n.Status.Addresses)
+			}
+			return nil
+		}, ""},
+		row{"spec by status patch is ignored", func() error {
+			n, err := self.CoreV1().Nodes().Patch(ctx, "limits-self", types.MergePatchType,
+				mergePatch(t, map[string]any{"spec": map[string]any{"unschedulable": true}}), metav1.PatchOptions{}, "status")
+			if err == nil && n.Spec.Unschedulable {
+				return fmt.Errorf("spec.unschedulable set through nodes/status")
+			}
 			return err
 		}, ""},
 		row{"GET nodes/status", func() error {
