@@ -1,7 +1,8 @@
 // Command nodeinit-agent runs on every Talos node as a system extension
 // service and initializes its own Node with the node's kubelet credentials:
-// labels, providerID, addresses, the facts the coordinator needs, and
-// attestations of its serving CSRs.
+// labels, addresses, the facts the coordinator needs (with the providerID
+// it sets when it initializes the Node), and attestations of its serving
+// CSRs.
 package main
 
 import (

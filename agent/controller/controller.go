@@ -5,8 +5,10 @@
 // asks it to review.
 //
 // Inputs: Talos facts, kernel addresses, the Node (watched by name), the
-// kubelet credentials on disk. Output: labels, annotations, providerID and
-// status.addresses of this one Node. Nothing else is ever written.
+// kubelet credentials on disk. Output: labels, annotations and
+// status.addresses of this one Node, in one nodes/status patch, and its
+// providerID only when no coordinator is to initialize it. Nothing else is
+// ever written.
 package controller
 
 import (

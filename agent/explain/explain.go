@@ -472,7 +472,7 @@ func (o Output) table(w io.Writer) error {
 	if providerID == "" {
 		providerID = "(none)"
 	}
-	row("providerID", "", providerID, "agent")
+	row("providerID", "", providerID, "coordinator, as the agent asks (the agent itself on a Node not waiting for initialization)")
 	for _, k := range slices.Sorted(maps.Keys(o.PlatformMetadata)) {
 		row("metadata", k, fmt.Sprint(o.PlatformMetadata[k]), "agent ("+contract.AnnotationMetadata+")")
 	}

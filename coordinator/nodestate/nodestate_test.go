@@ -346,7 +346,7 @@ func TestJoinSetsTheReportedProviderID(t *testing.T) {
 		{name: "none asked", written: true},
 		{name: "no provider name", ask: "i-1"},
 		{name: "a space", ask: "aws:///eu 1a/i-1"},
-		{name: "upper-case provider", ask: "AWS:///i-1"},
+		{name: "a slash in the provider name", ask: "a/b://i-1"},
 		{name: "a control character", ask: "aws:///i-1\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

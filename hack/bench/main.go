@@ -13,7 +13,7 @@
 //
 // It prints per-node latencies, writes per node counted from the API
 // server's audit log, CPU and memory, writes in a quiet window, and the
-// floor: the same API server's time for the 6 unavoidable writes of N joins.
+// floor: the same API server's time for the 5 unavoidable writes of N joins.
 // It exits 1 when the end state is wrong or a write budget is exceeded.
 package main
 
@@ -225,7 +225,7 @@ func run(ctx context.Context, o options) error {
 		for _, sn := range nodes {
 			sn.stopAgent()
 		}
-		step("floor: the 6 unavoidable writes of %d joins, as fast as possible", o.nodes)
+		step("floor: the 5 unavoidable writes of %d joins, as fast as possible", o.nodes)
 		took, err := floor(ctx, e, "floor", o.nodes)
 		if err != nil {
 			return err

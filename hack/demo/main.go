@@ -426,12 +426,13 @@ func whatHappened(ctx context.Context, w io.Writer, cs kubernetes.Interface, sc 
 What just happened
   nodeinit-agent, one per node, as the Talos extension service ext-nodeinit-agent, with that
     node's own kubelet credentials: read platform metadata from machined's socket and addresses
-    from the kernel; set the node's providerID, addresses and rule labels; published its facts
-    and its agent key on its Node; signed an attestation for its kubelet's serving CSR.
+    from the kernel; wrote the node's addresses, rule labels, facts and agent key to its Node
+    in one patch, asking for a providerID; signed an attestation for its kubelet's serving CSR.
   nodeinit-coordinator, leader-elected in kube-system, as its ServiceAccount: allocated pod
     CIDRs (IPv4 from the pool, IPv6 from each node's own prefix); granted the labels a node may
-    not set itself (node-role.kubernetes.io/web, node.cloudprovider.kubernetes.io/*); removed
-    the uninitialized taint; approved %d serving CSRs and denied %d (%s asked for another
+    not set itself (node-role.kubernetes.io/web, node.cloudprovider.kubernetes.io/*); in the
+    same patch set the providerID each node asked for and removed the uninitialized taint;
+    approved %d serving CSRs and denied %d (%s asked for another
     node's address).
   Events, by component and reason: %s
 `, approved, denied, strings.Join(hostile, ", "), strings.Join(reasons, ", "))

@@ -309,12 +309,12 @@ func TestReviewRoundTrip(t *testing.T) {
 // anything else a node reports as setProviderId is refused whole.
 func TestCheckProviderID(t *testing.T) {
 	for _, ok := range []string{"talos://metal/10.0.0.1", "talos://metal/2001:db8::1", "aws:///eu-west-1a/i-0abc",
-		"gce://proj/zone/name", "hcloud://123", "equinix-metal://uuid", "azure:///subscriptions/x/resourceGroups/y"} {
+		"gce://proj/zone/name", "hcloud://123", "equinix-metal://uuid", "azure:///subscriptions/x/resourceGroups/y", "someproviderID:///some-id", "a_b.c://x"} {
 		if err := CheckProviderID(ok); err != nil {
 			t.Errorf("%q refused: %v", ok, err)
 		}
 	}
-	for _, bad := range []string{"", "i-0abc", "://x", "aws://", "AWS:///i-1", "a_b://x", "aws:///eu 1a/i-1",
+	for _, bad := range []string{"", "i-0abc", "://x", "aws://", "a b://x", "a/b://x", "aws:///eu 1a/i-1",
 		"aws:///i-1\n", "aws:///i-1\x00", "aws:///i-\u00e9", "aws:///i-1\t", " aws:///i-1"} {
 		if err := CheckProviderID(bad); err == nil {
 			t.Errorf("%q accepted", bad)

@@ -71,16 +71,17 @@ func DecodeMetadata(value string) (Metadata, error) {
 }
 
 // CheckProviderID accepts a providerID of the form <provider>://<id>, as
-// Kubernetes' cloud providers parse it: a provider name of lower-case
-// letters, digits and dashes, then printable ASCII without spaces.
+// Kubernetes' cloud providers parse it: a provider name of ASCII letters,
+// digits, dots, dashes and underscores (Talos CCM's own example config
+// has someproviderID), then printable ASCII without spaces.
 func CheckProviderID(id string) error {
 	name, rest, ok := strings.Cut(id, "://")
 	if !ok || name == "" || rest == "" {
 		return fmt.Errorf("%q is not <provider>://<id>", NodeText(id))
 	}
 	for _, r := range name {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
-			return fmt.Errorf("%q: provider name %q is not lower-case letters, digits and dashes", NodeText(id), NodeText(name))
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' || r == '_') {
+			return fmt.Errorf("%q: provider name %q is not ASCII letters, digits, dots, dashes and underscores", NodeText(id), NodeText(name))
 		}
 	}
 	for _, r := range rest {

@@ -26,7 +26,8 @@ import (
 type Config struct {
 	// ClusterName fills node.cloudprovider.kubernetes.io/clustername (Talos CCM compatibility); empty: not set.
 	ClusterName string `yaml:"clusterName,omitempty"`
-	// RequireProviderID holds initialization until spec.providerID is set.
+	// RequireProviderID holds initialization while the Node has no
+	// spec.providerID and its agent's report asks for none.
 	RequireProviderID bool `yaml:"requireProviderID,omitempty"`
 	// NodeNetworks are the networks node addresses come from. Only
 	// addresses inside them are recorded as a Node's, reserved, certified in
