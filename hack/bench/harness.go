@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -90,7 +91,9 @@ type env struct {
 	watch *nodeWatch
 }
 
-func newEnv(ctx context.Context, logw io.Writer) (*env, error) {
+// newEnv starts the control plane; apiServerArgs are added to
+// kube-apiserver's flags.
+func newEnv(ctx context.Context, logw io.Writer, apiServerArgs ...string) (*env, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("the benchmark makes network namespaces: run it as root")
 	}
@@ -98,7 +101,7 @@ func newEnv(ctx context.Context, logw io.Writer) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := testcluster.Start(ctx, testcluster.Options{ControllerManager: true, AuditLog: true, Log: logw})
+	c, err := testcluster.Start(ctx, testcluster.Options{ControllerManager: true, AuditLog: true, Log: logw, ExtraAPIServerArgs: apiServerArgs})
 	if err != nil {
 		return nil, err
 	}
@@ -664,4 +667,15 @@ func parallel(n, limit int, fn func(i int) error) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// apiServerProfile writes kube-apiserver's CPU profile over the next d to
+// path (its /debug/pprof, which the bench turns on for this).
+func (e *env) apiServerProfile(ctx context.Context, path string, d time.Duration) error {
+	body, err := e.admin.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+		Param("seconds", strconv.Itoa(int(d.Seconds()))).Timeout(d + 30*time.Second).DoRaw(ctx)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, body, 0o644)
 }

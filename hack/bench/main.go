@@ -58,6 +58,10 @@ type options struct {
 	floor      bool
 	coordArg   []string
 	cpuProfile string
+	// apiProfile, when set, is where kube-apiserver's CPU profile of the
+	// storm's first apiProfileFor goes.
+	apiProfile    string
+	apiProfileFor time.Duration
 }
 
 func main() {
@@ -68,6 +72,8 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "how long the storm may take to converge")
 	flag.BoolVar(&o.floor, "floor", true, "measure the floor (unavoidable writes of N joins) after the storm")
 	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile during the storm to `FILE`")
+	flag.StringVar(&o.apiProfile, "apiserver-profile", "", "write kube-apiserver's CPU profile of the storm's first -apiserver-profile-for to `FILE` (go tool pprof -top FILE)")
+	flag.DurationVar(&o.apiProfileFor, "apiserver-profile-for", 15*time.Second, "how long -apiserver-profile samples, from the storm's start")
 	coordArgs := flag.String("coordinator-args", "", "extra space-separated flags for nodeinit-coordinator run")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "Usage: go run ./hack/bench [flags]   (make bench N=500)\n\nA join storm of N Talos nodes against a real control plane; prints latencies, writes per node, CPU, memory and the floor.\n\n")
@@ -86,7 +92,11 @@ func main() {
 }
 
 func run(ctx context.Context, o options) error {
-	e, err := newEnv(ctx, os.Stderr)
+	var apiArgs []string
+	if o.apiProfile != "" {
+		apiArgs = append(apiArgs, "--profiling=true") // the harness turns it off; the last flag wins
+	}
+	e, err := newEnv(ctx, os.Stderr, apiArgs...)
 	if err != nil {
 		return err
 	}
@@ -149,6 +159,12 @@ func run(ctx context.Context, o options) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	apiProfiled := make(chan error, 1)
+	if o.apiProfile != "" {
+		go func() { apiProfiled <- e.apiServerProfile(ctx, o.apiProfile, o.apiProfileFor) }()
+	} else {
+		apiProfiled <- nil
+	}
 	if err := e.storm(ctx, nodes); err != nil {
 		return err
 	}
@@ -156,6 +172,12 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("%w\ncoordinator log tail:\n%s", err, coord.logTail())
 	}
 	pprof.StopCPUProfile()
+	if err := <-apiProfiled; err != nil {
+		return fmt.Errorf("kube-apiserver's profile: %w", err)
+	}
+	if o.apiProfile != "" {
+		step("kube-apiserver's CPU profile of the storm's first %s: %s", o.apiProfileFor, o.apiProfile)
+	}
 	cpuAfter := e.cpu(coord)
 	var failures []string
 	lat := e.latencies(nodes)
