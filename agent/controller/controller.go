@@ -19,7 +19,6 @@ import (
 	"log/slog"
 	"math"
 	"net/netip"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +28,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
 	"github.com/talos-nodeinit/talos-nodeinit/agent/nodeclient"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
@@ -89,7 +89,6 @@ type Agent struct {
 	haveAddrs bool
 	client    *nodeclient.Client
 	informer  *nodeInformer
-	patched   *corev1.Node // the newest Node a patch returned
 	attested  map[string]string
 	answered  string            // the last csr-review value answered
 	lastLog   map[string]string // dedupes repeated warnings
@@ -301,20 +300,14 @@ func (a *Agent) startInformer(events chan struct{}) {
 }
 
 // observed is the newest Node known: from the watch, or from a patch
-// response the watch has not caught up with yet.
+// response the watch has not caught up with yet (client-go's
+// MutationCache over the informer's store). A deleted Node is nil: wait
+// for the kubelet to register it again.
 func (a *Agent) observed() *corev1.Node {
 	if a.informer == nil || !a.informer.synced() {
 		return nil
 	}
-	n := a.informer.get()
-	if n == nil {
-		a.patched = nil // deleted: wait for the kubelet to register again
-		return nil
-	}
-	if a.patched != nil && a.patched.UID == n.UID && newer(a.patched, n) {
-		return a.patched
-	}
-	return n
+	return a.informer.get()
 }
 
 func (a *Agent) sync(ctx context.Context) error {
@@ -432,7 +425,9 @@ func (a *Agent) patch(ctx context.Context, kind string, body []byte, subresource
 		return fmt.Errorf("patching Node %s (%s): %w", a.nodeName, kind, err)
 	}
 	a.m.Writes.WithLabelValues(kind, "ok").Inc()
-	a.patched = n
+	if a.informer != nil {
+		a.informer.wrote(n)
+	}
 	a.log.Info("updated Node", "node", a.nodeName, "part", kind, "patch", string(body))
 	return nil
 }
@@ -545,12 +540,6 @@ func (a *Agent) once(key, value string, log func()) {
 
 // newer compares resourceVersions; they are opaque, but etcd's are integers,
 // and when they are not, the watch's copy is preferred.
-func newer(a, b *corev1.Node) bool {
-	x, err1 := strconv.ParseUint(a.ResourceVersion, 10, 64)
-	y, err2 := strconv.ParseUint(b.ResourceVersion, 10, 64)
-	return err1 == nil && err2 == nil && x > y
-}
-
 // replace puts v in a one-slot channel, dropping a value not yet read.
 func replace[T any](ch chan T, v T) {
 	for {
@@ -566,30 +555,45 @@ func replace[T any](ch chan T, v T) {
 	}
 }
 
-// nodeInformer watches one Node by name.
+// nodeInformer watches one Node by name; own holds the Nodes the agent's
+// patches returned until the watch delivers them, so a sync reads its own
+// writes instead of writing them again.
 type nodeInformer struct {
 	inf    cache.SharedIndexInformer
+	own    cache.MutationCache
 	name   string
 	cancel context.CancelFunc
 }
 
+// watchNode starts watching the Node name.
 func watchNode(c *nodeclient.Client, name string, changed func()) *nodeInformer {
-	inf := cache.NewSharedIndexInformer(c.WatchNode(name), &corev1.Node{}, 0, cache.Indexers{})
+	n := newNodeInformer(c.WatchNode(name), name, changed)
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	go n.inf.Run(ctx.Done())
+	return n
+}
+
+func newNodeInformer(lw cache.ListerWatcher, name string, changed func()) *nodeInformer {
+	inf := cache.NewSharedIndexInformer(lw, &corev1.Node{}, 0, cache.Indexers{})
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { changed() },
 		UpdateFunc: func(any, any) { changed() },
 		DeleteFunc: func(any) { changed() },
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	go inf.Run(ctx.Done())
-	return &nodeInformer{inf: inf, name: name, cancel: cancel}
+	own := cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), inf.GetStore(),
+		cache.MutationCacheOptions{Indexer: inf.GetIndexer(), TTL: time.Minute, MaxCacheSize: 16})
+	return &nodeInformer{inf: inf, own: own, name: name}
 }
 
 func (n *nodeInformer) synced() bool { return n.inf.HasSynced() }
 func (n *nodeInformer) stop()        { n.cancel() }
 
+// wrote records a Node a patch returned.
+func (n *nodeInformer) wrote(node *corev1.Node) { n.own.Mutation(node) }
+
 func (n *nodeInformer) get() *corev1.Node {
-	obj, ok, err := n.inf.GetStore().GetByKey(n.name)
+	obj, ok, err := n.own.GetByKey(n.name)
 	if err != nil || !ok {
 		return nil
 	}

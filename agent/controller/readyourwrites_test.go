@@ -1,0 +1,44 @@
+package controller
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// The agent reads its own writes: a Node a patch returned is what the next
+// sync sees until the watch delivers it or something newer, so it never
+// sends the same patch twice; a Node the watch says is gone stays gone.
+func TestReadsItsOwnWrites(t *testing.T) {
+	n := newNodeInformer(&cache.ListWatch{}, "self", func() {}) // never run: the store is filled by hand
+	node := func(rv, zone string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "self", ResourceVersion: rv, Labels: map[string]string{"zone": zone}}}
+	}
+	store := n.inf.GetStore()
+	if err := store.Add(node("10", "watched")); err != nil {
+		t.Fatal(err)
+	}
+	n.wrote(node("12", "patched"))
+	if got := n.get(); got == nil || got.Labels["zone"] != "patched" {
+		t.Fatalf("after a patch the watch has not delivered: %+v, want the patch's response", got)
+	}
+	if err := store.Update(node("13", "watched later")); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.get(); got == nil || got.Labels["zone"] != "watched later" {
+		t.Fatalf("after a newer watch event: %+v, want the watched Node", got)
+	}
+	n.wrote(node("11", "stale response"))
+	if got := n.get(); got == nil || got.Labels["zone"] != "watched later" {
+		t.Fatalf("an older patch response won over the watch: %+v", got)
+	}
+	if err := store.Delete(node("13", "")); err != nil {
+		t.Fatal(err)
+	}
+	n.wrote(node("14", "patched before the delete reached us"))
+	if got := n.get(); got != nil {
+		t.Fatalf("a deleted Node came back from a patch response: %+v", got)
+	}
+}
