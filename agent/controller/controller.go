@@ -364,13 +364,17 @@ func (a *Agent) sync(ctx context.Context) error {
 			return err
 		}
 	}
+	// A providerID refused (an admission policy, for good) must not hold
+	// the attestations back: they go first, then the error is retried.
+	var specErr error
 	if p.Spec != nil {
-		if err := a.patch(ctx, "spec", p.Spec, ""); err != nil {
-			return err
-		}
+		specErr = a.patch(ctx, "spec", p.Spec, "")
 	}
 	if err := a.attest(ctx, a.observed(), want); err != nil {
-		return err
+		return errors.Join(specErr, err)
+	}
+	if specErr != nil {
+		return specErr
 	}
 	a.m.Syncs.WithLabelValues("ok").Inc()
 	a.lastLog["waiting"] = ""
@@ -538,8 +542,6 @@ func (a *Agent) once(key, value string, log func()) {
 	}
 }
 
-// newer compares resourceVersions; they are opaque, but etcd's are integers,
-// and when they are not, the watch's copy is preferred.
 // replace puts v in a one-slot channel, dropping a value not yet read.
 func replace[T any](ch chan T, v T) {
 	for {
@@ -581,8 +583,11 @@ func newNodeInformer(lw cache.ListerWatcher, name string, changed func()) *nodeI
 		UpdateFunc: func(any, any) { changed() },
 		DeleteFunc: func(any) { changed() },
 	})
+	// One key, the agent's own Node: kept until the watch delivers it or
+	// something newer, however late (an expired write would bring back the
+	// view before it, and a sync would send its removals again).
 	own := cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), inf.GetStore(),
-		cache.MutationCacheOptions{Indexer: inf.GetIndexer(), TTL: time.Minute, MaxCacheSize: 16})
+		cache.MutationCacheOptions{Indexer: inf.GetIndexer(), TTL: 24 * time.Hour, MaxCacheSize: 1})
 	return &nodeInformer{inf: inf, own: own, name: name}
 }
 

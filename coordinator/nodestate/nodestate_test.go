@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -324,8 +325,8 @@ func TestClaimDatesFromTheFirstObservation(t *testing.T) {
 // The initializing patch sets the providerID the report asks for, so the
 // agent's join is one write; it never rewrites one the Node has, a
 // requireProviderID cluster waits only while none is asked for, and a
-// setProviderId that is no providerID is a malformed report: nothing is
-// written.
+// setProviderId that is no providerID is refused (said, never written):
+// the Node is initialized without one, or waits with requireProviderID.
 func TestJoinSetsTheReportedProviderID(t *testing.T) {
 	asking := func(id, have string) *corev1.Node {
 		n := joined("n1", "uid-1", "10.0.0.1", agentKey(1))
@@ -339,15 +340,15 @@ func TestJoinSetsTheReportedProviderID(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name, ask, have, want string
-		written               bool
+		written, refused      bool
 	}{
 		{name: "asked", ask: "talos://metal/10.0.0.1", want: "talos://metal/10.0.0.1", written: true},
 		{name: "asked, the Node has one", ask: "talos://metal/10.0.0.1", have: "aws:///eu-1a/i-1", written: true},
 		{name: "none asked", written: true},
-		{name: "no provider name", ask: "i-1"},
-		{name: "a space", ask: "aws:///eu 1a/i-1"},
-		{name: "a slash in the provider name", ask: "a/b://i-1"},
-		{name: "a control character", ask: "aws:///i-1\n"},
+		{name: "no provider name", ask: "i-1", written: true, refused: true},
+		{name: "a space", ask: "aws:///eu 1a/i-1", written: true, refused: true},
+		{name: "a slash in the provider name", ask: "a/b://i-1", written: true, refused: true},
+		{name: "a control character", ask: "aws:///i-1\n", written: true, refused: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, require := range []bool{false, true} {
@@ -359,7 +360,11 @@ func TestJoinSetsTheReportedProviderID(t *testing.T) {
 					}
 					continue
 				}
-				if require && tc.ask == "" && tc.have == "" {
+				refused := slices.ContainsFunc(d.Plan.Refused, func(r string) bool { return strings.HasPrefix(r, "providerID: ") })
+				if refused != (tc.refused && d.Patch != nil) {
+					t.Fatalf("requireProviderID %v: refused %v (%v), want %v", require, refused, d.Plan.Refused, tc.refused)
+				}
+				if require && (tc.ask == "" || tc.refused) && tc.have == "" {
 					if d.Patch != nil || len(d.Waiting) == 0 {
 						t.Fatalf("requireProviderID with none asked: patch %s, waiting %v", d.Patch, d.Waiting)
 					}

@@ -306,7 +306,7 @@ func TestReviewRoundTrip(t *testing.T) {
 }
 
 // A providerID the coordinator sets for a node is <provider>://<id>;
-// anything else a node reports as setProviderId is refused whole.
+// anything else a node reports as setProviderId is refused.
 func TestCheckProviderID(t *testing.T) {
 	for _, ok := range []string{"talos://metal/10.0.0.1", "talos://metal/2001:db8::1", "aws:///eu-west-1a/i-0abc",
 		"gce://proj/zone/name", "hcloud://123", "equinix-metal://uuid", "azure:///subscriptions/x/resourceGroups/y", "someproviderID:///some-id", "a_b.c://x"} {
@@ -319,9 +319,10 @@ func TestCheckProviderID(t *testing.T) {
 		if err := CheckProviderID(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
+		// The rest of the report stands: the coordinator refuses the ID alone.
 		md, _ := EncodeMetadata(Metadata{Platform: "metal", SetProviderID: bad})
-		if _, err := DecodeMetadata(md); bad != "" && err == nil {
-			t.Errorf("a report asking for providerID %q decoded", bad)
+		if m, err := DecodeMetadata(md); err != nil || m.Platform != "metal" {
+			t.Errorf("a report asking for providerID %q: %v", bad, err)
 		}
 	}
 }

@@ -19,7 +19,10 @@ type Metadata struct {
 	// SetProviderID is the spec.providerID the agent's policy chose (the
 	// platform's, or Talos CCM's talos://<platform>/<nodeIP> fallback; ""
 	// for none). The coordinator sets it, while unset, in the patch that
-	// initializes the Node.
+	// initializes the Node, if CheckProviderID accepts it; if not, it
+	// initializes the Node without one and says why (the rest of the
+	// report stands: agents and coordinators of other versions may not
+	// agree on the check).
 	SetProviderID string `json:"setProviderId,omitempty"`
 	Spot          bool   `json:"spot,omitempty"`
 	InternalDNS   string `json:"internalDNS,omitempty"`
@@ -60,11 +63,6 @@ func DecodeMetadata(value string) (Metadata, error) {
 	} {
 		if len(v) > maxFieldBytes {
 			return Metadata{}, fmt.Errorf("%s: field %s is %d bytes, limit %d", AnnotationMetadata, name, len(v), maxFieldBytes)
-		}
-	}
-	if m.SetProviderID != "" {
-		if err := CheckProviderID(m.SetProviderID); err != nil {
-			return Metadata{}, fmt.Errorf("%s: setProviderId: %w", AnnotationMetadata, err)
 		}
 	}
 	return m, nil

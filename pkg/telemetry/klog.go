@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"log/slog"
+	"slices"
 	"sync"
 
 	"k8s.io/klog/v2"
@@ -12,26 +13,41 @@ import (
 // klog is process-wide: its logger and its verbosity are globals that
 // client-go's goroutines (reflectors, leader election, the certificate
 // manager) read at any time, and a test process runs many commands in
-// turn. So klog is pointed at a router once, in this package's init,
-// before any goroutine that could read it exists (klog's own writes are
-// unsynchronized: doing it on a command's first run raced a goroutine
-// another test left logging). Each RouteKlog call then swaps the router's
-// target atomically and its restore puts back what was there before: a
-// command run in-process changes klog only while it runs, and never
-// writes a global another goroutine is reading. A klog line holds the
-// route's read lock while it is handled, and a swap takes the write lock:
-// when restore returns, no line is still on its way to the command's
-// writer.
+// turn, some at once. So:
+//   - klog is pointed at a router once, in this package's init, before any
+//     goroutine that could read it exists (klog's own setters are
+//     unsynchronized: doing it on a command's first run raced a goroutine
+//     another test left logging);
+//   - each RouteKlog pushes a route (a logger and its verbosity) on a stack,
+//     and its restore removes that route wherever it is: klog follows the
+//     newest route still there, so commands that return out of order never
+//     leave klog writing to one that has returned;
+//   - a klog line counts itself in flight on the route it took, and a
+//     restore waits for its route's lines: when restore returns, no line is
+//     on its way to the command's writer. The route lock is held only to
+//     pick the route, never while a line is handled (a value that logs
+//     while being formatted re-enters klog) nor while klog's verbosity is
+//     set (klog's legacy calls hold klog's own lock while they call the
+//     router).
 
 // klogDebugVerbosity is the klog -v that --log-level debug turns on:
 // client-go's requests, reflectors and leader-election attempts.
 const klogDebugVerbosity = "4"
 
+// klogRouteEntry is one RouteKlog's route.
+type klogRouteEntry struct {
+	log      *slog.Logger
+	v        string
+	inFlight sync.WaitGroup // lines being handled by log
+}
+
 var klogRoute struct {
-	mu     sync.RWMutex  // read: a line being handled; write: a swap (target, flags, verbosity)
-	target *slog.Logger  // nil: klog's lines are dropped
+	swap   sync.Mutex      // serializes RouteKlog and restores (the stack, klog's -v)
+	mu     sync.RWMutex    // guards target and routes; held only to pick or swap
+	target *klogRouteEntry // the newest route, nil: klog's lines are dropped
+	routes []*klogRouteEntry
 	flags  *flag.FlagSet // klog's own -v, registered once
-	v      string        // the verbosity set now
+	v      string        // the verbosity set now (under swap)
 }
 
 // RouteKlog sends client-go's own logs (klog: leader election, reflectors,
@@ -39,26 +55,39 @@ var klogRoute struct {
 // every line the process writes (with a logger set, klog writes nothing
 // itself). klog's own verbosity follows log's level (its flags are never
 // registered on the command line): V(4) and below with debug, none else.
-// The returned func puts back the previous route; a command defers it.
+// The returned func removes the route; a command defers it.
 func RouteKlog(log *slog.Logger) (restore func()) {
-	v := "0"
+	e := &klogRouteEntry{log: log, v: "0"}
 	if log.Enabled(context.Background(), slog.LevelDebug) {
-		v = klogDebugVerbosity
+		e.v = klogDebugVerbosity
 	}
+	klogRoute.swap.Lock()
+	defer klogRoute.swap.Unlock()
+	setKlogVerbosity(e.v)
 	klogRoute.mu.Lock()
-	defer klogRoute.mu.Unlock()
-	prev, prevV := klogRoute.target, klogRoute.v
-	klogRoute.target = log
-	setKlogVerbosity(v)
+	klogRoute.routes = append(klogRoute.routes, e)
+	klogRoute.target = e
+	klogRoute.mu.Unlock()
 	return func() {
+		klogRoute.swap.Lock()
+		defer klogRoute.swap.Unlock()
 		klogRoute.mu.Lock()
-		defer klogRoute.mu.Unlock()
-		klogRoute.target = prev
-		setKlogVerbosity(prevV)
+		klogRoute.routes = slices.DeleteFunc(klogRoute.routes, func(r *klogRouteEntry) bool { return r == e })
+		klogRoute.target = nil
+		if n := len(klogRoute.routes); n > 0 {
+			klogRoute.target = klogRoute.routes[n-1]
+		}
+		v := "0"
+		if klogRoute.target != nil {
+			v = klogRoute.target.v
+		}
+		klogRoute.mu.Unlock()
+		setKlogVerbosity(v)
+		e.inFlight.Wait() // every line that took this route before it went
 	}
 }
 
-// init points klog at the router with verbosity 0 and no target (klog's
+// init points klog at the router with verbosity 0 and no route (klog's
 // lines are dropped until a command routes them). Only the agent and the
 // coordinator import this package, and both route klog.
 func init() {
@@ -69,13 +98,25 @@ func init() {
 	klog.SetSlogLogger(slog.New(routedHandler{}))
 }
 
-// setKlogVerbosity sets klog's -v (klog locks and stores it atomically);
-// the caller holds klogRoute.mu, which guards the FlagSet.
+// setKlogVerbosity sets klog's -v (klog locks and stores it); the caller
+// holds klogRoute.swap, which guards the FlagSet, and not klogRoute.mu.
 func setKlogVerbosity(v string) {
 	if klogRoute.v != v {
 		_ = klogRoute.flags.Set("v", v)
 		klogRoute.v = v
 	}
+}
+
+// take picks the current route and counts a line in flight on it; the
+// caller calls done when the line is handled. nil: no route.
+func take() *klogRouteEntry {
+	klogRoute.mu.RLock()
+	defer klogRoute.mu.RUnlock()
+	e := klogRoute.target
+	if e != nil {
+		e.inFlight.Add(1)
+	}
+	return e
 }
 
 // routedHandler hands each record to the current target's handler, with
@@ -84,14 +125,10 @@ type routedHandler struct {
 	ops []func(slog.Handler) slog.Handler // WithAttrs/WithGroup, in order
 }
 
-// current is the target's handler; the caller holds klogRoute.mu for
-// reading.
-func (h routedHandler) current() slog.Handler {
-	l := klogRoute.target
-	if l == nil {
-		return nil
-	}
-	out := l.Handler()
+// on is route e's handler with the attributes and groups klog's logger
+// added on the way.
+func (h routedHandler) on(e *klogRouteEntry) slog.Handler {
+	out := e.log.Handler()
 	for _, op := range h.ops {
 		out = op(out)
 	}
@@ -99,19 +136,21 @@ func (h routedHandler) current() slog.Handler {
 }
 
 func (h routedHandler) Enabled(ctx context.Context, level slog.Level) bool {
-	klogRoute.mu.RLock()
-	defer klogRoute.mu.RUnlock()
-	c := h.current()
-	return c != nil && c.Enabled(ctx, level)
+	e := take()
+	if e == nil {
+		return false
+	}
+	defer e.inFlight.Done()
+	return h.on(e).Enabled(ctx, level)
 }
 
 func (h routedHandler) Handle(ctx context.Context, r slog.Record) error {
-	klogRoute.mu.RLock()
-	defer klogRoute.mu.RUnlock()
-	if c := h.current(); c != nil {
-		return c.Handle(ctx, r)
+	e := take()
+	if e == nil {
+		return nil
 	}
-	return nil
+	defer e.inFlight.Done()
+	return h.on(e).Handle(ctx, r)
 }
 
 func (h routedHandler) WithAttrs(attrs []slog.Attr) slog.Handler {

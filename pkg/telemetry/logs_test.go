@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -181,4 +182,89 @@ func (w *closingWriter) Write(p []byte) (int, error) {
 func (w *closingWriter) close() {
 	w.closed.Store(1)
 	time.Sleep(200 * time.Microsecond) // a write already past the check lands in this time
+}
+
+// A legacy klog call (klog.Info/Infof/Warningf/V(n).Infof: klog's output()
+// holds klog's logging.mu while it calls the logger, so the route's read
+// lock is taken under logging.mu) racing a RouteKlog or restore that
+// changes the verbosity (the route's write lock held while klog's -v flag
+// Set takes logging.mu) must not deadlock.
+func TestKlogLegacyLineRacingVerbositySwapDoesNotDeadlock(t *testing.T) {
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() { // a goroutine logging through klog's legacy API
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				klog.Info("legacy line")
+			}
+		}
+	}()
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for i := range 2000 {
+			log, _ := NewLogger(io.Discard, []string{"info", "debug"}[i%2], "json")
+			RouteKlog(log)() // debug: -v 0 -> 4 -> 0, each under the write lock
+		}
+	}()
+	select {
+	case <-finished:
+		close(stop)
+		<-done
+	case <-time.After(20 * time.Second):
+		t.Fatal("deadlock: RouteKlog/restore holds the route's write lock waiting for klog's logging.mu, which a legacy klog line holds while waiting for the route's read lock")
+	}
+}
+
+// Commands run in-process by concurrent tests restore out of order: A
+// routes, B routes, A returns (restore), B returns (restore). klog must not
+// be left pointing at A's writer after both returned.
+func TestKlogRestoreOutOfOrderLeavesNoFinishedCommandsWriter(t *testing.T) {
+	var a, b bytes.Buffer
+	la, _ := NewLogger(&a, "info", "text")
+	lb, _ := NewLogger(&b, "info", "text")
+	restoreA := RouteKlog(la)
+	restoreB := RouteKlog(lb)
+	restoreA() // A returns first
+	restoreB() // then B
+	n := a.Len()
+	klog.InfoS("a line after both commands returned")
+	if a.Len() != n {
+		t.Errorf("klog still routed to command A's writer after A returned: %q", a.String()[n:])
+	}
+}
+
+// A line being handled holds the route's read lock while the target
+// handler formats it; a value whose LogValue logs through klog re-enters
+// RLock. With a swap (write lock) queued in between, that is a deadlock.
+type reentrant struct{ hit chan struct{} }
+
+func (r reentrant) LogValue() slog.Value {
+	close(r.hit)                      // a swap can now queue its write lock
+	time.Sleep(50 * time.Millisecond) // let it queue
+	klog.InfoS("logged while formatting another line")
+	return slog.StringValue("v")
+}
+
+func TestKlogReentrantLineWithSwapQueued(t *testing.T) {
+	log, _ := NewLogger(io.Discard, "info", "json")
+	restore := RouteKlog(log)
+	hit := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		klog.InfoS("outer", "v", reentrant{hit})
+	}()
+	<-hit
+	swapped := make(chan struct{})
+	go func() { restore(); close(swapped) }()
+	select {
+	case <-finished:
+		<-swapped
+	case <-time.After(5 * time.Second):
+		t.Fatal("deadlock: recursive RLock with a writer queued")
+	}
 }

@@ -76,10 +76,19 @@ func Read(node *corev1.Node) Reported {
 // this grants nothing it could not do; the agent leaves it to this patch
 // so that a join is one write of its own.
 func ProviderID(node *corev1.Node, r Reported) string {
-	if node.Spec.ProviderID != "" || r.Metadata == nil || !Uninitialized(node) {
-		return ""
+	id, _ := providerID(node, r)
+	return id
+}
+
+// providerID is ProviderID, and the reason an ID asked for is refused.
+func providerID(node *corev1.Node, r Reported) (string, error) {
+	if node.Spec.ProviderID != "" || r.Metadata == nil || !Uninitialized(node) || r.Metadata.SetProviderID == "" {
+		return "", nil
 	}
-	return r.Metadata.SetProviderID
+	if err := contract.CheckProviderID(r.Metadata.SetProviderID); err != nil {
+		return "", err
+	}
+	return r.Metadata.SetProviderID, nil
 }
 
 // Uninitialized reports whether the Node still has the uninitialized taint.
@@ -236,7 +245,10 @@ func Compute(node *corev1.Node, r Reported, in Inputs) (Plan, error) {
 
 	spec := map[string]any{}
 	if in.Initialize {
-		if id := ProviderID(node, r); id != "" {
+		switch id, err := providerID(node, r); {
+		case err != nil:
+			plan.Refused = append(plan.Refused, fmt.Sprintf("providerID: %s; the Node is initialized without one", err))
+		case id != "":
 			spec["providerID"] = id
 		}
 	}
