@@ -22,14 +22,8 @@ type Want struct {
 
 // WantOf is the hand-off a decision makes for its CSR.
 func WantOf(csr string, created time.Time, d Decision) Want {
-	w := Want{CSR: csr, Created: created}
-	switch {
-	case d.Action == RequestReview:
-		w.Review = true
-	case d.Action == Wait && d.Category.WaitsOnAddresses():
-		w.Review = true
-	}
-	return w
+	return Want{CSR: csr, Created: created,
+		Review: d.Action == RequestReview || d.Action == Wait && d.Category.WaitsOnAddresses()}
 }
 
 // Handoff names the CSR a Node's csr-review should name now, "" when none,

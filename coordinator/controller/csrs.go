@@ -17,7 +17,6 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/nodestate"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/coordinator/finalize"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
 )
 
@@ -306,7 +305,7 @@ func (c *Coordinator) review(node *corev1.Node) nodestate.Review {
 			}
 		}
 	}
-	if finalize.Uninitialized(node) {
+	if contract.Uninitialized(node) {
 		r.Serving = c.servingUnderReview(name)
 	}
 	return r

@@ -151,7 +151,7 @@ func Decide(s Settings, in Input) (Desired, error) {
 		d.Record = releaseWithdrawn(node, rec, cfg.MaxNodeAddresses)
 		return d, nil
 	}
-	uninitialized := finalize.Uninitialized(node)
+	uninitialized := contract.Uninitialized(node)
 	unrecorded := rec == nil || rec.Spec.NotAdopted && rec.Spec.NodeUID == string(node.UID)
 	if unrecorded && !uninitialized && !cfg.AdoptExisting {
 		d.NotAdopted = true

@@ -556,7 +556,7 @@ func (w *nodeWatch) forget(obj any) {
 }
 
 func initialized(n *corev1.Node) bool {
-	return len(n.Spec.PodCIDRs) > 0 && !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == contract.TaintUninitialized })
+	return len(n.Spec.PodCIDRs) > 0 && !contract.Uninitialized(n)
 }
 
 func (w *nodeWatch) initializedAt(name string) time.Time {

@@ -472,7 +472,7 @@ func progress(ctx context.Context, cs kubernetes.Interface, sc *Scenario, kubele
 	}
 	initialized, issued, denied, honest, hostile := 0, 0, 0, 0, 0
 	for _, n := range nodes.Items {
-		if len(n.Spec.PodCIDRs) > 0 && !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == contract.TaintUninitialized }) {
+		if len(n.Spec.PodCIDRs) > 0 && !contract.Uninitialized(&n) {
 			initialized++
 		}
 	}

@@ -195,3 +195,9 @@ func compareTaints(a, b Taint) int {
 	}
 	return strings.Compare(a.Value, b.Value)
 }
+
+// Uninitialized reports whether the Node still has the uninitialized taint:
+// it waits for the coordinator's initializing patch, which removes it.
+func Uninitialized(node *corev1.Node) bool {
+	return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == TaintUninitialized })
+}

@@ -82,18 +82,12 @@ func Diff(observed *corev1.Node, want State) (Patches, error) {
 	case want.ProviderID == "" || observed.Spec.ProviderID == want.ProviderID:
 	case observed.Spec.ProviderID != "":
 		p.ProviderIDConflict = observed.Spec.ProviderID
-	case !waitsForInitialization(observed):
+	case !contract.Uninitialized(observed): // else the coordinator sets it as it removes the taint
 		if p.Spec, err = json.Marshal(map[string]any{"spec": map[string]any{"providerID": want.ProviderID}}); err != nil {
 			return Patches{}, err
 		}
 	}
 	return p, nil
-}
-
-// waitsForInitialization: the Node still has the uninitialized taint, which
-// the coordinator removes in the patch that sets the providerID.
-func waitsForInitialization(n *corev1.Node) bool {
-	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == contract.TaintUninitialized })
 }
 
 // noLongerWanted lists the keys the owned annotation (owned-labels or

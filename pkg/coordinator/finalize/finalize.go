@@ -69,31 +69,21 @@ func Read(node *corev1.Node) Reported {
 	return r
 }
 
-// ProviderID is the providerID the initializing patch sets: the one the
-// report asks for (setProviderId, checked when decoded), while the Node has
-// none and waits for its initialization; "" otherwise. It is the node's
-// own Node: NodeRestriction lets a node set its empty providerID itself, so
-// this grants nothing it could not do; the agent leaves it to this patch
-// so that a join is one write of its own.
-func ProviderID(node *corev1.Node, r Reported) string {
-	id, _ := providerID(node, r)
-	return id
-}
-
-// providerID is ProviderID, and the reason an ID asked for is refused.
+// providerID is the providerID the initializing patch sets: the one the
+// report asks for (setProviderId), while the Node has none and waits for
+// its initialization; "" otherwise, and the reason when CheckProviderID
+// refuses the one asked for. It is the node's own Node: NodeRestriction
+// lets a node set its empty providerID itself, so this grants nothing it
+// could not do; the agent leaves it to this patch so that a join is one
+// write of its own.
 func providerID(node *corev1.Node, r Reported) (string, error) {
-	if node.Spec.ProviderID != "" || r.Metadata == nil || !Uninitialized(node) || r.Metadata.SetProviderID == "" {
+	if node.Spec.ProviderID != "" || r.Metadata == nil || !contract.Uninitialized(node) || r.Metadata.SetProviderID == "" {
 		return "", nil
 	}
 	if err := contract.CheckProviderID(r.Metadata.SetProviderID); err != nil {
 		return "", err
 	}
 	return r.Metadata.SetProviderID, nil
-}
-
-// Uninitialized reports whether the Node still has the uninitialized taint.
-func Uninitialized(node *corev1.Node) bool {
-	return slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == contract.TaintUninitialized })
 }
 
 // Waiting lists the conditions initialization still waits for, apart from
@@ -103,7 +93,7 @@ func Waiting(node *corev1.Node, r Reported, requireProviderID bool) []string {
 	if r.Metadata == nil {
 		w = append(w, "the agent's metadata annotation")
 	}
-	if requireProviderID && ProviderID(node, r) == "" && node.Spec.ProviderID == "" {
+	if id, _ := providerID(node, r); requireProviderID && node.Spec.ProviderID == "" && id == "" {
 		w = append(w, "spec.providerID")
 	}
 	if len(r.Prefixes) > 0 && !slices.ContainsFunc(r.Prefixes, func(p netip.Prefix) bool {
