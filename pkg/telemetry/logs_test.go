@@ -82,20 +82,10 @@ func TestKlogGoesThroughSlog(t *testing.T) {
 // from other tests may log at any moment (go test -race checks this), and
 // after restore the command's logger receives nothing more.
 func TestKlogRouteIsScopedAndRaceFree(t *testing.T) {
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() { // a leftover client-go goroutine
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				klog.InfoS("reflector line")
-				klog.V(4).InfoS("verbose line")
-			}
-		}
-	}()
+	stop := logInBackground(func() { // a leftover client-go goroutine
+		klog.InfoS("reflector line")
+		klog.V(4).InfoS("verbose line")
+	})
 	var bufs [4]syncbuf
 	finished := make(chan struct{})
 	for i := range bufs {
@@ -112,8 +102,7 @@ func TestKlogRouteIsScopedAndRaceFree(t *testing.T) {
 	for range bufs {
 		<-finished
 	}
-	close(stop)
-	<-done
+	stop()
 	var after syncbuf
 	log, _ := NewLogger(&after, "info", "json")
 	RouteKlog(log)() // routed and restored at once
@@ -139,19 +128,7 @@ func (s *syncbuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(
 // route must have finished before restore returns, never land after it
 // (a test reads its buffer right then; a command may close its file).
 func TestKlogRestoreWaitsForLinesInFlight(t *testing.T) {
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() { // a leftover client-go goroutine
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				klog.InfoS("certificate rotation: waiting")
-			}
-		}
-	}()
-	defer func() { close(stop); <-done }()
+	defer logInBackground(func() { klog.InfoS("certificate rotation: waiting") })() // a leftover client-go goroutine
 	for i := range 200 {
 		w := &closingWriter{}
 		log, _ := NewLogger(w, "info", "text")
@@ -190,18 +167,7 @@ func (w *closingWriter) close() {
 // changes the verbosity (the route's write lock held while klog's -v flag
 // Set takes logging.mu) must not deadlock.
 func TestKlogLegacyLineRacingVerbositySwapDoesNotDeadlock(t *testing.T) {
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() { // a goroutine logging through klog's legacy API
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				klog.Info("legacy line")
-			}
-		}
-	}()
+	stop := logInBackground(func() { klog.Info("legacy line") }) // klog's legacy API
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
@@ -212,8 +178,7 @@ func TestKlogLegacyLineRacingVerbositySwapDoesNotDeadlock(t *testing.T) {
 	}()
 	select {
 	case <-finished:
-		close(stop)
-		<-done
+		stop()
 	case <-time.After(20 * time.Second):
 		t.Fatal("deadlock: RouteKlog/restore holds the route's write lock waiting for klog's logging.mu, which a legacy klog line holds while waiting for the route's read lock")
 	}
@@ -267,4 +232,23 @@ func TestKlogReentrantLineWithSwapQueued(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("deadlock: recursive RLock with a writer queued")
 	}
+}
+
+// logInBackground calls line in a loop on its own goroutine, as a
+// client-go goroutine another test left behind logs, until the returned
+// stop is called; stop returns once the goroutine has.
+func logInBackground(line func()) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-quit:
+				return
+			default:
+				line()
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
 }
