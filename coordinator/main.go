@@ -109,6 +109,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	secureAddr := fs.String("secure-metrics-addr", "", "serve over HTTPS on this `ADDRESS`: /metrics to callers the API server authenticates (TokenReview) and authorizes to get the non-resource URL /metrics (SubjectAccessReview); /healthz and /readyz to anyone, for probes (empty: off)")
 	certFile := fs.String("tls-cert-file", "", "serving certificate `FILE` for --secure-metrics-addr (default: self-signed at start)")
 	keyFile := fs.String("tls-private-key-file", "", "its private key `FILE`")
+	initEvents := fs.Bool("initialized-events", false, "record a Normal Initialized Event on each Node it initializes (one more API write per join; a clean join is otherwise in the Node itself, the log and the metrics; Warnings are always recorded)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json")
 	envflag.AddVersion(fs, stdout, version.String("nodeinit-coordinator"))
@@ -162,7 +163,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	coord, err := controller.New(controller.Config{
 		Client: client, Dynamic: dyn, REST: restCfg, Settings: settings, Namespace: *namespace, LeaseName: *leaseName, Identity: *id,
 		LeaseDuration: *leaseDuration, RenewDeadline: *renewDeadline, RetryPeriod: *retryPeriod,
-		NodeWorkers: *nodeWorkers, CSRWorkers: *csrWorkers, Log: log, Metrics: controller.NewMetrics(reg),
+		NodeWorkers: *nodeWorkers, CSRWorkers: *csrWorkers, Log: log, Metrics: controller.NewMetrics(reg), InitializedEvents: *initEvents,
 	})
 	if err != nil {
 		log.Error("invalid configuration", "err", err)

@@ -76,6 +76,12 @@ type Config struct {
 	// node, except a control-plane Node's own name and addresses.
 	APIServerNames []string
 	APIServerIPs   []netip.Addr
+	// InitializedEvents records a Normal Initialized Event on each Node the
+	// coordinator initializes: one more API write per join. Off, a clean
+	// join shows in the Node itself (the taint gone, its pod CIDRs and
+	// labels), in the log and in nodeinit_coordinator_node_init_seconds;
+	// Warnings are always recorded.
+	InitializedEvents bool
 }
 
 // Coordinator is one replica.

@@ -216,14 +216,16 @@ func (c *Coordinator) patched(node *corev1.Node, d nodestate.Desired, review nod
 		for _, p := range d.CIDRs {
 			c.m.Allocations.WithLabelValues(poolOf(d.Request, p), "ok").Inc()
 		}
-		if !d.Initialize { // the Initialized Event names them
+		if !d.Initialize { // a join's pod CIDRs are in the Node, as its initialization
 			c.recorder.Eventf(node, corev1.EventTypeNormal, "PodCIDRAssigned", "pod CIDRs %v", d.CIDRs)
 		}
 	}
 	if d.Initialize {
 		took := time.Since(node.CreationTimestamp.Time)
 		c.m.NodeInitTime.Observe(took.Seconds())
-		c.recorder.Eventf(node, corev1.EventTypeNormal, "Initialized", "initialized %v after registration: pod CIDRs %v, granted labels %v", took.Round(time.Millisecond), d.CIDRs, d.Plan.Granted)
+		if c.cfg.InitializedEvents {
+			c.recorder.Eventf(node, corev1.EventTypeNormal, "Initialized", "initialized %v after registration: pod CIDRs %v, granted labels %v", took.Round(time.Millisecond), d.CIDRs, d.Plan.Granted)
+		}
 		c.log.Info("node initialized", "node", name, "podCIDRs", d.CIDRs, "granted", d.Plan.Granted, "after", took)
 	} else {
 		c.log.Info("node updated", "node", name, "patch", string(d.Patch))

@@ -20,7 +20,7 @@ var shared *env
 func TestMain(m *testing.M) {
 	klog.SetLogger(logr.Discard())
 	var err error
-	if shared, err = newEnv(context.Background(), os.Stderr); err != nil {
+	if shared, err = newEnv(context.Background(), os.Stderr, nil, nil); err != nil {
 		fmt.Fprintln(os.Stderr, "bench tests:", err)
 		os.Exit(1)
 	}

@@ -91,9 +91,9 @@ type env struct {
 	watch *nodeWatch
 }
 
-// newEnv starts the control plane; apiServerArgs are added to
-// kube-apiserver's flags.
-func newEnv(ctx context.Context, logw io.Writer, apiServerArgs ...string) (*env, error) {
+// newEnv starts the control plane; apiServerArgs and kcmArgs are added to
+// kube-apiserver's and kube-controller-manager's flags.
+func newEnv(ctx context.Context, logw io.Writer, apiServerArgs, kcmArgs []string) (*env, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("the benchmark makes network namespaces: run it as root")
 	}
@@ -101,7 +101,7 @@ func newEnv(ctx context.Context, logw io.Writer, apiServerArgs ...string) (*env,
 	if err != nil {
 		return nil, err
 	}
-	c, err := testcluster.Start(ctx, testcluster.Options{ControllerManager: true, AuditLog: true, Log: logw, ExtraAPIServerArgs: apiServerArgs})
+	c, err := testcluster.Start(ctx, testcluster.Options{ControllerManager: true, AuditLog: true, Log: logw, ExtraAPIServerArgs: apiServerArgs, ExtraControllerManagerArgs: kcmArgs})
 	if err != nil {
 		return nil, err
 	}

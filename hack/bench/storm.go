@@ -57,6 +57,10 @@ func (l latencies) print(w *strings.Builder) {
 		fmt.Fprintf(w, "  %-34s p50 %8s  p95 %8s  p99 %8s  max %8s\n", row.name,
 			p50.Round(time.Millisecond), p95.Round(time.Millisecond), p99.Round(time.Millisecond), mx.Round(time.Millisecond))
 	}
+	if i, _, _, _ := percentiles(l.init); i > 0 {
+		c, _, _, _ := percentiles(l.certs)
+		fmt.Fprintf(w, "  certificate p50 / initialized p50 = %.2f (kube-controller-manager signs at its client rate: -kcm-qps)\n", c.Seconds()/i.Seconds())
+	}
 }
 
 // quietCount is what was written in the quiet window, by component.

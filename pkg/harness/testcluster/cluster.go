@@ -54,6 +54,8 @@ type Options struct {
 	ServiceCIDRs string
 	// ExtraAPIServerArgs are appended to kube-apiserver's flags.
 	ExtraAPIServerArgs []string
+	// ExtraControllerManagerArgs are appended to kube-controller-manager's.
+	ExtraControllerManagerArgs []string
 	// Log receives progress lines; nil means stderr.
 	Log io.Writer
 	// AfterTests, for Main, stops what the package's tests share besides
@@ -281,6 +283,7 @@ func (c *Cluster) startControllerManager(bins string) error {
 		"--leader-elect=false", "--secure-port=0",
 		"--use-service-account-credentials=false",
 	}
+	args = append(args, c.opts.ExtraControllerManagerArgs...)
 	if len(c.opts.Controllers) > 0 {
 		args = append(args, "--root-ca-file="+c.path("ca.crt"), "--service-account-private-key-file="+c.path("sa.key"))
 	}
