@@ -30,15 +30,36 @@ const floorSigner = "bench.nodeinit.io/floor"
 // fast as possible on the same API server: the Node create, its status
 // patch (the report with its addresses, as the agent writes it), the
 // serving CSR's create, the initializing patch and the approval — 5 per
-// join. Each join runs on its own goroutine, with clients
-// spread over several connections as the storm's nodes are.
-func floor(ctx context.Context, e *env, prefix string, n int) (time.Duration, error) {
+// join. Each join runs on its own goroutine, with clients spread over 16
+// admin connections.
+//
+// With ownConnections, each node's three writes (the Node, its report, its
+// CSR) go over that node's own connection as that node, as a kubelet's do
+// in any cluster: the API server pays a TLS handshake and a client
+// certificate per node, which no implementation avoids either. The
+// coordinator's two stay on the admin connections.
+func floor(ctx context.Context, e *env, prefix string, n int, ownConnections bool) (time.Duration, error) {
 	cfg := e.cluster.Admin()
 	cfg.QPS, cfg.Burst = -1, 0 // no client-side rate limit
 	clients := make([]kubernetes.Interface, 16)
 	for i := range clients {
 		var err error
 		if clients[i], err = kubernetes.NewForConfig(cfg); err != nil {
+			return 0, err
+		}
+	}
+	nodeClients := make([]kubernetes.Interface, n)
+	for i := range nodeClients {
+		nodeClients[i] = clients[i%len(clients)]
+		if !ownConnections {
+			continue
+		}
+		name, _, _, _ := nodeSpec(prefix, i)
+		id, err := e.cluster.NodeIdentity(name)
+		if err != nil {
+			return 0, err
+		}
+		if nodeClients[i], err = kubernetes.NewForConfig(id.Config()); err != nil {
 			return 0, err
 		}
 	}
@@ -53,18 +74,21 @@ func floor(ctx context.Context, e *env, prefix string, n int) (time.Duration, er
 	csrPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
 
 	start := time.Now()
-	err = parallel(n, n, func(i int) error { return floorJoin(ctx, clients[i%len(clients)], prefix, i, csrPEM) })
+	err = parallel(n, n, func(i int) error {
+		return floorJoin(ctx, nodeClients[i], clients[i%len(clients)], prefix, i, csrPEM)
+	})
 	return time.Since(start), err
 }
 
-func floorJoin(ctx context.Context, cs kubernetes.Interface, prefix string, i int, csrPEM []byte) error {
+// floorJoin makes one join's 5 writes: node's three, then coord's two.
+func floorJoin(ctx context.Context, node, coord kubernetes.Interface, prefix string, i int, csrPEM []byte) error {
 	name, ip, ip6, _ := nodeSpec(prefix, i)
-	nodes := cs.CoreV1().Nodes()
-	node := &corev1.Node{
+	nodes := node.CoreV1().Nodes()
+	obj := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}},
 		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: contract.TaintUninitialized, Value: "true", Effect: corev1.TaintEffectNoSchedule}}},
 	}
-	if _, err := nodes.Create(ctx, node, metav1.CreateOptions{}); err != nil {
+	if _, err := nodes.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("floor: %w", err)
 	}
 	report, _ := json.Marshal(map[string]any{
@@ -74,7 +98,7 @@ func floorJoin(ctx context.Context, cs kubernetes.Interface, prefix string, i in
 	if _, err := nodes.Patch(ctx, name, types.MergePatchType, report, metav1.PatchOptions{}, "status"); err != nil {
 		return fmt.Errorf("floor: %w", err)
 	}
-	csr, err := cs.CertificatesV1().CertificateSigningRequests().Create(ctx, &certificatesv1.CertificateSigningRequest{
+	csr, err := node.CertificatesV1().CertificateSigningRequests().Create(ctx, &certificatesv1.CertificateSigningRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: certificatesv1.CertificateSigningRequestSpec{Request: csrPEM, SignerName: floorSigner,
 			Usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth}},
@@ -85,12 +109,12 @@ func floorJoin(ctx context.Context, cs kubernetes.Interface, prefix string, i in
 	v4 := netip.PrefixFrom(netip.AddrFrom4([4]byte{172, byte(16 + i/65536), byte(i / 256 % 256), 0}), 24)
 	init, _ := json.Marshal(map[string]any{"spec": map[string]any{"podCIDR": v4.String(), "podCIDRs": []string{v4.String()},
 		"taints": []corev1.Taint{}}})
-	if _, err := nodes.Patch(ctx, name, types.StrategicMergePatchType, init, metav1.PatchOptions{}); err != nil {
+	if _, err := coord.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, init, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("floor: %w", err)
 	}
 	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
 		Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "Floor", Message: "floor"})
-	if _, err := cs.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, name, csr, metav1.UpdateOptions{}); err != nil {
+	if _, err := coord.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, name, csr, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("floor: %w", err)
 	}
 	return nil

@@ -262,11 +262,17 @@ func run(ctx context.Context, o options) error {
 			sn.stopAgent()
 		}
 		step("floor: the 5 unavoidable writes of %d joins, as fast as possible", o.nodes)
-		took, err := floor(ctx, e, "floor", o.nodes)
+		took, err := floor(ctx, e, "floor", o.nodes, false)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(&r, "floor: %s for %d joins; storm/floor = %.2f\n", took.Round(time.Millisecond), o.nodes, lat.span.Seconds()/took.Seconds())
+		step("floor over the nodes' own connections: the same writes, each node's three as that node")
+		own, err := floor(ctx, e, "floorn", o.nodes, true)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&r, "floor, each node's writes over its own connection: %s; storm/floor = %.2f\n", own.Round(time.Millisecond), lat.span.Seconds()/own.Seconds())
 	}
 	fmt.Print("\n" + r.String())
 	if len(failures) > 0 {
