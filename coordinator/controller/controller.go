@@ -108,7 +108,7 @@ type Coordinator struct {
 	said           *said              // the last message of each Event reason per object
 	requests       *requests          // each CSR's request, parsed once
 	apiSANsRead    bool               // the API server's certificate SANs are in cfg (read or given)
-	claimLocks     [64]sync.Mutex     // address stripes: claims are decided and recorded under them
+	claimLocks     addrLocks          // claims are decided and recorded under their addresses' locks
 
 	pendingMu             sync.Mutex // the flood guard's count, reused for pendingTTL
 	pending, pendingLimit int

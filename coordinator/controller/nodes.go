@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"net/netip"
 	"slices"
@@ -50,13 +49,15 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	in.HasV4, in.HasV6 = c.cidrs.families()
 	in.Review = c.review(node)
 	// Claims are decided and written under the addresses' locks: two
-	// workers never record one address for two Nodes.
+	// workers never record one address for two Nodes. The locks are let go
+	// once the record is written (the store shows it to every reader from
+	// then on), not held over the Node's patch.
 	current := nodestate.Addresses(node, c.settings.MaxNodeAddresses)
 	var recorded []netip.Addr
 	if rec != nil {
 		recorded = records.ClaimedIPs(rec.Spec.Addresses)
 	}
-	unlock := c.lockAddrs(slices.Concat(current, recorded))
+	unlock := sync.OnceFunc(c.claimLocks.lock(slices.Concat(current, recorded)))
 	defer unlock()
 	in.Others = c.otherOwners(node.Name, current)
 	in.FirstSeen = c.observer.firstSeen(node.Name, node.UID)
@@ -94,6 +95,7 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	unlock()
 	if d.Record != nil {
 		c.recordWritten(node, d)
 	}
@@ -353,36 +355,6 @@ func (c *Coordinator) holder(node string, ip netip.Addr) string {
 		return ""
 	}
 	return owner
-}
-
-// lockAddrs locks the stripes of ips, and of the /64 of each IPv6 one
-// (node prefixes are decided under it), in order and returns the unlock.
-func (c *Coordinator) lockAddrs(ips []netip.Addr) func() {
-	var idx []int
-	add := func(a netip.Addr) {
-		h := fnv.New32a()
-		b := a.As16()
-		h.Write(b[:])
-		if i := int(h.Sum32() % uint32(len(c.claimLocks))); !slices.Contains(idx, i) {
-			idx = append(idx, i)
-		}
-	}
-	for _, ip := range ips {
-		add(ip)
-		if ip.Is6() {
-			p, _ := ip.Prefix(64)
-			add(p.Addr())
-		}
-	}
-	slices.Sort(idx)
-	for _, i := range idx {
-		c.claimLocks[i].Lock()
-	}
-	return func() {
-		for _, i := range slices.Backward(idx) {
-			c.claimLocks[i].Unlock()
-		}
-	}
 }
 
 // retryWaitingForCIDRs requeues the Nodes still without pod CIDRs: freed

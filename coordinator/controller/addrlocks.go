@@ -1,0 +1,82 @@
+package controller
+
+import (
+	"net/netip"
+	"slices"
+	"sync"
+)
+
+// addrLocks serialize the syncs that decide claims on the same address, or
+// on the same IPv6 /64 (node prefixes are decided under it), and nothing
+// else: syncs of Nodes with no address or /64 in common never wait on each
+// other. (Its predecessor, 64 hashed stripes, made most of 16 workers wait
+// on one another in a join storm, each Node holding 3–4 stripes.)
+type addrLocks struct {
+	mu   sync.Mutex
+	held map[netip.Prefix]*addrLock
+}
+
+type addrLock struct {
+	sync.Mutex
+	refs int // holders and waiters; the entry goes with the last
+}
+
+// keys are the lock keys of ips: each address as a full-length prefix, and
+// each IPv6 address's /64; sorted and without repeats, so that every caller
+// locks in the same order.
+func lockKeys(ips []netip.Addr) []netip.Prefix {
+	var keys []netip.Prefix
+	for _, ip := range ips {
+		ip = ip.Unmap()
+		keys = append(keys, netip.PrefixFrom(ip, ip.BitLen()))
+		if ip.Is6() {
+			p, _ := ip.Prefix(64)
+			keys = append(keys, p)
+		}
+	}
+	slices.SortFunc(keys, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	return slices.Compact(keys)
+}
+
+// lock locks ips (see lockKeys) in order and returns the unlock.
+func (l *addrLocks) lock(ips []netip.Addr) func() {
+	keys := lockKeys(ips)
+	entries := make([]*addrLock, len(keys))
+	for i, k := range keys {
+		l.mu.Lock()
+		if l.held == nil {
+			l.held = map[netip.Prefix]*addrLock{}
+		}
+		e := l.held[k]
+		if e == nil {
+			e = &addrLock{}
+			l.held[k] = e
+		}
+		e.refs++
+		l.mu.Unlock()
+		e.Lock()
+		entries[i] = e
+	}
+	return func() {
+		for i, e := range slices.Backward(entries) {
+			e.Unlock()
+			l.mu.Lock()
+			if e.refs--; e.refs == 0 {
+				delete(l.held, keys[i])
+			}
+			l.mu.Unlock()
+		}
+	}
+}
+
+// size is how many keys are held or waited for.
+func (l *addrLocks) size() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.held)
+}
