@@ -470,6 +470,16 @@ func (e *env) converged(nodes []*simNode) (bool, string) {
 }
 
 // waitConverged polls converged until it holds or the timeout passes.
+// cpuOnceInitialized is every component's CPU time when the last of nodes
+// is first seen initialized (or when ctx ends first).
+func (e *env) cpuOnceInitialized(ctx context.Context, c *coordinator, nodes []*simNode) map[string]time.Duration {
+	waiting := func(sn *simNode) bool { return e.watch.initializedAt(sn.name).IsZero() }
+	for ctx.Err() == nil && slices.ContainsFunc(nodes, waiting) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return e.cpu(c)
+}
+
 func (e *env) waitConverged(ctx context.Context, nodes []*simNode, timeout time.Duration) (time.Time, error) {
 	deadline := time.Now().Add(timeout)
 	for {

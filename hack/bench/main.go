@@ -173,6 +173,13 @@ func run(ctx context.Context, o options) error {
 	} else {
 		apiProfiled <- nil
 	}
+	// The API server's CPU up to the last node initialized: the work the
+	// floor also does, without the certificates' tail (kube-controller-
+	// manager's signer at its own client rate).
+	initCPU := make(chan map[string]time.Duration, 1)
+	stormCtx, stormDone := context.WithCancel(ctx)
+	defer stormDone()
+	go func() { initCPU <- e.cpuOnceInitialized(stormCtx, coord, nodes) }()
 	if err := e.storm(ctx, nodes); err != nil {
 		return err
 	}
@@ -187,6 +194,8 @@ func run(ctx context.Context, o options) error {
 		step("kube-apiserver's CPU profile of the storm's first %s: %s", o.apiProfileFor, o.apiProfile)
 	}
 	cpuAfter := e.cpu(coord)
+	stormDone()
+	cpuInit := <-initCPU
 	var failures []string
 	lat := e.latencies(nodes)
 	lat.print(&r)
@@ -194,6 +203,8 @@ func run(ctx context.Context, o options) error {
 	for _, k := range []string{"kube-apiserver", "etcd", "kube-controller-manager", "coordinator", machinedProcess, benchProcess} {
 		fmt.Fprintf(&r, " %s %.1f;", k, (cpuAfter[k] - cpuBefore[k]).Seconds())
 	}
+	apiInit := cpuInit["kube-apiserver"] - cpuBefore["kube-apiserver"]
+	fmt.Fprintf(&r, "\nkube-apiserver CPU to the last node initialized: %.1f s", apiInit.Seconds())
 	fmt.Fprintf(&r, "\ncoordinator peak RSS: %.1f MiB\n", float64(coord.usage().PeakRSS)/(1<<20))
 
 	if err := e.checkAll(nodes); err != nil {
@@ -262,17 +273,24 @@ func run(ctx context.Context, o options) error {
 			sn.stopAgent()
 		}
 		step("floor: the 5 unavoidable writes of %d joins, as fast as possible", o.nodes)
+		apiCPU := func() time.Duration { return e.cpu(coord)["kube-apiserver"] }
+		before := apiCPU()
 		took, err := floor(ctx, e, "floor", o.nodes, false)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(&r, "floor: %s for %d joins; storm/floor = %.2f\n", took.Round(time.Millisecond), o.nodes, lat.span.Seconds()/took.Seconds())
+		floorCPU := apiCPU() - before
+		fmt.Fprintf(&r, "floor: %s for %d joins; storm/floor = %.2f; kube-apiserver CPU %.1f s, storm/floor = %.2f\n", took.Round(time.Millisecond), o.nodes,
+			lat.span.Seconds()/took.Seconds(), floorCPU.Seconds(), apiInit.Seconds()/floorCPU.Seconds())
 		step("floor over the nodes' own connections: the same writes, each node's three as that node")
+		before = apiCPU()
 		own, err := floor(ctx, e, "floorn", o.nodes, true)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(&r, "floor, each node's writes over its own connection: %s; storm/floor = %.2f\n", own.Round(time.Millisecond), lat.span.Seconds()/own.Seconds())
+		ownCPU := apiCPU() - before
+		fmt.Fprintf(&r, "floor, each node's writes over its own connection: %s; storm/floor = %.2f; kube-apiserver CPU %.1f s, storm/floor = %.2f\n", own.Round(time.Millisecond),
+			lat.span.Seconds()/own.Seconds(), ownCPU.Seconds(), apiInit.Seconds()/ownCPU.Seconds())
 	}
 	fmt.Print("\n" + r.String())
 	if len(failures) > 0 {
