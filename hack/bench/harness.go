@@ -470,14 +470,27 @@ func (e *env) converged(nodes []*simNode) (bool, string) {
 }
 
 // waitConverged polls converged until it holds or the timeout passes.
-// cpuOnceInitialized is every component's CPU time when the last of nodes
-// is first seen initialized (or when ctx ends first).
-func (e *env) cpuOnceInitialized(ctx context.Context, c *coordinator, nodes []*simNode) map[string]time.Duration {
+// snapshot is every component's CPU time and kube-apiserver's requests
+// at one moment.
+type snapshot struct {
+	cpu      map[string]time.Duration
+	requests map[string]float64
+}
+
+func (e *env) snapshot(ctx context.Context, c *coordinator) snapshot {
+	s := snapshot{cpu: e.cpu(c)}
+	s.requests, _ = e.apiRequests(ctx) // none: the report says so
+	return s
+}
+
+// onceInitialized is the snapshot when the last of nodes is first seen
+// initialized (or when ctx ends first).
+func (e *env) onceInitialized(ctx context.Context, c *coordinator, nodes []*simNode) snapshot {
 	waiting := func(sn *simNode) bool { return e.watch.initializedAt(sn.name).IsZero() }
 	for ctx.Err() == nil && slices.ContainsFunc(nodes, waiting) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	return e.cpu(c)
+	return e.snapshot(context.WithoutCancel(ctx), c)
 }
 
 func (e *env) waitConverged(ctx context.Context, nodes []*simNode, timeout time.Duration) (time.Time, error) {

@@ -154,7 +154,8 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	cpuBefore := e.cpu(coord)
+	atStart := e.snapshot(ctx, coord)
+	cpuBefore := atStart.cpu
 
 	step("storm: %d agents start; once all wait for their Node, the kubelets register at once", o.nodes)
 	if o.cpuProfile != "" {
@@ -176,10 +177,10 @@ func run(ctx context.Context, o options) error {
 	// The API server's CPU up to the last node initialized: the work the
 	// floor also does, without the certificates' tail (kube-controller-
 	// manager's signer at its own client rate).
-	initCPU := make(chan map[string]time.Duration, 1)
+	initialized := make(chan snapshot, 1)
 	stormCtx, stormDone := context.WithCancel(ctx)
 	defer stormDone()
-	go func() { initCPU <- e.cpuOnceInitialized(stormCtx, coord, nodes) }()
+	go func() { initialized <- e.onceInitialized(stormCtx, coord, nodes) }()
 	if err := e.storm(ctx, nodes); err != nil {
 		return err
 	}
@@ -195,7 +196,8 @@ func run(ctx context.Context, o options) error {
 	}
 	cpuAfter := e.cpu(coord)
 	stormDone()
-	cpuInit := <-initCPU
+	atInit := <-initialized
+	cpuInit := atInit.cpu
 	var failures []string
 	lat := e.latencies(nodes)
 	lat.print(&r)
@@ -204,8 +206,11 @@ func run(ctx context.Context, o options) error {
 		fmt.Fprintf(&r, " %s %.1f;", k, (cpuAfter[k] - cpuBefore[k]).Seconds())
 	}
 	apiInit := cpuInit["kube-apiserver"] - cpuBefore["kube-apiserver"]
-	fmt.Fprintf(&r, "\nkube-apiserver CPU to the last node initialized: %.1f s", apiInit.Seconds())
-	fmt.Fprintf(&r, "\ncoordinator peak RSS: %.1f MiB\n", float64(coord.usage().PeakRSS)/(1<<20))
+	fmt.Fprintf(&r, "\nkube-apiserver CPU to the last node initialized: %.1f s\n", apiInit.Seconds())
+	if atStart.requests != nil && atInit.requests != nil {
+		printRequests(&r, atStart.requests, atInit.requests, len(nodes))
+	}
+	fmt.Fprintf(&r, "coordinator peak RSS: %.1f MiB\n", float64(coord.usage().PeakRSS)/(1<<20))
 
 	if err := e.checkAll(nodes); err != nil {
 		failures = append(failures, "end state: "+err.Error())
