@@ -109,6 +109,7 @@ type Coordinator struct {
 	requests       *requests          // each CSR's request, parsed once
 	apiSANsRead    bool               // the API server's certificate SANs are in cfg (read or given)
 	claimLocks     addrLocks          // claims are decided and recorded under their addresses' locks
+	refusedIDs     refusedIDs         // providerIDs the API server refused, per Node object
 
 	pendingMu             sync.Mutex // the flood guard's count, reused for pendingTTL
 	pending, pendingLimit int

@@ -48,6 +48,7 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	in := nodestate.Input{Node: node, Record: rec, Reserved: c.reservedFor(node), Near: c.records.Near, Now: time.Now()}
 	in.HasV4, in.HasV6 = c.cidrs.families()
 	in.Review = c.review(node)
+	in.RefusedProviderID = c.refusedIDs.of(node)
 	// Claims are decided and written under the addresses' locks: two
 	// workers never record one address for two Nodes. The locks are let go
 	// once the record is written (the store shows it to every reader from
@@ -107,6 +108,15 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 		c.m.NodeWrites.WithLabelValues("finalize", "error").Inc()
 		if apierrors.IsNotFound(err) {
 			return nil // deleted meanwhile; the delete event releases
+		}
+		if id := d.Plan.ProviderID; id != "" && refusedByAPIServer(err) && c.refusedIDs.of(node).ID != id {
+			// Most likely the providerID (an admin's policy): the next sync
+			// leaves it out, now. Refused again without it, the patch is
+			// retried with backoff as any other.
+			c.refusedIDs.set(node, id, err)
+			c.log.Warn("the API server refused the initializing patch; retrying without the providerID", "node", name, "providerID", id, "err", err)
+			c.nodeQueue.Add(name)
+			return nil
 		}
 		return fmt.Errorf("patching node %s: %w", name, err)
 	}
@@ -253,6 +263,7 @@ func (c *Coordinator) reconcileCIDRs(node *corev1.Node, existing []netip.Prefix)
 // gets neither a fresh enrolment nor a fresh renewal memory.
 func (c *Coordinator) nodeGone(ctx context.Context, name string) error {
 	c.setWaiting(name, "", false)
+	c.refusedIDs.forget(name)
 	if c.cidrs.release(name) {
 		c.log.Info("released pod CIDRs of a deleted node", "node", name)
 		defer c.retryWaitingForCIDRs()

@@ -90,8 +90,15 @@ type Input struct {
 	// Allocated is the allocator's answer to Desired.Allocate of an earlier
 	// Decide on the same input.
 	Allocated []netip.Prefix
-	Now       time.Time
+	// RefusedProviderID is a providerID the API server refused in an
+	// earlier patch of this Node object (an admin's admission policy):
+	// while the report asks for that one, the patch leaves it out.
+	RefusedProviderID RefusedProviderID
+	Now               time.Time
 }
+
+// RefusedProviderID is a providerID the API server refused, and why.
+type RefusedProviderID struct{ ID, Reason string }
 
 // Desired is what the coordinator wants for the Node, and what it says.
 type Desired struct {
@@ -146,6 +153,16 @@ func Decide(s Settings, in Input) (Desired, error) {
 	var d Desired
 	node, rec, cfg := in.Node, in.Record, s.Config
 	rep := finalize.Read(node)
+	refusedID := ""
+	if r := in.RefusedProviderID; r.ID != "" && rep.Metadata != nil && rep.Metadata.SetProviderID == r.ID {
+		// Refused alone, as a value CheckProviderID refuses: the rest of the
+		// join goes on (with requireProviderID, it waits for one set by
+		// whoever the policy allows).
+		md := *rep.Metadata
+		md.SetProviderID = ""
+		rep.Metadata = &md
+		refusedID = fmt.Sprintf("providerID %q: the API server refused it (%s)", r.ID, r.Reason)
+	}
 	if len(rep.Problems) > 0 {
 		d.Malformed = rep.Problems
 		d.Record = releaseWithdrawn(node, rec, cfg.MaxNodeAddresses)
@@ -197,6 +214,9 @@ func Decide(s Settings, in Input) (Desired, error) {
 		d.CIDRs = in.Allocated
 	}
 	if len(d.Waiting) > 0 {
+		if refusedID != "" {
+			d.Plan.Refused = append(d.Plan.Refused, refusedID+"; initialization waits for one set by whoever may")
+		}
 		return d, nil
 	}
 	d.Initialize = uninitialized
@@ -208,6 +228,9 @@ func Decide(s Settings, in Input) (Desired, error) {
 	})
 	if err != nil {
 		return d, fmt.Errorf("the patch for Node %s: %w", node.Name, err)
+	}
+	if refusedID != "" && d.Initialize {
+		d.Plan.Refused = append(d.Plan.Refused, refusedID+"; the Node is initialized without one")
 	}
 	d.Patch = d.Plan.Patch
 

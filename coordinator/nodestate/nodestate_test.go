@@ -382,3 +382,45 @@ func TestJoinSetsTheReportedProviderID(t *testing.T) {
 		})
 	}
 }
+
+// A providerID the API server refused (an admin's admission policy) is
+// left out of the next patch while the report asks for that one, and
+// said; the rest of the join goes on, or, with requireProviderID, waits.
+// Another providerID asked for, or another Node object, is tried.
+func TestRefusedProviderID(t *testing.T) {
+	asking := func(id string) *corev1.Node {
+		node := joined("n1", "uid-1", "10.0.0.1", agentKey(1))
+		md, _ := contract.EncodeMetadata(contract.Metadata{Platform: "metal", AgentKey: agentKey(1), SetProviderID: id})
+		node.Annotations[contract.AnnotationMetadata] = md
+		return node
+	}
+	refused := nodestate.RefusedProviderID{ID: "talos://metal/a", Reason: `"denied: this cluster sets providerIDs itself"`}
+	for _, tc := range []struct {
+		name       string
+		extra      string
+		asked      string
+		refused    nodestate.RefusedProviderID
+		wantID     string
+		wantInit   bool
+		wantReason string
+	}{
+		{"not refused", "", "talos://metal/a", nodestate.RefusedProviderID{}, "talos://metal/a", true, ""},
+		{"refused", "", "talos://metal/a", refused, "", true, "initialized without one"},
+		{"refused, another asked for", "", "talos://metal/b", refused, "talos://metal/b", true, ""},
+		{"refused, required", "requireProviderID: true\n", "talos://metal/a", refused, "", false, "waits for one"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := decide(t, settings(t, tc.extra), nodestate.Input{Node: asking(tc.asked), Now: now, HasV4: true, RefusedProviderID: tc.refused}, "10.244.3.0/24")
+			if d.Initialize != tc.wantInit || d.Plan.ProviderID != tc.wantID {
+				t.Errorf("Initialize %v, providerID %q; want %v, %q", d.Initialize, d.Plan.ProviderID, tc.wantInit, tc.wantID)
+			}
+			if got := strings.Contains(string(d.Patch), "providerID"); got != (tc.wantID != "") {
+				t.Errorf("patch %s: providerID in it %v", d.Patch, got)
+			}
+			said := strings.Join(d.Plan.Refused, "; ")
+			if tc.wantReason == "" && said != "" || tc.wantReason != "" && (!strings.Contains(said, tc.wantReason) || !strings.Contains(said, "sets providerIDs itself")) {
+				t.Errorf("refused %q, want it to say %q and the API server's reason", said, tc.wantReason)
+			}
+		})
+	}
+}

@@ -189,6 +189,8 @@ type Plan struct {
 	// Patch is a JSON merge patch conditional on the Node's resourceVersion; nil: nothing to do.
 	Patch   []byte
 	Refused []string
+	// ProviderID is the providerID the patch sets, "" when none.
+	ProviderID string
 	// Granted are the label keys, and GrantedTaints the taints
 	// ("key:effect"), the coordinator wants on the Node and may set.
 	Granted, GrantedTaints []string
@@ -240,6 +242,7 @@ func Compute(node *corev1.Node, r Reported, in Inputs) (Plan, error) {
 			plan.Refused = append(plan.Refused, fmt.Sprintf("providerID: %s; the Node is initialized without one", err))
 		case id != "":
 			spec["providerID"] = id
+			plan.ProviderID = id
 		}
 	}
 	if len(in.CIDRs) > 0 && len(node.Spec.PodCIDRs) == 0 && node.Spec.PodCIDR == "" {
