@@ -92,6 +92,10 @@ type Agent struct {
 	attested  map[string]string
 	answered  string            // the last csr-review value answered
 	lastLog   map[string]string // dedupes repeated warnings
+	// refusedProviderID is the providerID the API server refused this
+	// agent (admission, validation: a refusal for good). It is not asked
+	// for again until the agent restarts or wants another.
+	refusedProviderID string
 	// missingSince is when a synced watch first lacked the Node; recheck asks
 	// the loop to sync again soon (see checkWatch).
 	missingSince time.Time
@@ -364,11 +368,18 @@ func (a *Agent) sync(ctx context.Context) error {
 			return err
 		}
 	}
-	// A providerID refused (an admission policy, for good) must not hold
-	// the attestations back: they go first, then the error is retried.
+	// A providerID patch that fails must not hold the attestations back:
+	// they go first. Refused for good (an admission policy), the value is
+	// remembered and not asked for again; any other error is retried.
 	var specErr error
-	if p.Spec != nil {
+	if p.Spec != nil && want.ProviderID != a.refusedProviderID {
 		specErr = a.patch(ctx, "spec", p.Spec, "")
+		if apierrors.IsForbidden(specErr) || apierrors.IsInvalid(specErr) {
+			a.refusedProviderID = want.ProviderID
+			a.log.Warn("the API server refused this node's providerID (an admission policy?); leaving it unset until the agent restarts",
+				"node", a.nodeName, "providerID", want.ProviderID, "err", specErr)
+			specErr = nil
+		}
 	}
 	if err := a.attest(ctx, a.observed(), want); err != nil {
 		return errors.Join(specErr, err)

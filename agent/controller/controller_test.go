@@ -752,3 +752,64 @@ func TestAttestsAgainWhenAskedForAnotherRequest(t *testing.T) {
 		return err == nil && att.CSR == "again" && att.RequestSHA256 == digest
 	})
 }
+
+// A providerID the API server refuses to the node (an admin's admission
+// policy: this cluster sets providerIDs otherwise) is asked for once: the
+// agent is ready, and its resyncs do not send the refused patch again.
+// Seen failing before: the agent returned the refusal from every sync,
+// never ready, and patched again on each.
+func TestProviderIDRefusedToTheNodeIsAskedOnce(t *testing.T) {
+	n := newNode(t, "pid-refused-node", "10.0.0.19", metal("pid-refused-node"))
+	const label = "test.nodeinit.io/refusing"
+	// Initialized by the cluster's own means, without a providerID: the
+	// agent would set it itself.
+	if _, err := n.admin.CoreV1().Nodes().Patch(t.Context(), n.name, types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"`+label+`":"true"}},"spec":{"taints":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	remove, err := cluster.Refuse(t.Context(), testcluster.Refusal{Name: "test-no-node-provider-id", Label: label, ProbeNode: n.name,
+		Who:        `"system:nodes" in request.userInfo.groups`,
+		Expression: `!has(object.spec.providerID) || (has(oldObject.spec.providerID) && oldObject.spec.providerID == object.spec.providerID)`,
+		Message:    "this cluster sets providerIDs itself"}, n.id.Config(), `{"spec":{"providerID":"talos://metal/probe"}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := remove(); err != nil {
+			t.Error(err)
+		}
+	})
+	a := n.startAgent(t, "")
+	n.waitNode(t, 20*time.Second, "the agent's report", func(node *corev1.Node) bool {
+		return node.Annotations[contract.AnnotationMetadata] != ""
+	})
+	for deadline := time.Now().Add(10 * time.Second); a.Ready() != nil; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("agent not ready with its providerID refused: %v", a.Ready())
+		}
+	}
+	specWrites := func() int {
+		return len(slices.DeleteFunc(agentWrites(t, n.name), func(e testcluster.AuditEvent) bool { return e.ObjectRef.Subresource != "" }))
+	}
+	if got := specWrites(); got != 1 {
+		t.Errorf("%d providerID patches, want 1 (refused)", got)
+	}
+	for i := range 3 {
+		synced := testutil.ToFloat64(a.metrics.Syncs.WithLabelValues("ok"))
+		poke := fmt.Appendf(nil, `{"metadata":{"annotations":{"example.com/poke":"%d"}}}`, i)
+		if _, err := n.admin.CoreV1().Nodes().Patch(t.Context(), n.name, types.MergePatchType, poke, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(a.metrics.Syncs.WithLabelValues("ok")) <= synced; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the agent did not resync after its Node changed")
+			}
+		}
+	}
+	if got := specWrites(); got != 1 {
+		t.Errorf("%d providerID patches after 3 resyncs, want the 1 refused", got)
+	}
+	if node, err := n.admin.CoreV1().Nodes().Get(t.Context(), n.name, metav1.GetOptions{}); err != nil || node.Spec.ProviderID != "" {
+		t.Errorf("providerID through a policy that refuses it: %v", err)
+	}
+}

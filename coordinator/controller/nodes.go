@@ -48,7 +48,7 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	in := nodestate.Input{Node: node, Record: rec, Reserved: c.reservedFor(node), Near: c.records.Near, Now: time.Now()}
 	in.HasV4, in.HasV6 = c.cidrs.families()
 	in.Review = c.review(node)
-	in.RefusedProviderID = c.refusedIDs.of(node)
+	in.RefusedProviderID = c.refusedIDs.of(node, in.Now)
 	// Claims are decided and written under the addresses' locks: two
 	// workers never record one address for two Nodes. The locks are let go
 	// once the record is written (the store shows it to every reader from
@@ -109,13 +109,14 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 		if apierrors.IsNotFound(err) {
 			return nil // deleted meanwhile; the delete event releases
 		}
-		if id := d.Plan.ProviderID; id != "" && refusedByAPIServer(err) && c.refusedIDs.of(node).ID != id {
-			// Most likely the providerID (an admin's policy): the next sync
-			// leaves it out, now. Refused again without it, the patch is
-			// retried with backoff as any other.
-			c.refusedIDs.set(node, id, err)
-			c.log.Warn("the API server refused the initializing patch; retrying without the providerID", "node", name, "providerID", id, "err", err)
+		if id := d.Plan.ProviderID; id != "" && refusedByAPIServer(err) && c.providerIDAlone(ctx, name, d.Patch) {
+			// The providerID alone is refused (an admin's policy): the next
+			// sync, now, leaves it out; it is tried again after
+			// refusalRecheck, in case the policy changed.
+			c.refusedIDs.set(node, id, err, time.Now())
+			c.log.Warn("the API server refused the providerID in the initializing patch; initializing without it", "node", name, "providerID", id, "err", err)
 			c.nodeQueue.Add(name)
+			c.nodeQueue.AddAfter(name, refusalRecheck)
 			return nil
 		}
 		return fmt.Errorf("patching node %s: %w", name, err)

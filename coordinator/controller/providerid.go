@@ -1,10 +1,14 @@
 package controller
 
 import (
+	"context"
+	"encoding/json"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/nodestate"
@@ -22,7 +26,34 @@ type refusedIDs struct {
 
 type refusedID struct {
 	uid types.UID
+	at  time.Time
 	nodestate.RefusedProviderID
+}
+
+// refusalRecheck is how long a refused providerID is left out before the
+// coordinator asks again (an admin may have changed the policy).
+const refusalRecheck = 10 * time.Minute
+
+// providerIDAlone says whether the API server would take patch without its
+// spec.providerID (a dry run): only then is the refusal the providerID's.
+// A refusal of anything else (RBAC, a policy on a granted label) is
+// retried as it is, with backoff, and blamed on nothing.
+func (c *Coordinator) providerIDAlone(ctx context.Context, name string, patch []byte) bool {
+	var p map[string]any
+	if err := json.Unmarshal(patch, &p); err != nil {
+		return false
+	}
+	spec, ok := p["spec"].(map[string]any)
+	if !ok {
+		return false
+	}
+	delete(spec, "providerID")
+	without, err := json.Marshal(p)
+	if err != nil {
+		return false
+	}
+	_, err = c.client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, without, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: FieldManager})
+	return err == nil
 }
 
 // refusedByAPIServer says whether err is the API server refusing what a
@@ -32,20 +63,26 @@ func refusedByAPIServer(err error) bool {
 	return apierrors.IsForbidden(err) || apierrors.IsInvalid(err)
 }
 
-func (r *refusedIDs) set(node *corev1.Node, id string, err error) {
+func (r *refusedIDs) set(node *corev1.Node, id string, err error, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.m == nil {
 		r.m = map[string]refusedID{}
 	}
-	r.m[node.Name] = refusedID{uid: node.UID, RefusedProviderID: nodestate.RefusedProviderID{ID: id, Reason: contract.NodeText(err.Error())}}
+	r.m[node.Name] = refusedID{uid: node.UID, at: now, RefusedProviderID: nodestate.RefusedProviderID{ID: id, Reason: contract.NodeText(err.Error())}}
 }
 
-// of is the refusal recorded for this Node object, if any.
-func (r *refusedIDs) of(node *corev1.Node) nodestate.RefusedProviderID {
+// of is the refusal recorded for this Node object within refusalRecheck
+// of now, if any.
+func (r *refusedIDs) of(node *corev1.Node, now time.Time) nodestate.RefusedProviderID {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if x, ok := r.m[node.Name]; ok && x.uid == node.UID {
+	x, ok := r.m[node.Name]
+	switch {
+	case !ok:
+	case x.uid != node.UID || now.Sub(x.at) >= refusalRecheck:
+		delete(r.m, node.Name)
+	default:
 		return x.RefusedProviderID
 	}
 	return nodestate.RefusedProviderID{}

@@ -230,7 +230,7 @@ func Decide(s Settings, in Input) (Desired, error) {
 		return d, fmt.Errorf("the patch for Node %s: %w", node.Name, err)
 	}
 	if refusedID != "" && d.Initialize {
-		d.Plan.Refused = append(d.Plan.Refused, refusedID+"; the Node is initialized without one")
+		d.Plan.Refused = append(d.Plan.Refused, refusedID+"; the coordinator initializes the Node without it (its agent sets it itself if the API server lets nodes)")
 	}
 	d.Patch = d.Plan.Patch
 

@@ -405,7 +405,7 @@ func TestRefusedProviderID(t *testing.T) {
 		wantReason string
 	}{
 		{"not refused", "", "talos://metal/a", nodestate.RefusedProviderID{}, "talos://metal/a", true, ""},
-		{"refused", "", "talos://metal/a", refused, "", true, "initialized without one"},
+		{"refused", "", "talos://metal/a", refused, "", true, "initializes the Node without it"},
 		{"refused, another asked for", "", "talos://metal/b", refused, "talos://metal/b", true, ""},
 		{"refused, required", "requireProviderID: true\n", "talos://metal/a", refused, "", false, "waits for one"},
 	} {
