@@ -53,6 +53,9 @@ func (c *Coordinator) providerIDAlone(ctx context.Context, name string, patch []
 		return false
 	}
 	_, err = c.client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, without, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: FieldManager})
+	if err != nil {
+		c.log.Debug("the initializing patch without its providerID is refused too (dry run): the refusal is not the providerID's alone", "node", name, "err", err)
+	}
 	return err == nil
 }
 

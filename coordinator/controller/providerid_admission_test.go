@@ -86,6 +86,7 @@ func TestOtherRefusalIsNotBlamedOnTheProviderID(t *testing.T) {
 	n := register(t, "pid-other-refused", "10.0.9.42")
 	label(t, n.name)
 	n.publish(t, report{providerID: "talos://metal/10.0.9.42"})
+	// Refused, then retried as it is (the audit leaves dry runs out).
 	waitFor(t, 10*time.Second, "the refused patch retried", func() bool { return len(coordinatorWrites(t, "nodes", n.name)) >= 2 })
 	for _, e := range events(t, n.name, "GrantRefused") {
 		if strings.Contains(e.Message, "providerID") {
@@ -93,7 +94,8 @@ func TestOtherRefusalIsNotBlamedOnTheProviderID(t *testing.T) {
 		}
 	}
 	remove()
-	waitFor(t, 40*time.Second, n.name+" initialized", func() bool { return initialized(get(t, n.name)) })
+	// The retry's backoff has grown while refused (5 ms doubling): 60 s.
+	waitFor(t, 60*time.Second, n.name+" initialized", func() bool { return initialized(get(t, n.name)) })
 	if id := get(t, n.name).Spec.ProviderID; id != "talos://metal/10.0.9.42" {
 		t.Errorf("providerID %q, want the one the report asks for", id)
 	}

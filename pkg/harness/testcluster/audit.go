@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -34,7 +35,8 @@ type AuditEvent struct {
 	ResponseStatus struct {
 		Code int `json:"code"`
 	} `json:"responseStatus"`
-	Stage string `json:"stage"`
+	Stage      string `json:"stage"`
+	RequestURI string `json:"requestURI"`
 	// StageTimestamp is when the response was complete.
 	StageTimestamp time.Time `json:"stageTimestamp"`
 }
@@ -42,8 +44,8 @@ type AuditEvent struct {
 // AuditLogPath is where the API server writes its audit log (Options.AuditLog).
 func (c *Cluster) AuditLogPath() string { return c.path("audit.log") }
 
-// Audit returns the mutating requests the API server has logged, in order.
-// Requires Options.AuditLog.
+// Audit returns the mutating requests the API server has logged, in order,
+// dry runs apart (they write nothing). Requires Options.AuditLog.
 func (c *Cluster) Audit() ([]AuditEvent, error) {
 	if !c.opts.AuditLog {
 		return nil, fmt.Errorf("the cluster was started without Options.AuditLog")
@@ -64,7 +66,7 @@ func (c *Cluster) Audit() ([]AuditEvent, error) {
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			return nil, fmt.Errorf("audit log line: %w", err)
 		}
-		if e.Stage == "ResponseComplete" || e.Stage == "Panic" {
+		if (e.Stage == "ResponseComplete" || e.Stage == "Panic") && !strings.Contains(e.RequestURI, "dryRun=") {
 			events = append(events, e)
 		}
 	}

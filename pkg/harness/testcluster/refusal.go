@@ -80,7 +80,8 @@ func (c *Cluster) Refuse(ctx context.Context, r Refusal, as *rest.Config, probe 
 			ctx := context.WithoutCancel(ctx)
 			_ = admin.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{})
 			_ = admin.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(ctx, policy.Name, metav1.DeleteOptions{})
-			removeErr = until(ctx, func(ctx context.Context) (bool, error) { r, err := refused(ctx); return !r, err })
+			// Gone once the probe is taken: any other error is not proof.
+			removeErr = until(ctx, func(ctx context.Context) (bool, error) { r, err := refused(ctx); return err == nil && !r, err })
 			if r.ProbeNode == "" {
 				_ = admin.CoreV1().Nodes().Delete(ctx, node.Name, metav1.DeleteOptions{})
 			}
