@@ -191,6 +191,25 @@ func agentWrites(t *testing.T, nodeName string) []testcluster.AuditEvent {
 	})
 }
 
+// resyncs makes the agent resync count times: an admin touches an
+// annotation it does not own, so its Node watch fires, and the sync
+// counter is the sync point, not a sleep.
+func (n *node) resyncs(t *testing.T, a *agent, count int) {
+	t.Helper()
+	for i := range count {
+		synced := testutil.ToFloat64(a.metrics.Syncs.WithLabelValues("ok"))
+		poke := fmt.Appendf(nil, `{"metadata":{"annotations":{"example.com/poke":"%d"}}}`, i)
+		if _, err := n.admin.CoreV1().Nodes().Patch(t.Context(), n.name, types.MergePatchType, poke, metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(a.metrics.Syncs.WithLabelValues("ok")) <= synced; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the agent did not resync after its Node changed")
+			}
+		}
+	}
+}
+
 func metal(hostname string) runtime.PlatformMetadataSpec {
 	return runtime.PlatformMetadataSpec{Platform: "metal", Hostname: hostname, Region: "eu-west", Zone: "eu-west-1a", InstanceType: "m1.large"}
 }
@@ -277,18 +296,7 @@ func TestJoinThenSteadyStateWritesNothing(t *testing.T) {
 	// does not own, so its Node watch fires) and writes nothing. The sync
 	// counter is the sync point, not a sleep.
 	before := len(writes)
-	for i := range 3 {
-		synced := testutil.ToFloat64(a.metrics.Syncs.WithLabelValues("ok"))
-		poke := fmt.Appendf(nil, `{"metadata":{"annotations":{"example.com/poke":"%d"}}}`, i)
-		if _, err := n.admin.CoreV1().Nodes().Patch(t.Context(), n.name, types.MergePatchType, poke, metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(a.metrics.Syncs.WithLabelValues("ok")) <= synced; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("the agent did not resync after its Node changed")
-			}
-		}
-	}
+	n.resyncs(t, a, 3)
 	if after := len(agentWrites(t, n.name)); after != before {
 		t.Errorf("steady state: %d agent writes over 3 resyncs with nothing to do, want 0", after-before)
 	}
@@ -794,18 +802,7 @@ func TestProviderIDRefusedToTheNodeIsAskedOnce(t *testing.T) {
 	if got := specWrites(); got != 1 {
 		t.Errorf("%d providerID patches, want 1 (refused)", got)
 	}
-	for i := range 3 {
-		synced := testutil.ToFloat64(a.metrics.Syncs.WithLabelValues("ok"))
-		poke := fmt.Appendf(nil, `{"metadata":{"annotations":{"example.com/poke":"%d"}}}`, i)
-		if _, err := n.admin.CoreV1().Nodes().Patch(t.Context(), n.name, types.MergePatchType, poke, metav1.PatchOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(a.metrics.Syncs.WithLabelValues("ok")) <= synced; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("the agent did not resync after its Node changed")
-			}
-		}
-	}
+	n.resyncs(t, a, 3)
 	if got := specWrites(); got != 1 {
 		t.Errorf("%d providerID patches after 3 resyncs, want the 1 refused", got)
 	}

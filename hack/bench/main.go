@@ -277,25 +277,24 @@ func run(ctx context.Context, o options) error {
 		for _, sn := range nodes {
 			sn.stopAgent()
 		}
-		step("floor: the 5 unavoidable writes of %d joins, as fast as possible", o.nodes)
 		apiCPU := func() time.Duration { return e.cpu(coord)["kube-apiserver"] }
-		before := apiCPU()
-		took, err := floor(ctx, e, "floor", o.nodes, false)
-		if err != nil {
-			return err
+		for _, f := range []struct {
+			step, prefix, head string
+			own                bool
+		}{
+			{fmt.Sprintf("floor: the 5 unavoidable writes of %d joins, as fast as possible", o.nodes), "floor", "floor: %s for " + fmt.Sprint(o.nodes) + " joins", false},
+			{"floor over the nodes' own connections: the same writes, each node's three as that node", "floorn", "floor, each node's writes over its own connection: %s", true},
+		} {
+			step("%s", f.step)
+			before := apiCPU()
+			took, err := floor(ctx, e, f.prefix, o.nodes, f.own)
+			if err != nil {
+				return err
+			}
+			cpu := apiCPU() - before
+			fmt.Fprintf(&r, f.head+"; storm/floor = %.2f; kube-apiserver CPU %.1f s, storm/floor = %.2f\n", took.Round(time.Millisecond),
+				lat.span.Seconds()/took.Seconds(), cpu.Seconds(), apiInit.Seconds()/cpu.Seconds())
 		}
-		floorCPU := apiCPU() - before
-		fmt.Fprintf(&r, "floor: %s for %d joins; storm/floor = %.2f; kube-apiserver CPU %.1f s, storm/floor = %.2f\n", took.Round(time.Millisecond), o.nodes,
-			lat.span.Seconds()/took.Seconds(), floorCPU.Seconds(), apiInit.Seconds()/floorCPU.Seconds())
-		step("floor over the nodes' own connections: the same writes, each node's three as that node")
-		before = apiCPU()
-		own, err := floor(ctx, e, "floorn", o.nodes, true)
-		if err != nil {
-			return err
-		}
-		ownCPU := apiCPU() - before
-		fmt.Fprintf(&r, "floor, each node's writes over its own connection: %s; storm/floor = %.2f; kube-apiserver CPU %.1f s, storm/floor = %.2f\n", own.Round(time.Millisecond),
-			lat.span.Seconds()/own.Seconds(), ownCPU.Seconds(), apiInit.Seconds()/ownCPU.Seconds())
 	}
 	fmt.Print("\n" + r.String())
 	if len(failures) > 0 {
