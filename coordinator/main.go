@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/controller"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/apiclient"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/coordinator/config"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/delegatedauth"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/envflag"
@@ -146,7 +147,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	}
 	restCfg.QPS, restCfg.Burst = float32(*qps), *burst
 	restCfg.UserAgent = "nodeinit-coordinator/" + version.Version
-	client, err := kubernetes.NewForConfig(restCfg)
+	client, err := kubernetes.NewForConfig(apiclient.Builtin(restCfg))
 	if err != nil {
 		log.Error("building the client", "err", err)
 		return 1
@@ -192,7 +193,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 		// made-up tokens must never delay the Lease renewals or the syncs.
 		authCfg := rest.CopyConfig(restCfg)
 		authCfg.QPS, authCfg.Burst = 200, 400
-		authClient, err := kubernetes.NewForConfig(authCfg)
+		authClient, err := kubernetes.NewForConfig(apiclient.Builtin(authCfg))
 		if err != nil {
 			log.Error("building the client", "err", err)
 			return 1

@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/apiclient"
 )
 
 var (
@@ -42,11 +44,9 @@ type Client struct {
 // New builds the clients from the node's credentials.
 func New(cfg *rest.Config) (*Client, error) {
 	restFor := func(apiPath string, gv schema.GroupVersion) (*rest.RESTClient, error) {
-		c := rest.CopyConfig(cfg)
+		c := apiclient.Builtin(cfg)
 		c.APIPath, c.GroupVersion = apiPath, &gv
 		c.NegotiatedSerializer = codecs.WithoutConversion()
-		c.ContentType = runtime.ContentTypeProtobuf
-		c.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 		return rest.RESTClientFor(c)
 	}
 	core, err := restFor("/api", corev1.SchemeGroupVersion)

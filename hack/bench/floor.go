@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/apiclient"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 )
 
@@ -39,7 +40,7 @@ const floorSigner = "bench.nodeinit.io/floor"
 // certificate per node, which no implementation avoids either. The
 // coordinator's two stay on the admin connections.
 func floor(ctx context.Context, e *env, prefix string, n int, ownConnections bool) (time.Duration, error) {
-	cfg := e.cluster.Admin()
+	cfg := apiclient.Builtin(e.cluster.Admin())
 	cfg.QPS, cfg.Burst = -1, 0 // no client-side rate limit
 	clients := make([]kubernetes.Interface, 16)
 	for i := range clients {
@@ -59,7 +60,7 @@ func floor(ctx context.Context, e *env, prefix string, n int, ownConnections boo
 		if err != nil {
 			return 0, err
 		}
-		if nodeClients[i], err = kubernetes.NewForConfig(id.Config()); err != nil {
+		if nodeClients[i], err = kubernetes.NewForConfig(apiclient.Builtin(id.Config())); err != nil {
 			return 0, err
 		}
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/agent/controller"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/agentkey"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/apiclient"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/daemon"
@@ -105,7 +106,7 @@ func newEnv(ctx context.Context, logw io.Writer, apiServerArgs, kcmArgs []string
 	if err != nil {
 		return nil, err
 	}
-	e := &env{cluster: c, admin: kubernetes.NewForConfigOrDie(c.Admin()), dir: c.Dir(), log: logw}
+	e := &env{cluster: c, admin: kubernetes.NewForConfigOrDie(apiclient.Builtin(c.Admin())), dir: c.Dir(), log: logw}
 	// Forked on the immortal thread, as every harness process is, so that
 	// Pdeathsig stays tied to this process.
 	spawn.Do(func() { e.machined, err = machined.Start(logw) })

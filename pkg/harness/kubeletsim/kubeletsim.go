@@ -22,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -68,7 +69,12 @@ func Register(ctx context.Context, cfg Config) (*Kubelet, error) {
 	if cfg.NodeName == "" || len(cfg.NodeIPs) == 0 || cfg.Identity == nil {
 		return nil, errors.New("kubeletsim: NodeName, NodeIPs and Identity are required")
 	}
-	client, err := kubernetes.NewForConfig(cfg.Identity)
+	// As the kubelet talks (its contentType default): protobuf, and gzip
+	// left to client-go's default.
+	identity := rest.CopyConfig(cfg.Identity)
+	identity.ContentType = runtime.ContentTypeProtobuf
+	identity.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	client, err := kubernetes.NewForConfig(identity)
 	if err != nil {
 		return nil, err
 	}
