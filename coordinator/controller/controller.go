@@ -195,12 +195,11 @@ func New(cfg Config) (*Coordinator, error) {
 		records: records.NewStore(cfg.Dynamic), facts: newClusterFacts(cfg.Client), observer: newObserver(cfg.Settings.MaxNodeAddresses),
 		configReserved: cfg.Settings.Reserved(), apiSANsRead: cfg.APIServerNames != nil || cfg.APIServerIPs != nil,
 		ready: errors.New("starting"),
-		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes"}),
 		csrQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "csrs"}),
 	}
 
+	c.nodeQueue = newNodeQueue("nodes", c.joining)
 	c.factory = informers.NewSharedInformerFactory(cfg.Client, 0)
 	c.csrFactory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", certificatesv1.KubeletServingSignerName).String()
