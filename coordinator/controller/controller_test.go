@@ -29,6 +29,7 @@ import (
 
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/controller"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/apiclient"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/coordinator/config"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
@@ -85,7 +86,7 @@ func startCoordinatorAs(t *testing.T, id, settings string, cfg *rest.Config, opt
 		t.Fatal(err)
 	}
 	ccfg := controller.Config{
-		Client: kubernetes.NewForConfigOrDie(cfg), Dynamic: dynamic.NewForConfigOrDie(cfg), REST: cfg, Settings: s, Identity: id,
+		Client: kubernetes.NewForConfigOrDie(apiclient.Builtin(cfg)), Dynamic: dynamic.NewForConfigOrDie(cfg), REST: cfg, Settings: s, Identity: id,
 		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(testWriter{t}, nil)).With("coordinator", id),
 	}

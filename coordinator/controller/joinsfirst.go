@@ -16,17 +16,33 @@ import (
 // and one added while queued is queued once. urgent is asked when a key is
 // pushed and again when it is added while still queued (Touch), so a Node
 // that starts to need a join is moved ahead.
+//
+// Urgent keys never starve the rest: after restEvery urgent keys in a row,
+// one of the rest goes, whatever waits. Uninitialized Nodes are node-made
+// (a bootstrap token mints identities), so without this a few of them
+// changing their reports for good would stop every other Node's sync.
 type joinsFirst struct {
-	urgent func(key string) bool
-	first  []string
-	rest   []string
-	// where says which list holds a key's live entry; a key moved from
-	// rest to first leaves a stale entry in rest, skipped when popped.
-	where map[string]bool // true: first, false: rest
+	urgent      func(key string) bool
+	first, rest []queued
+	// where is each queued key's live entry; an entry in a list that is
+	// not (a key moved ahead by Touch leaves one in rest) is skipped.
+	where  map[string]queued
+	seq    uint64
+	streak int // urgent keys handed out in a row
 }
 
+// queued is one entry: its key, its list, and when it was queued.
+type queued struct {
+	key   string
+	first bool
+	seq   uint64
+}
+
+// restEvery is how many urgent keys may go in a row while others wait.
+const restEvery = 8
+
 func newJoinsFirst(urgent func(string) bool) *joinsFirst {
-	return &joinsFirst{urgent: urgent, where: map[string]bool{}}
+	return &joinsFirst{urgent: urgent, where: map[string]queued{}}
 }
 
 // newNodeQueue is the rate-limited Node workqueue over joinsFirst.
@@ -37,20 +53,22 @@ func newNodeQueue(name string, urgent func(string) bool) workqueue.TypedRateLimi
 			DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: name, Queue: q})})
 }
 
-func (q *joinsFirst) Push(key string) {
-	if q.urgent(key) {
-		q.first = append(q.first, key)
-		q.where[key] = true
-		return
+func (q *joinsFirst) add(key string, first bool) {
+	q.seq++
+	e := queued{key: key, first: first, seq: q.seq}
+	q.where[key] = e
+	if first {
+		q.first = append(q.first, e)
+	} else {
+		q.rest = append(q.rest, e)
 	}
-	q.rest = append(q.rest, key)
-	q.where[key] = false
 }
 
+func (q *joinsFirst) Push(key string) { q.add(key, q.urgent(key)) }
+
 func (q *joinsFirst) Touch(key string) {
-	if first, queued := q.where[key]; queued && !first && q.urgent(key) {
-		q.first = append(q.first, key)
-		q.where[key] = true
+	if e, queued := q.where[key]; queued && !e.first && q.urgent(key) {
+		q.add(key, true)
 	}
 }
 
@@ -59,18 +77,31 @@ func (q *joinsFirst) Len() int { return len(q.where) }
 // Pop is called only when Len is above 0, so a live entry exists.
 func (q *joinsFirst) Pop() string {
 	for {
-		var key string
-		var fromFirst bool
-		if len(q.first) > 0 {
-			key, q.first, fromFirst = q.first[0], q.first[1:], true
+		var e queued
+		if q.liveRest() && (len(q.first) == 0 || q.streak >= restEvery) {
+			e, q.rest = q.rest[0], q.rest[1:]
+			q.streak = 0
 		} else {
-			key, q.rest = q.rest[0], q.rest[1:]
+			e, q.first = q.first[0], q.first[1:]
 		}
-		if first, live := q.where[key]; live && first == fromFirst {
-			delete(q.where, key)
-			return key
+		if q.where[e.key] != e {
+			continue // stale: moved ahead, or handed out and queued again since
 		}
+		if e.first {
+			q.streak++
+		}
+		delete(q.where, e.key)
+		return e.key
 	}
+}
+
+// liveRest drops the stale entries at the head of rest and says whether a
+// live one is left.
+func (q *joinsFirst) liveRest() bool {
+	for len(q.rest) > 0 && q.where[q.rest[0].key] != q.rest[0] {
+		q.rest = q.rest[1:]
+	}
+	return len(q.rest) > 0
 }
 
 // joining says whether a Node's sync is one a join waits on: the Node is
