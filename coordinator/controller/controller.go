@@ -235,11 +235,9 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	c.nodeIndex = nodeInf.Informer().GetIndexer()
-	// No decision reads a Node's managed fields, and on a cluster of
-	// thousands of Nodes they are most of what the cache would hold.
 	_ = nodeInf.Informer().SetTransform(func(obj any) (any, error) {
 		if n, ok := obj.(*corev1.Node); ok {
-			n.ManagedFields = nil
+			trimNode(n)
 		}
 		return obj, nil
 	})
@@ -375,6 +373,17 @@ func (c *Coordinator) serviceRanges() []netip.Prefix {
 		}
 	}
 	return out
+}
+
+// trimNode keeps no more of a Node in memory than a decision reads: no
+// managed fields and no image list (the kubelet reports up to 50 images
+// per Node): on a cluster of thousands of Nodes they are most of what the
+// cache would hold. The coordinator only merge-patches Nodes, so what it
+// drops is never written back. The informer's copies and the coordinator's
+// own patches' answers are trimmed alike.
+func trimNode(n *corev1.Node) {
+	n.ManagedFields = nil
+	n.Status.Images = nil
 }
 
 // trimCSR keeps no more of a node-written CSR in memory than a decision

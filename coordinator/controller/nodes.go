@@ -122,7 +122,7 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 		return fmt.Errorf("patching node %s: %w", name, err)
 	}
 	c.m.NodeWrites.WithLabelValues("finalize", "ok").Inc()
-	patched.ManagedFields = nil // as the informer keeps it
+	trimNode(patched) // as the informer keeps it
 	c.ownNodes.Mutation(patched)
 	if d.After != nil {
 		if _, err := c.putRecord(ctx, name, written, d.After); err != nil {

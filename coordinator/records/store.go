@@ -77,6 +77,7 @@ func NewStore(client dynamic.Interface) *Store {
 			return keys, nil
 		},
 	}, nil).Informer()
+	_ = s.informer.SetTransform(trim)
 	_, _ = s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    s.caughtUp,
 		UpdateFunc: func(_, obj any) { s.caughtUp(obj) },
@@ -97,6 +98,15 @@ func NewStore(client dynamic.Interface) *Store {
 
 // Informer is the NodeRecord informer (start it, and wait for its sync).
 func (s *Store) Informer() cache.SharedIndexInformer { return s.informer }
+
+// trim keeps no managed fields in the cache: every record has the
+// coordinator's entry, and no read needs it.
+func trim(obj any) (any, error) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		unstructured.RemoveNestedField(u.Object, "metadata", "managedFields")
+	}
+	return obj, nil
+}
 
 func (s *Store) caughtUp(obj any) {
 	u, ok := obj.(*unstructured.Unstructured)
