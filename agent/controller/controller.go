@@ -63,6 +63,10 @@ type Config struct {
 	Metrics    *Metrics
 	// MinBackoff and MaxBackoff bound retries after API errors (200ms, 30s).
 	MinBackoff, MaxBackoff time.Duration
+	// ProviderIDRecheck is how long a providerID the API server refused
+	// (an admission policy) waits before it is asked for again (10m, as
+	// the coordinator waits): a policy may be lifted.
+	ProviderIDRecheck time.Duration
 	// Key is the agent's own key (pkg/agentkey): its public half goes into
 	// the metadata annotation for the coordinator to enrol, and it signs
 	// every attestation.
@@ -93,9 +97,11 @@ type Agent struct {
 	answered  string            // the last csr-review value answered
 	lastLog   map[string]string // dedupes repeated warnings
 	// refusedProviderID is the providerID the API server refused this
-	// agent (admission, validation: a refusal for good). It is not asked
-	// for again until the agent restarts or wants another.
+	// agent (admission, validation: a refusal for good), at refusedAt. It
+	// is not asked for again before ProviderIDRecheck, unless the agent
+	// wants another.
 	refusedProviderID string
+	refusedAt         time.Time
 	// missingSince is when a synced watch first lacked the Node; recheck asks
 	// the loop to sync again soon (see checkWatch).
 	missingSince time.Time
@@ -123,6 +129,7 @@ func New(cfg Config) (*Agent, error) {
 	def(&cfg.Debounce, 50*time.Millisecond)
 	def(&cfg.MinBackoff, 200*time.Millisecond)
 	def(&cfg.MaxBackoff, 30*time.Second)
+	def(&cfg.ProviderIDRecheck, 10*time.Minute)
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
@@ -241,8 +248,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		switch err := a.sync(ctx); {
 		case err == nil:
 			backoff = retryBackoff(a.cfg)
-			if a.recheck {
+			switch in := a.providerIDRecheckIn(a.refusedProviderID); {
+			case a.recheck:
 				retry.Reset(time.Second)
+			case in > 0:
+				retry.Reset(in) // ask again for the refused providerID
 			}
 		default:
 			a.m.Syncs.WithLabelValues("error").Inc()
@@ -370,15 +380,19 @@ func (a *Agent) sync(ctx context.Context) error {
 	}
 	// A providerID patch that fails must not hold the attestations back:
 	// they go first. Refused for good (an admission policy), the value is
-	// remembered and not asked for again; any other error is retried.
+	// remembered and asked for again only after ProviderIDRecheck; any
+	// other error is retried.
 	var specErr error
-	if p.Spec != nil && want.ProviderID != a.refusedProviderID {
+	if p.Spec != nil && a.providerIDRecheckIn(want.ProviderID) == 0 {
 		specErr = a.patch(ctx, "spec", p.Spec, "")
-		if apierrors.IsForbidden(specErr) || apierrors.IsInvalid(specErr) {
-			a.refusedProviderID = want.ProviderID
-			a.log.Warn("the API server refused this node's providerID (an admission policy?); leaving it unset until the agent restarts",
-				"node", a.nodeName, "providerID", want.ProviderID, "err", specErr)
+		switch {
+		case apierrors.IsForbidden(specErr) || apierrors.IsInvalid(specErr):
+			a.refusedProviderID, a.refusedAt = want.ProviderID, time.Now()
+			a.log.Warn("the API server refused this node's providerID (an admission policy?); leaving it unset, asking again later",
+				"node", a.nodeName, "providerID", want.ProviderID, "in", a.cfg.ProviderIDRecheck, "err", specErr)
 			specErr = nil
+		case specErr == nil:
+			a.refusedProviderID = ""
 		}
 	}
 	if err := a.attest(ctx, a.observed(), want); err != nil {
@@ -391,6 +405,15 @@ func (a *Agent) sync(ctx context.Context) error {
 	a.lastLog["waiting"] = ""
 	a.setReady(nil)
 	return nil
+}
+
+// providerIDRecheckIn is how long until the providerID id may be asked
+// for: 0 unless the API server refused it less than ProviderIDRecheck ago.
+func (a *Agent) providerIDRecheckIn(id string) time.Duration {
+	if id == "" || id != a.refusedProviderID {
+		return 0
+	}
+	return max(0, a.cfg.ProviderIDRecheck-time.Since(a.refusedAt))
 }
 
 // watchCheckAfter is how long the Node may be missing from a synced watch

@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,7 +100,7 @@ type agent struct {
 	stop    func()
 }
 
-func (n *node) startAgent(t *testing.T, rulesYAML string) *agent {
+func (n *node) startAgent(t *testing.T, rulesYAML string, opts ...func(*controller.Config)) *agent {
 	t.Helper()
 	rs, err := rules.Load([]byte(rulesYAML))
 	if err != nil {
@@ -110,13 +111,17 @@ func (n *node) startAgent(t *testing.T, rulesYAML string) *agent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := controller.New(controller.Config{
+	cfg := controller.Config{
 		Kubeconfig: n.id.Kubeconfig, CredentialsPoll: 200 * time.Millisecond,
 		Facts: (&talos.Reader{Socket: n.Machined.Socket, Log: quiet()}).Watch,
 		NetNS: n.ns.Path, Rules: rs, Classifier: netaddr.NewClassifier(),
 		Policy: desired.ProviderIDTalosFallback, Version: "test", Metrics: m, Key: key,
 		Log: slog.New(slog.NewTextHandler(testWriter{t}, nil)).With("node", n.name),
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	a, err := controller.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -762,11 +767,13 @@ func TestAttestsAgainWhenAskedForAnotherRequest(t *testing.T) {
 }
 
 // A providerID the API server refuses to the node (an admin's admission
-// policy: this cluster sets providerIDs otherwise) is asked for once: the
-// agent is ready, and its resyncs do not send the refused patch again.
-// Seen failing before: the agent returned the refusal from every sync,
-// never ready, and patched again on each.
-func TestProviderIDRefusedToTheNodeIsAskedOnce(t *testing.T) {
+// policy: this cluster sets providerIDs otherwise) is asked for once per
+// ProviderIDRecheck: the agent is ready, its resyncs do not send the
+// refused patch again, and once the policy is lifted it asks again without
+// anything else happening. Seen failing before: the agent returned the
+// refusal from every sync, never ready, and patched again on each; then
+// (with the first fix) it never asked again until restarted.
+func TestProviderIDRefusedToTheNodeIsAskedAgainLater(t *testing.T) {
 	n := newNode(t, "pid-refused-node", "10.0.0.19", metal("pid-refused-node"))
 	const label = "test.nodeinit.io/refusing"
 	// Initialized by the cluster's own means, without a providerID: the
@@ -782,12 +789,14 @@ func TestProviderIDRefusedToTheNodeIsAskedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	lift := sync.OnceValue(remove)
 	t.Cleanup(func() {
-		if err := remove(); err != nil {
+		if err := lift(); err != nil {
 			t.Error(err)
 		}
 	})
-	a := n.startAgent(t, "")
+	const recheck = 8 * time.Second // well over the checks before the lift
+	a := n.startAgent(t, "", func(c *controller.Config) { c.ProviderIDRecheck = recheck })
 	n.waitNode(t, 20*time.Second, "the agent's report", func(node *corev1.Node) bool {
 		return node.Annotations[contract.AnnotationMetadata] != ""
 	})
@@ -808,5 +817,37 @@ func TestProviderIDRefusedToTheNodeIsAskedOnce(t *testing.T) {
 	}
 	if node, err := n.admin.CoreV1().Nodes().Get(t.Context(), n.name, metav1.GetOptions{}); err != nil || node.Spec.ProviderID != "" {
 		t.Errorf("providerID through a policy that refuses it: %v", err)
+	}
+
+	// The admin lifts the policy; nothing else changes on the Node. The
+	// agent asks again once ProviderIDRecheck is over.
+	if err := lift(); err != nil {
+		t.Fatal(err)
+	}
+	n.waitNode(t, recheck+10*time.Second, "the providerID, asked for again", func(node *corev1.Node) bool {
+		return node.Spec.ProviderID == "talos://metal/10.0.0.19"
+	})
+	// Whatever the timing (the policy may outlive a recheck or two on
+	// busy cores): refused patches, one per recheck at most, then one
+	// accepted, and nothing after it.
+	var writes []testcluster.AuditEvent
+	for _, e := range agentWrites(t, n.name) {
+		if e.ObjectRef.Subresource == "" {
+			writes = append(writes, e)
+		}
+	}
+	for i, w := range writes {
+		last := i == len(writes)-1
+		if ok := w.ResponseStatus.Code < 300; ok != last {
+			t.Errorf("providerID patch %d of %d answered %d", i+1, len(writes), w.ResponseStatus.Code)
+		}
+		if i > 0 {
+			if gap := w.StageTimestamp.Sub(writes[i-1].StageTimestamp); gap < recheck-500*time.Millisecond {
+				t.Errorf("providerID patch %d came %s after the refused one, before the recheck (%s)", i+1, gap, recheck)
+			}
+		}
+	}
+	if len(writes) < 2 {
+		t.Errorf("%d providerID patches, want the refused one and the one after the recheck", len(writes))
 	}
 }
