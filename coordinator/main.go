@@ -152,7 +152,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 		log.Error("building the client", "err", err)
 		return 1
 	}
-	dyn, err := dynamic.NewForConfig(restCfg)
+	dyn, err := dynamic.NewForConfig(apiclient.Custom(restCfg))
 	if err != nil {
 		log.Error("building the client", "err", err)
 		return 1

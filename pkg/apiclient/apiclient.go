@@ -18,12 +18,20 @@ import (
 //     compresses every flush of a watch, one small event at a time, for a
 //     client that is in the cluster or on a node's link.
 //
-// A CustomResource (NodeRecords) has no protobuf encoding: its clients keep
-// cfg as it is.
+// A CustomResource (NodeRecords) has no protobuf encoding: its clients
+// take Custom.
 func Builtin(cfg *rest.Config) *rest.Config {
 	c := rest.CopyConfig(cfg)
 	c.ContentType = runtime.ContentTypeProtobuf
 	c.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	c.DisableCompression = true
+	return c
+}
+
+// Custom returns a copy of cfg for clients of CustomResources: JSON, which
+// is all they are served in, and no gzip, as Builtin.
+func Custom(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
 	c.DisableCompression = true
 	return c
 }

@@ -23,3 +23,15 @@ func TestBuiltin(t *testing.T) {
 		t.Errorf("the caller's config was changed: %+v", in)
 	}
 }
+
+func TestCustom(t *testing.T) {
+	in := &rest.Config{Host: "https://127.0.0.1:6443"}
+	in.ContentType = runtime.ContentTypeJSON
+	out := Custom(in)
+	if !out.DisableCompression || out.ContentType != runtime.ContentTypeJSON || out.Host != in.Host {
+		t.Errorf("got %+v: want JSON without gzip, the rest kept", out)
+	}
+	if in.DisableCompression {
+		t.Error("the caller's config was changed")
+	}
+}
