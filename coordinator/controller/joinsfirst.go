@@ -106,9 +106,16 @@ func (q *joinsFirst) liveRest() bool {
 
 // joining says whether a Node's sync is one a join waits on: the Node is
 // still uninitialized, or gone (its delete releases addresses another join
-// may wait for). The rest (Nodes already initialized: adoption, steady
-// state) waits behind them.
+// may wait for), or one of its serving CSRs waits for the review request
+// only this sync writes (a certificate asked for after the initialization,
+// a kubelet's rotation). The rest (adoption, steady state) waits behind
+// them.
+//
+// It runs under the workqueue's lock and takes the informer store's and
+// the reviews' locks: nothing may add to the Node queue while holding
+// either (reviews' methods never call out; informer handlers run outside
+// the store's lock).
 func (c *Coordinator) joining(name string) bool {
 	node, err := c.nodes.Get(name)
-	return err != nil || contract.Uninitialized(node)
+	return err != nil || contract.Uninitialized(node) || c.reviews.wantsReview(name)
 }
