@@ -3,6 +3,7 @@ package controller
 import (
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/approval"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 )
 
@@ -106,10 +107,11 @@ func (q *joinsFirst) liveRest() bool {
 
 // joining says whether a Node's sync is one a join waits on: the Node is
 // still uninitialized, or gone (its delete releases addresses another join
-// may wait for), or one of its serving CSRs waits for the review request
-// only this sync writes (a certificate asked for after the initialization,
-// a kubelet's rotation). The rest (adoption, steady state) waits behind
-// them.
+// may wait for), or the sync owes one of its serving CSRs the review
+// request only it writes (a certificate asked for after the
+// initialization, a kubelet's rotation: approval.Handoff names a CSR the
+// Node's csr-review does not). The rest (adoption, steady state, a review
+// already asked for) waits behind them.
 //
 // It runs under the workqueue's lock and takes the informer store's and
 // the reviews' locks: nothing may add to the Node queue while holding
@@ -117,5 +119,10 @@ func (q *joinsFirst) liveRest() bool {
 // the store's lock).
 func (c *Coordinator) joining(name string) bool {
 	node, err := c.nodes.Get(name)
-	return err != nil || contract.Uninitialized(node) || c.reviews.wantsReview(name)
+	if err != nil || contract.Uninitialized(node) {
+		return true
+	}
+	current, _ := contract.ParseReview(node.Annotations[contract.AnnotationCSRReview])
+	next := approval.Handoff(current.CSR, c.reviews.wants(name))
+	return next != "" && next != current.CSR
 }

@@ -100,19 +100,6 @@ func (r *reviews) dropLocked(csr string) string {
 	return node
 }
 
-// wantsReview says whether node's sync owes one of its pending CSRs a
-// review request (or waits on one): a join's certificate waits on it.
-func (r *reviews) wantsReview(node string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, w := range r.byNode[node] {
-		if w.Review {
-			return true
-		}
-	}
-	return false
-}
-
 // wants lists node's pending CSRs' wants.
 func (r *reviews) wants(node string) []approval.Want {
 	r.mu.Lock()
