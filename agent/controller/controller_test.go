@@ -805,14 +805,14 @@ func TestProviderIDRefusedToTheNodeIsAskedAgainLater(t *testing.T) {
 			t.Fatalf("agent not ready with its providerID refused: %v", a.Ready())
 		}
 	}
-	specWrites := func() int {
-		return len(slices.DeleteFunc(agentWrites(t, n.name), func(e testcluster.AuditEvent) bool { return e.ObjectRef.Subresource != "" }))
+	specWrites := func() []testcluster.AuditEvent {
+		return slices.DeleteFunc(agentWrites(t, n.name), func(e testcluster.AuditEvent) bool { return e.ObjectRef.Subresource != "" })
 	}
-	if got := specWrites(); got != 1 {
+	if got := len(specWrites()); got != 1 {
 		t.Errorf("%d providerID patches, want 1 (refused)", got)
 	}
 	n.resyncs(t, a, 3)
-	if got := specWrites(); got != 1 {
+	if got := len(specWrites()); got != 1 {
 		t.Errorf("%d providerID patches after 3 resyncs, want the 1 refused", got)
 	}
 	if node, err := n.admin.CoreV1().Nodes().Get(t.Context(), n.name, metav1.GetOptions{}); err != nil || node.Spec.ProviderID != "" {
@@ -830,12 +830,7 @@ func TestProviderIDRefusedToTheNodeIsAskedAgainLater(t *testing.T) {
 	// Whatever the timing (the policy may outlive a recheck or two on
 	// busy cores): refused patches, one per recheck at most, then one
 	// accepted, and nothing after it.
-	var writes []testcluster.AuditEvent
-	for _, e := range agentWrites(t, n.name) {
-		if e.ObjectRef.Subresource == "" {
-			writes = append(writes, e)
-		}
-	}
+	writes := specWrites()
 	for i, w := range writes {
 		last := i == len(writes)-1
 		if ok := w.ResponseStatus.Code < 300; ok != last {

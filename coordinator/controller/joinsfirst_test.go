@@ -40,16 +40,7 @@ func TestJoinsAreSyncedBeforeTheBacklog(t *testing.T) {
 			break
 		}
 	}
-	if initAt.IsZero() {
-		t.Fatal("no initializing patch of the join in the audit log")
-	}
-	waitFor(t, 60*time.Second, "the whole backlog's records", func() bool { return len(recordCreates(t, "backlog-")) == backlog })
-	after := 0
-	for _, e := range recordCreates(t, "backlog-") {
-		if e.StageTimestamp.After(initAt) {
-			after++
-		}
-	}
+	after := recordsAfter(t, "backlog-", backlog, initAt)
 	// With a FIFO the join waits for every record queued before it: none
 	// is created after its initialization.
 	if after < backlog/2 {
@@ -118,16 +109,28 @@ func TestLateCSRReviewIsNotBehindTheBacklog(t *testing.T) {
 			askedAt = e.StageTimestamp // the last one: the review request
 		}
 	}
-	waitFor(t, 60*time.Second, "the whole backlog's records", func() bool { return len(recordCreates(t, "backlog2-")) == backlog })
-	after := 0
-	for _, e := range recordCreates(t, "backlog2-") {
-		if e.StageTimestamp.After(askedAt) {
-			after++
-		}
-	}
+	after := recordsAfter(t, "backlog2-", backlog, askedAt)
 	if after < backlog/2 {
 		t.Errorf("the review was asked for after %d of the %d backlog records; want before most of them", backlog-after, backlog)
 	}
+}
+
+// recordsAfter waits for the n backlog records named with prefix and
+// counts those created after at, the coordinator's write for the Node
+// under test (zero: it is not in the audit log).
+func recordsAfter(t *testing.T, prefix string, n int, at time.Time) int {
+	t.Helper()
+	if at.IsZero() {
+		t.Fatal("the coordinator's write for the Node under test is not in the audit log")
+	}
+	waitFor(t, 60*time.Second, "the whole backlog's records", func() bool { return len(recordCreates(t, prefix)) == n })
+	after := 0
+	for _, e := range recordCreates(t, prefix) {
+		if e.StageTimestamp.After(at) {
+			after++
+		}
+	}
+	return after
 }
 
 // recordCreates are the coordinator's successful NodeRecord creates for
