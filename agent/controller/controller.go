@@ -210,7 +210,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	} else {
 		a.useCredentials(creds)
 	}
-	credUpdates := kubecreds.Watch(ctx, a.cfg.Kubeconfig, a.cfg.CredentialsPoll, creds.Fingerprint)
+	credUpdates := kubecreds.Watch(ctx, a.cfg.Kubeconfig, a.cfg.CredentialsPoll, creds)
 
 	nodeEvents := make(chan struct{}, 1)
 	backoff := retryBackoff(a.cfg)

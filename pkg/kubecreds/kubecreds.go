@@ -17,8 +17,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
-	"slices"
 	"syscall"
 	"time"
 
@@ -31,8 +31,11 @@ type Loaded struct {
 	Config *rest.Config
 	// Fingerprint changes whenever the kubeconfig, certificate, key or CA do.
 	Fingerprint string
-	// files are the kubeconfig and the files it references, for stamp.
-	files []string
+	// files are the kubeconfig and the files it references, for stamp;
+	// stamped is their stamp as Load read them (taken from each file before
+	// reading it, so a change made during the reading differs from it).
+	files   []string
+	stamped string
 }
 
 // stamp identifies the files' versions by inode, size and modification
@@ -45,13 +48,33 @@ func stamp(files []string) string {
 		if err != nil {
 			return "" // unreadable: reread, and let Load say why
 		}
-		ino := uint64(0)
-		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
-			ino = sys.Ino
-		}
-		b = fmt.Appendf(b, "%s:%d:%d:%d;", f, ino, st.Size(), st.ModTime().UnixNano())
+		b = appendStamp(b, f, st)
 	}
 	return string(b)
+}
+
+func appendStamp(b []byte, name string, st os.FileInfo) []byte {
+	ino := uint64(0)
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		ino = sys.Ino
+	}
+	return fmt.Appendf(b, "%s:%d:%d:%d;", name, ino, st.Size(), st.ModTime().UnixNano())
+}
+
+// readStamped reads a file and appends its stamp, taken from the open file
+// before reading it: the stamp of the version read, or of an older one.
+func readStamped(name string, stamped *[]byte) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	*stamped = appendStamp(*stamped, name, st)
+	return io.ReadAll(f)
 }
 
 // complete refuses a kubeconfig caught mid-write. Neither the kubelet nor
@@ -84,7 +107,8 @@ func complete(raw []byte) error {
 
 // Load reads the kubeconfig and every file it references, inlining them.
 func Load(path string) (Loaded, error) {
-	raw, err := os.ReadFile(path)
+	var stamped []byte
+	raw, err := readStamped(path, &stamped)
 	if err != nil {
 		return Loaded{}, fmt.Errorf("reading kubeconfig: %w", err)
 	}
@@ -101,7 +125,7 @@ func Load(path string) (Loaded, error) {
 		if file == "" {
 			return nil
 		}
-		b, err := os.ReadFile(file)
+		b, err := readStamped(file, &stamped)
 		if err != nil {
 			return fmt.Errorf("kubeconfig %s references %w", path, err)
 		}
@@ -134,23 +158,23 @@ func Load(path string) (Loaded, error) {
 	if hasCA && !x509.NewCertPool().AppendCertsFromPEM(t.CAData) {
 		return Loaded{}, fmt.Errorf("kubeconfig %s: the certificate authority holds no certificate (being written?)", path)
 	}
-	return Loaded{Config: cfg, Fingerprint: hex.EncodeToString(sum.Sum(nil)), files: files}, nil
+	return Loaded{Config: cfg, Fingerprint: hex.EncodeToString(sum.Sum(nil)), files: files, stamped: string(stamped)}, nil
 }
 
 // Watch rereads the credentials every interval and sends them whenever the
-// fingerprint differs from the last one (starting with last). A reading that
-// fails, as during a rotation that has not finished, is retried at the next
-// tick; the last good credentials stay in use. The channel closes with ctx.
-// Files whose inode, size and modification time are unchanged since the
-// last reading are not reread.
-func Watch(ctx context.Context, path string, interval time.Duration, last string) <-chan Loaded {
+// fingerprint differs from the last one (starting with from, the reading
+// in use; a zero Loaded if none). A reading that fails, as during a
+// rotation that has not finished, is retried at the next tick; the last
+// good credentials stay in use. The channel closes with ctx. Files whose
+// inode, size and modification time are unchanged since the last reading
+// (from's included) are not reread.
+func Watch(ctx context.Context, path string, interval time.Duration, from Loaded) <-chan Loaded {
 	out := make(chan Loaded)
 	go func() {
 		defer close(out)
 		tick := time.NewTicker(interval)
 		defer tick.Stop()
-		var files []string
-		var seen string
+		files, seen, last := from.files, from.stamped, from.Fingerprint
 		for {
 			select {
 			case <-ctx.Done():
@@ -160,18 +184,11 @@ func Watch(ctx context.Context, path string, interval time.Duration, last string
 			if seen != "" && stamp(files) == seen {
 				continue
 			}
-			// Stamped before reading: a change made during the read is seen
-			// at the next tick.
-			before := stamp(files)
 			l, err := Load(path)
 			if err != nil {
 				continue
 			}
-			seen = ""
-			if slices.Equal(l.files, files) {
-				seen = before
-			}
-			files = l.files
+			files, seen = l.files, l.stamped
 			if l.Fingerprint == last {
 				continue
 			}

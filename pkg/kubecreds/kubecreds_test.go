@@ -72,7 +72,7 @@ func TestLoadAndWatch(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ch := Watch(ctx, kc, 20*time.Millisecond, first.Fingerprint)
+	ch := Watch(ctx, kc, 20*time.Millisecond, first)
 
 	// A half-written file (a broken rotation) is not sent; the old stays.
 	if err := os.WriteFile(certFile, []byte("-----BEGIN CERTIFICATE-----\ngarbage"), 0o600); err != nil {
@@ -232,4 +232,66 @@ func sameCredentials(a, b Loaded) bool {
 	}
 	return x.Host == y.Host && der(x) == der(y) && strings.TrimSpace(string(x.CAData)) == strings.TrimSpace(string(y.CAData)) &&
 		x.BearerToken == y.BearerToken && x.Insecure == y.Insecure
+}
+
+// Watch starts from the reading it is given, stamp and all: the agent has
+// just loaded the credentials, and rereading and parsing them again at the
+// first tick costs each node a kubeconfig parse for nothing (500 of them
+// in a join storm, on the API server's cores in the bench). A change the
+// stamp cannot see (same inode, size and modification time) therefore
+// stays unseen until the next real change, as it does at every later tick.
+func TestWatchStartsFromTheReadingItIsGiven(t *testing.T) {
+	dir := t.TempDir()
+	certFile := filepath.Join(dir, "kubelet-client-current.pem")
+	kc := filepath.Join(dir, "kubeconfig")
+	one := selfSigned(t, "one")
+	if err := os.WriteFile(certFile, one, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(kc, []byte(strings.ReplaceAll(kubeconfig, "CERT", certFile)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	first, err := Load(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another certificate of the same size, written in place with the old
+	// modification time: invisible to the stamp.
+	st, err := os.Stat(certFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var other []byte
+	for other == nil || len(other) != len(one) {
+		other = selfSigned(t, "one")
+	}
+	if err := os.WriteFile(certFile, other, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(certFile, st.ModTime(), st.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ch := Watch(ctx, kc, 10*time.Millisecond, first)
+	select {
+	case l := <-ch:
+		t.Fatalf("Watch reread credentials whose stamp had not changed since the reading it was given (%s)", l.Fingerprint)
+	case <-time.After(300 * time.Millisecond):
+	}
+
+	// A real rotation is still seen.
+	time.Sleep(10 * time.Millisecond)
+	if err := os.WriteFile(certFile, selfSigned(t, "two"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-ch:
+		if l.Fingerprint == first.Fingerprint {
+			t.Fatal("the rotation was sent with the old fingerprint")
+		}
+	case <-ctx.Done():
+		t.Fatal("rotation not noticed")
+	}
 }
