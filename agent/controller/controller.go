@@ -102,9 +102,11 @@ type Agent struct {
 	// wants another.
 	refusedProviderID string
 	refusedAt         time.Time
-	// missingSince is when a synced watch first lacked the Node; recheck asks
-	// the loop to sync again soon (see checkWatch).
+	// missingSince is when a synced watch first lacked the Node, foundAt
+	// when a direct read first found it all the same; recheck asks the loop
+	// to sync again soon (see checkWatch).
 	missingSince time.Time
+	foundAt      time.Time
 	recheck      bool
 }
 
@@ -340,7 +342,7 @@ func (a *Agent) sync(ctx context.Context) error {
 		a.checkWatch(ctx)
 		return a.waiting("Node " + a.nodeName + " to be registered by the kubelet")
 	}
-	a.missingSince = time.Time{}
+	a.missingSince, a.foundAt = time.Time{}, time.Time{}
 	want, ok, err := desired.Compute(desired.Inputs{
 		NodeName: a.nodeName, Talos: *a.facts, Addresses: a.addrs, Classifier: a.cfg.Classifier,
 		Rules: a.cfg.Rules, Policy: a.cfg.Policy, AgentVersion: a.cfg.Version, AgentKey: a.agentKey,
@@ -423,9 +425,12 @@ const watchCheckAfter = 5 * time.Second
 // checkWatch is the safety net for a watch that does not deliver the Node:
 // one that missed its creation, or one whose first sync never completes
 // (seen on a freshly started API server). Once the Node has been missing
-// for watchCheckAfter, it reads the Node (a node may read itself); if it is
-// there, the watch is restarted. The loop retries every second while the
-// Node is missing.
+// for watchCheckAfter, it reads the Node (a node may read itself). A watch
+// is only restarted once the Node has been seen to exist for
+// watchCheckAfter without it: a watch that is merely late (seconds, under
+// a join storm's load) delivers in the meantime, and restarting it would
+// add a watch and its initial list to the load. The loop retries every
+// second while the Node is missing.
 func (a *Agent) checkWatch(ctx context.Context) {
 	if a.informer == nil {
 		return
@@ -439,11 +444,24 @@ func (a *Agent) checkWatch(ctx context.Context) {
 	}
 	a.missingSince = time.Now()
 	if _, err := a.client.GetNode(ctx, a.nodeName); err != nil {
+		if apierrors.IsNotFound(err) {
+			a.foundAt = time.Time{}
+		}
 		return // not registered yet (or unreachable): keep waiting
 	}
+	if a.foundAt.IsZero() {
+		a.foundAt = time.Now()
+		a.log.Info("the Node exists but its watch has not delivered it yet; giving the watch time",
+			"node", a.nodeName, "watch_synced", a.informer.synced(), "restart_in", watchCheckAfter)
+		return
+	}
+	if time.Since(a.foundAt) < watchCheckAfter {
+		return
+	}
 	a.log.Warn("the Node exists but its watch has not delivered it; restarting the watch",
-		"node", a.nodeName, "watch_synced", a.informer.synced())
+		"node", a.nodeName, "watch_synced", a.informer.synced(), "found", time.Since(a.foundAt).Round(time.Second))
 	a.m.WatchRestarts.Inc()
+	a.foundAt = time.Time{}
 	a.informer.stop()
 	a.informer = nil
 }

@@ -1,0 +1,189 @@
+package controller_test
+
+import (
+	"context"
+	"encoding/pem"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/talos-nodeinit/talos-nodeinit/agent/controller"
+)
+
+// slowWatches is a TLS proxy to the real API server, as the node, that
+// holds back every byte of a watch stream arriving after the stream's first
+// second by delay: the watch syncs at once, and every later event comes
+// late, as under a join storm's load (or never, with a long delay).
+func slowWatches(t *testing.T, n *node, delay time.Duration) (kubeconfig string) {
+	t.Helper()
+	upstream, err := url.Parse(cluster.Admin().Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	transport, err := rest.TransportFor(n.id.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	proxy := &httputil.ReverseProxy{
+		Rewrite:   func(r *httputil.ProxyRequest) { r.SetURL(upstream) },
+		Transport: transport,
+		ModifyResponse: func(resp *http.Response) error {
+			if resp.Request.URL.Query().Get("watch") == "true" {
+				resp.Body = delayed(resp.Body, time.Second, delay, done)
+			}
+			return nil
+		},
+	}
+	srv := httptest.NewUnstartedServer(proxy)
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(func() { close(done); srv.CloseClientConnections(); srv.Close() })
+
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["proxy"] = &clientcmdapi.Cluster{Server: srv.URL,
+		CertificateAuthorityData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})}
+	kc.AuthInfos["node"] = &clientcmdapi.AuthInfo{ClientCertificate: n.id.CertFile, ClientKey: n.id.CertFile}
+	kc.Contexts["proxy"] = &clientcmdapi.Context{Cluster: "proxy", AuthInfo: "node"}
+	kc.CurrentContext = "proxy"
+	kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	return kubeconfig
+}
+
+// delayed passes body through, each chunk read more than grace after the
+// start held back by delay.
+func delayed(body io.ReadCloser, grace, delay time.Duration, done <-chan struct{}) io.ReadCloser {
+	d := &delayedBody{body: body, chunks: make(chan chunk, 1024), done: done, closed: make(chan struct{})}
+	start := time.Now()
+	go func() {
+		defer close(d.chunks)
+		for {
+			buf := make([]byte, 32<<10)
+			n, err := body.Read(buf)
+			if n > 0 {
+				at := time.Now()
+				if at.Sub(start) > grace {
+					at = at.Add(delay)
+				}
+				d.chunks <- chunk{buf[:n], at}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return d
+}
+
+type chunk struct {
+	b  []byte
+	at time.Time
+}
+
+type delayedBody struct {
+	body      io.ReadCloser
+	chunks    chan chunk
+	done      <-chan struct{}
+	closed    chan struct{}
+	closeOnce sync.Once
+	rest      []byte
+}
+
+func (d *delayedBody) Read(p []byte) (int, error) {
+	if len(d.rest) == 0 {
+		var c chunk
+		var ok bool
+		select {
+		case c, ok = <-d.chunks:
+		case <-d.closed:
+		case <-d.done:
+		}
+		if !ok {
+			return 0, io.EOF
+		}
+		select {
+		case <-time.After(time.Until(c.at)):
+		case <-d.closed:
+			return 0, io.EOF
+		case <-d.done:
+			return 0, io.EOF
+		}
+		d.rest = c.b
+	}
+	n := copy(p, d.rest)
+	d.rest = d.rest[n:]
+	return n, nil
+}
+
+func (d *delayedBody) Close() error {
+	d.closeOnce.Do(func() { close(d.closed) })
+	return d.body.Close()
+}
+
+// A watch that is merely slow is not a broken one. In a join storm the
+// API server delivers watch events seconds late; an agent that found its
+// Node by a direct read before its watch delivered it used to restart the
+// watch at once (about 200 of 500 agents in a bench storm: a new watch, its
+// initial list, and a warning each). The watch is restarted only once the
+// Node has been seen to exist for watchCheckAfter without the watch
+// delivering it.
+func TestSlowWatchIsNotRestarted(t *testing.T) {
+	n, a := slowWatchNode(t, "slow-watch-node", "10.0.0.31", 4*time.Second)
+	n.waitNode(t, 20*time.Second, "the report, from the slow watch", func(node *corev1.Node) bool {
+		return hasAddress(node, corev1.NodeExternalIP, "203.0.113.10")
+	})
+	if got := testutil.ToFloat64(a.metrics.WatchRestarts); got != 0 {
+		t.Fatalf("the agent restarted a watch that was only slow (%v restarts)", got)
+	}
+}
+
+// The safety net still holds: a watch that never delivers the Node is
+// restarted, and the agent joins.
+func TestStuckWatchIsRestarted(t *testing.T) {
+	n, a := slowWatchNode(t, "stuck-watch-node", "10.0.0.32", time.Hour)
+	n.waitNode(t, 30*time.Second, "the report, after the watch's restart", func(node *corev1.Node) bool {
+		return hasAddress(node, corev1.NodeExternalIP, "203.0.113.10")
+	})
+	if got := testutil.ToFloat64(a.metrics.WatchRestarts); got < 1 {
+		t.Fatalf("the report was written without a restart of a watch that delivers nothing (%v restarts)", got)
+	}
+}
+
+// slowWatchNode starts an agent whose watches are delayed by delay (after
+// their first second), with its Node absent; the Node is created 2.5 s
+// later, so the agent's direct read (5 s after it first missed the Node)
+// finds it before its watch delivers it.
+func slowWatchNode(t *testing.T, name, ip string, delay time.Duration) (*node, *agent) {
+	n := newNode(t, name, ip, metal(name))
+	registered, err := n.admin.CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.admin.CoreV1().Nodes().Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := slowWatches(t, n, delay)
+	a := n.startAgent(t, "", func(c *controller.Config) { c.Kubeconfig = kubeconfig })
+	time.Sleep(2500 * time.Millisecond)
+	registered.ResourceVersion, registered.UID = "", ""
+	if _, err := n.admin.CoreV1().Nodes().Create(context.Background(), registered, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return n, a
+}
