@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -104,10 +105,44 @@ func Register(ctx context.Context, cfg Config) (*Kubelet, error) {
 			}},
 		},
 	}
-	if _, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := register(ctx, client, node); err != nil {
 		return nil, fmt.Errorf("registering node %s: %w", cfg.NodeName, err)
 	}
 	return &Kubelet{cfg: cfg, client: client, addresses: addresses, changed: make(chan struct{})}, nil
+}
+
+// register creates the Node until it succeeds, as the kubelet's
+// registerWithAPIServer does (100 ms, doubling up to 7 s), on errors that
+// may pass: the API server unreachable, too busy to finish a TLS handshake,
+// timing out or shedding load. A refusal (NodeRestriction, validation)
+// fails at once, where the kubelet would log it and try again forever.
+func register(ctx context.Context, client kubernetes.Interface, node *corev1.Node) error {
+	step := 100 * time.Millisecond
+	for {
+		_, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		switch {
+		case err == nil || apierrors.IsAlreadyExists(err):
+			return nil
+		case !mayPass(err):
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last error: %w)", ctx.Err(), err)
+		case <-time.After(step):
+		}
+		step = min(2*step, 7*time.Second)
+	}
+}
+
+// mayPass tells an error a retry may cure from a refusal.
+func mayPass(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return true // no answer from the API server
+	}
+	return apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
+		apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err)
 }
 
 // Client is the kubelet's clientset (node credentials).

@@ -2,6 +2,7 @@ package kubeletsim_test
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"os"
 	"slices"
@@ -10,6 +11,7 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -142,5 +144,53 @@ func waitForCSR(ctx context.Context, t *testing.T, cs kubernetes.Interface, user
 			t.Fatalf("no CSR from %s: %v", user, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
+	}
+}
+
+// A kubelet registers until it succeeds (registerWithAPIServer: 100 ms,
+// doubling up to 7 s): an API server down, or too busy to finish a TLS
+// handshake within client-go's 10 s (seen at 1,000 nodes in `make bench`),
+// delays the registration but does not fail it. A refusal for good still
+// fails at once.
+func TestRegisterWaitsForTheAPIServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	id, err := cluster.NodeIdentity("sim-late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster.StopAPIServer()
+	restarted := make(chan error, 1)
+	go func() {
+		time.Sleep(time.Second)
+		restarted <- cluster.StartAPIServer(ctx)
+	}()
+	k, err := kubeletsim.Register(ctx, kubeletsim.Config{
+		NodeName: "sim-late", NodeIPs: []netip.Addr{netip.MustParseAddr("192.0.2.12")},
+		Identity: id.Config(), CertDir: t.TempDir(),
+	})
+	if err := <-restarted; err != nil {
+		t.Fatal(err)
+	}
+	if err != nil {
+		t.Fatalf("registration while the API server restarts: %v", err)
+	}
+	defer k.Stop()
+	if _, err := kubernetes.NewForConfigOrDie(cluster.Admin()).CoreV1().Nodes().Get(ctx, "sim-late", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another node's name: NodeRestriction refuses it, for good.
+	other, err := cluster.NodeIdentity("sim-other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = kubeletsim.Register(ctx, kubeletsim.Config{
+		NodeName: "sim-not-mine", NodeIPs: []netip.Addr{netip.MustParseAddr("192.0.2.13")},
+		Identity: other.Config(), CertDir: t.TempDir(),
+	})
+	if err == nil || !apierrors.IsForbidden(errors.Unwrap(err)) || time.Since(start) > 5*time.Second {
+		t.Fatalf("registering another node's name: %v after %v, want Forbidden at once", err, time.Since(start))
 	}
 }
