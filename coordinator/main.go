@@ -102,7 +102,7 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	leaseDuration := fs.Duration("lease-duration", 15*time.Second, "how long a leader's Lease lasts without renewal: the worst-case takeover time")
 	renewDeadline := fs.Duration("renew-deadline", 10*time.Second, "how long the leader retries renewing before it gives up and exits")
 	retryPeriod := fs.Duration("retry-period", 2*time.Second, "interval between Lease attempts")
-	nodeWorkers := fs.Int("node-workers", 16, "how many Nodes are synced at once: a sync mostly waits on the API server, not the CPU")
+	nodeWorkers := fs.Int("node-workers", 64, "how many Nodes are synced at once: a sync mostly waits on the API server, not the CPU (a join's makes two writes in a row)")
 	csrWorkers := fs.Int("csr-workers", 16, "how many serving CSRs are decided at once (as --node-workers)")
 	qps := fs.Float64("kube-api-qps", 500, "client QPS to the API server (a join costs at most 5 writes and 1 Event; the API server's priority and fairness still applies)")
 	burst := fs.Int("kube-api-burst", 1000, "client burst to the API server")

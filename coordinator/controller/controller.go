@@ -63,8 +63,9 @@ type Config struct {
 	// Lease in Namespace; Identity is this replica's name (pod name).
 	Namespace, LeaseName, Identity            string
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
-	// NodeWorkers and CSRWorkers sync in parallel (default 16 each: a sync
-	// waits on the API server, not the CPU).
+	// NodeWorkers and CSRWorkers sync in parallel (default 64 and 16: a
+	// sync waits on the API server, not the CPU, and a join's Node sync
+	// makes two writes in a row).
 	NodeWorkers, CSRWorkers int
 	Log                     *slog.Logger
 	Metrics                 *Metrics
@@ -158,7 +159,7 @@ func New(cfg Config) (*Coordinator, error) {
 	def(&cfg.RenewDeadline, 10*time.Second)
 	def(&cfg.RetryPeriod, 2*time.Second)
 	if cfg.NodeWorkers <= 0 {
-		cfg.NodeWorkers = 16
+		cfg.NodeWorkers = 64
 	}
 	if cfg.CSRWorkers <= 0 {
 		cfg.CSRWorkers = 16
