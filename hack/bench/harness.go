@@ -338,6 +338,21 @@ func waitAgentsUp(ctx context.Context, nodes []*simNode, timeout time.Duration) 
 	return nil
 }
 
+// waitKubeletsWatching waits until every kubelet stand-in's Node watch has
+// synced.
+func waitKubeletsWatching(ctx context.Context, nodes []*simNode, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for _, sn := range nodes {
+		for !sn.kubelet.Watching() {
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return fmt.Errorf("the kubelet of %s not watching its Node within %v", sn.name, timeout)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
 // agentArgs are the flags that point the real agent binary at this node.
 func (e *env) agentArgs(sn *simNode) []string {
 	return []string{"run", "--kubeconfig", sn.id.Kubeconfig, "--machined-socket", sn.md.Socket, "--netns", sn.ns.path,
@@ -372,16 +387,34 @@ func (e *env) startAgentProcess(sn *simNode) error {
 	return nil
 }
 
-// register starts the kubelet stand-in: it creates the Node, then asks for
-// its serving certificate with client-go's certificate manager.
-func (sn *simNode) register(ctx context.Context) {
+// startKubelet starts the node's kubelet stand-in, unless started: its
+// client and its Node watch, before it registers.
+func (sn *simNode) startKubelet(ctx context.Context) error {
+	if sn.kubelet != nil {
+		return nil
+	}
 	// --node-ip names both families, as on a dual-stack Talos node; with the
 	// IPv4 address alone the kubelet asks for a second certificate once the
 	// agent publishes the IPv6 one.
-	k, err := kubeletsim.Register(ctx, kubeletsim.Config{NodeName: sn.name, NodeIPs: []netip.Addr{sn.ip, sn.ip6.Addr()}, Identity: sn.id.Config(), CertDir: sn.certs})
+	k, err := kubeletsim.Start(ctx, kubeletsim.Config{NodeName: sn.name, NodeIPs: []netip.Addr{sn.ip, sn.ip6.Addr()}, Identity: sn.id.Config(), CertDir: sn.certs})
+	if err != nil {
+		return err
+	}
+	sn.kubelet = k
+	return nil
+}
+
+// register starts the kubelet stand-in: it creates the Node, then asks for
+// its serving certificate with client-go's certificate manager.
+func (sn *simNode) register(ctx context.Context) {
+	err := sn.startKubelet(ctx)
+	k := sn.kubelet
+	if err == nil {
+		err = k.Register(ctx)
+	}
 	now := time.Now()
 	sn.mu.Lock()
-	sn.registered, sn.err, sn.kubelet = now, err, k
+	sn.registered, sn.err = now, err
 	sn.mu.Unlock()
 	if err != nil {
 		return
@@ -428,16 +461,24 @@ func (sn *simNode) close() {
 	}
 }
 
-// storm starts every node's agent and waits until each is up and waiting
-// for its Node; then every kubelet registers at once. It returns when every
+// storm starts every node's kubelet and agent and waits until each agent
+// is up and waiting for its Node, and each kubelet watches its Node as a
+// started kubelet does before it registers (so it registers over an open
+// connection); then every kubelet registers at once. It returns when every
 // kubelet has registered (or failed to).
 func (e *env) storm(ctx context.Context, nodes []*simNode) error {
 	for _, sn := range nodes {
+		if err := sn.startKubelet(ctx); err != nil {
+			return err
+		}
 		if err := e.startAgent(sn); err != nil {
 			return err
 		}
 	}
 	if err := waitAgentsUp(ctx, nodes, 2*time.Minute); err != nil {
+		return err
+	}
+	if err := waitKubeletsWatching(ctx, nodes, 2*time.Minute); err != nil {
 		return err
 	}
 	var wg sync.WaitGroup

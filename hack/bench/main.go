@@ -237,6 +237,12 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	writes := attribute(auditStorm[len(auditBefore):], names, owners)
+	span, err := serverSpan(writes, nodes)
+	if err != nil {
+		failures = append(failures, "server-side span: "+err.Error())
+	} else {
+		fmt.Fprintf(&r, "at the API server (audit log): first Node created → last initializing patch: %s\n", span.Round(time.Millisecond))
+	}
 	stats := summarize(writes, len(nodes))
 	fmt.Fprintf(&r, "first write of each kind, after the node's registration :\n%s", phases(writes, nodes))
 	fmt.Fprintf(&r, "writes per node (audit log, mutating requests that concern the node; the coordinator's Lease apart):\n")
@@ -287,13 +293,25 @@ func run(ctx context.Context, o options) error {
 		} {
 			step("%s", f.step)
 			before := apiCPU()
+			auditBefore, err := e.cluster.Audit()
+			if err != nil {
+				return err
+			}
 			took, err := floor(ctx, e, f.prefix, o.nodes, f.own)
 			if err != nil {
 				return err
 			}
 			cpu := apiCPU() - before
-			fmt.Fprintf(&r, f.head+"; storm/floor = %.2f; kube-apiserver CPU %.1f s, storm/floor = %.2f\n", took.Round(time.Millisecond),
+			auditAfter, err := e.cluster.Audit()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(&r, f.head+"; storm/floor = %.2f; kube-apiserver CPU %.1f s, storm/floor = %.2f", took.Round(time.Millisecond),
 				lat.span.Seconds()/took.Seconds(), cpu.Seconds(), apiInit.Seconds()/cpu.Seconds())
+			if fs := floorServerSpan(auditAfter[len(auditBefore):], f.prefix); fs > 0 && span > 0 {
+				fmt.Fprintf(&r, "; at the API server %s, storm/floor = %.2f", fs.Round(time.Millisecond), span.Seconds()/fs.Seconds())
+			}
+			r.WriteString("\n")
 		}
 	}
 	fmt.Print("\n" + r.String())

@@ -189,3 +189,55 @@ func phases(ws []write, nodes []*simNode) string {
 	}
 	return b.String()
 }
+
+// serverSpan is the storm as the API server saw it, from its audit log:
+// the first Node created to the last node's initializing patch (the
+// coordinator's first successful patch of each Node). The bench's own
+// watch sees both later, by as much as the busy bench process lags (seconds
+// at 1,000 nodes on 2 cores), so this is the figure comparable with
+// floorServerSpan. It fails if a node has no such patch.
+func serverSpan(ws []write, nodes []*simNode) (time.Duration, error) {
+	var first time.Time
+	init := map[string]time.Time{}
+	for _, w := range ws {
+		if w.Code >= 300 || w.Event {
+			continue
+		}
+		switch {
+		case w.Component == compKubelet && w.What == "create nodes":
+			if first.IsZero() || w.At.Before(first) {
+				first = w.At
+			}
+		case w.Component == compCoordinator && w.What == "patch nodes":
+			if _, ok := init[w.Node]; !ok {
+				init[w.Node] = w.At
+			}
+		}
+	}
+	var last time.Time
+	for _, sn := range nodes {
+		at, ok := init[sn.name]
+		if !ok {
+			return 0, fmt.Errorf("no initializing patch of %s in the audit log", sn.name)
+		}
+		last = later(last, at)
+	}
+	return last.Sub(first), nil
+}
+
+// floorServerSpan is a floor as the API server saw it: from its first
+// write to its last (an approval), among the audited requests for objects
+// named prefix-….
+func floorServerSpan(events []testcluster.AuditEvent, prefix string) time.Duration {
+	var first, last time.Time
+	for _, e := range events {
+		if !strings.HasPrefix(e.ObjectRef.Name, prefix+"-") {
+			continue
+		}
+		if first.IsZero() || e.StageTimestamp.Before(first) {
+			first = e.StageTimestamp
+		}
+		last = later(last, e.StageTimestamp)
+	}
+	return last.Sub(first)
+}

@@ -60,13 +60,37 @@ type Kubelet struct {
 
 	stop    context.CancelFunc
 	watch   sync.WaitGroup // the Node watch
+	synced  func() bool
 	manager certificate.Manager
 }
 
-// Register creates the Node as the kubelet does on first start: tainted
-// uninitialized, the provided-node-ip annotation, and the InternalIP and
-// Hostname addresses. A Node that already exists is kept (a kubelet restart).
+// Start is the kubelet before it registers: its client, and its watch on
+// its own Node, which the kubelet starts with itself (NewMainKubelet's node
+// informer, field-selected by name), so the connection it registers over
+// is already open. Stop ends it.
+func Start(ctx context.Context, cfg Config) (*Kubelet, error) {
+	k, err := newKubelet(cfg)
+	if err != nil {
+		return nil, err
+	}
+	k.startWatch(ctx)
+	return k, nil
+}
+
+// Register starts a kubelet and registers its Node (see the method); the
+// Node watch starts with StartServing.
 func Register(ctx context.Context, cfg Config) (*Kubelet, error) {
+	k, err := newKubelet(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := k.Register(ctx); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+func newKubelet(cfg Config) (*Kubelet, error) {
 	if cfg.NodeName == "" || len(cfg.NodeIPs) == 0 || cfg.Identity == nil {
 		return nil, errors.New("kubeletsim: NodeName, NodeIPs and Identity are required")
 	}
@@ -79,6 +103,14 @@ func Register(ctx context.Context, cfg Config) (*Kubelet, error) {
 	if err != nil {
 		return nil, err
 	}
+	return &Kubelet{cfg: cfg, client: client, changed: make(chan struct{})}, nil
+}
+
+// Register creates the Node as the kubelet does on first start: tainted
+// uninitialized, the provided-node-ip annotation, and the InternalIP and
+// Hostname addresses. A Node that already exists is kept (a kubelet restart).
+func (k *Kubelet) Register(ctx context.Context) error {
+	cfg := k.cfg
 	ips := make([]string, 0, len(cfg.NodeIPs))
 	addresses := make([]corev1.NodeAddress, 0, len(cfg.NodeIPs)+1)
 	for _, ip := range cfg.NodeIPs {
@@ -105,10 +137,17 @@ func Register(ctx context.Context, cfg Config) (*Kubelet, error) {
 			}},
 		},
 	}
-	if err := register(ctx, client, node); err != nil {
-		return nil, fmt.Errorf("registering node %s: %w", cfg.NodeName, err)
+	// Before the create: the watch may deliver the Node, with newer
+	// addresses, before the create returns.
+	k.mu.Lock()
+	if k.addresses == nil {
+		k.addresses = addresses
 	}
-	return &Kubelet{cfg: cfg, client: client, addresses: addresses, changed: make(chan struct{})}, nil
+	k.mu.Unlock()
+	if err := register(ctx, k.client, node); err != nil {
+		return fmt.Errorf("registering node %s: %w", cfg.NodeName, err)
+	}
+	return nil
 }
 
 // register creates the Node until it succeeds, as the kubelet's
@@ -145,6 +184,35 @@ func mayPass(err error) bool {
 		apierrors.IsInternalError(err) || apierrors.IsServiceUnavailable(err)
 }
 
+// startWatch starts the watch on the kubelet's own Node, which keeps its
+// addresses for the serving certificate; Stop ends it.
+func (k *Kubelet) startWatch(ctx context.Context) {
+	ctx, cancel := context.WithCancel(ctx)
+	k.stop = cancel
+	lw := cache.NewListWatchFromClient(k.client.CoreV1().RESTClient(), "nodes", "", fields.OneTermEqualSelector("metadata.name", k.cfg.NodeName))
+	_, informer := cache.NewInformerWithOptions(cache.InformerOptions{
+		ListerWatcher: lw,
+		ObjectType:    &corev1.Node{},
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc:    k.observe,
+			UpdateFunc: func(_, n any) { k.observe(n) },
+		},
+	})
+	k.synced = informer.HasSynced
+	k.watch.Go(func() { informer.RunWithContext(ctx) })
+}
+
+// Addresses are the Node's addresses as the kubelet last saw them: those
+// its next serving certificate asks for.
+func (k *Kubelet) Addresses() []corev1.NodeAddress {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Clone(k.addresses)
+}
+
+// Watching reports whether the Node watch has synced.
+func (k *Kubelet) Watching() bool { return k.synced != nil && k.synced() }
+
 // Client is the kubelet's clientset (node credentials).
 func (k *Kubelet) Client() kubernetes.Interface { return k.client }
 
@@ -156,20 +224,6 @@ func (k *Kubelet) StartServing(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	k.stop = cancel
-
-	lw := cache.NewListWatchFromClient(k.client.CoreV1().RESTClient(), "nodes", "", fields.OneTermEqualSelector("metadata.name", k.cfg.NodeName))
-	_, informer := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: lw,
-		ObjectType:    &corev1.Node{},
-		Handler: cache.ResourceEventHandlerFuncs{
-			AddFunc:    k.observe,
-			UpdateFunc: func(_, n any) { k.observe(n) },
-		},
-	})
-	k.watch.Go(func() { informer.RunWithContext(ctx) })
-
 	m, err := certificate.NewManager(&certificate.Config{
 		Name:             "kubelet-serving",
 		ClientsetFn:      func(*tls.Certificate) (kubernetes.Interface, error) { return k.client, nil },
@@ -179,8 +233,10 @@ func (k *Kubelet) StartServing(ctx context.Context) error {
 		CertificateStore: &notifyingStore{Store: store, k: k},
 	})
 	if err != nil {
-		cancel()
 		return err
+	}
+	if k.stop == nil {
+		k.startWatch(ctx)
 	}
 	k.manager = m
 	m.Start()

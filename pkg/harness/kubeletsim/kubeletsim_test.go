@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
@@ -192,5 +193,46 @@ func TestRegisterWaitsForTheAPIServer(t *testing.T) {
 	})
 	if err == nil || !apierrors.IsForbidden(errors.Unwrap(err)) || time.Since(start) > 5*time.Second {
 		t.Fatalf("registering another node's name: %v after %v, want Forbidden at once", err, time.Since(start))
+	}
+}
+
+// Start is a kubelet before it registers: its Node watch runs while the
+// Node does not exist yet, delivers the Node once registered, and follows
+// its addresses (those its serving certificate asks for), such as one the
+// agent publishes after the registration.
+func TestStartedKubeletFollowsItsNodeFromRegistration(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	id, err := cluster.NodeIdentity("sim-started")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := kubeletsim.Start(ctx, kubeletsim.Config{
+		NodeName: "sim-started", NodeIPs: []netip.Addr{netip.MustParseAddr("192.0.2.14")},
+		Identity: id.Config(), CertDir: t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop()
+	for !k.Watching() {
+		if ctx.Err() != nil {
+			t.Fatal("the Node watch of a started kubelet did not sync")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := k.Register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	admin := kubernetes.NewForConfigOrDie(cluster.Admin())
+	patch := []byte(`{"status":{"addresses":[{"type":"InternalIP","address":"192.0.2.14"},{"type":"ExternalIP","address":"198.51.100.14"},{"type":"Hostname","address":"sim-started"}]}}`)
+	if _, err := admin.CoreV1().Nodes().Patch(ctx, "sim-started", types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	for !slices.Contains(k.Addresses(), corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "198.51.100.14"}) {
+		if ctx.Err() != nil {
+			t.Fatalf("the kubelet follows %v: not the address published after the registration", k.Addresses())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
