@@ -313,6 +313,7 @@ func (a *Agent) startInformer(events chan struct{}) {
 		return
 	}
 	a.informer = watchNode(a.client, a.nodeName, func() { replace(events, struct{}{}) })
+	a.missingSince, a.foundAt = time.Time{}, time.Time{} // a new watch gets its own time
 }
 
 // observed is the newest Node known: from the watch, or from a patch
@@ -425,12 +426,15 @@ const watchCheckAfter = 5 * time.Second
 // checkWatch is the safety net for a watch that does not deliver the Node:
 // one that missed its creation, or one whose first sync never completes
 // (seen on a freshly started API server). Once the Node has been missing
-// for watchCheckAfter, it reads the Node (a node may read itself). A watch
-// is only restarted once the Node has been seen to exist for
-// watchCheckAfter without it: a watch that is merely late (seconds, under
-// a join storm's load) delivers in the meantime, and restarting it would
-// add a watch and its initial list to the load. The loop retries every
-// second while the Node is missing.
+// for watchCheckAfter, it reads the Node (a node may read itself), and
+// again every watchCheckAfter. A watch is only restarted when a read finds
+// the Node that an earlier read, at least watchCheckAfter before, found
+// too: a watch that is merely late (seconds, under a join storm's load)
+// delivers in the meantime, and restarting it would add a watch and its
+// initial list to the load. So a watch that never delivers is restarted
+// about 2 × watchCheckAfter after the Node went missing. A new watch
+// starts these clocks again. The loop retries every second while the Node
+// is missing.
 func (a *Agent) checkWatch(ctx context.Context) {
 	if a.informer == nil {
 		return
@@ -442,7 +446,8 @@ func (a *Agent) checkWatch(ctx context.Context) {
 	if time.Since(a.missingSince) < watchCheckAfter {
 		return
 	}
-	a.missingSince = time.Now()
+	asked := time.Now()
+	a.missingSince = asked
 	if _, err := a.client.GetNode(ctx, a.nodeName); err != nil {
 		if apierrors.IsNotFound(err) {
 			a.foundAt = time.Time{}
@@ -450,7 +455,7 @@ func (a *Agent) checkWatch(ctx context.Context) {
 		return // not registered yet (or unreachable): keep waiting
 	}
 	if a.foundAt.IsZero() {
-		a.foundAt = time.Now()
+		a.foundAt = asked // the Node existed when the read was sent
 		a.log.Info("the Node exists but its watch has not delivered it yet; giving the watch time",
 			"node", a.nodeName, "watch_synced", a.informer.synced(), "restart_in", watchCheckAfter)
 		return

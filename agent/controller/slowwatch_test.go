@@ -10,12 +10,14 @@ import (
 	"net/url"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -24,11 +26,21 @@ import (
 )
 
 // slowWatches is a TLS proxy to the real API server, as the node, that
-// holds back every byte of a watch stream arriving after the stream's first
-// second by delay: the watch syncs at once, and every later event comes
-// late, as under a join storm's load (or never, with a long delay).
-func slowWatches(t *testing.T, n *node, delay time.Duration) (kubeconfig string) {
+// holds back by delay what a watch stream opened before slowFrom carries
+// after it: the agent's first watch syncs at once (its initial list is a
+// watch stream too, with client-go's WatchList) and then delivers late, as
+// under a join storm's load (or never, with a long delay); a watch opened
+// later is not delayed.
+type slowWatches struct {
+	kubeconfig string
+	from       atomic.Pointer[time.Time]
+}
+
+func (s *slowWatches) slowFrom(t time.Time) { s.from.Store(&t) }
+
+func newSlowWatches(t *testing.T, n *node, delay time.Duration) *slowWatches {
 	t.Helper()
+	sw := &slowWatches{}
 	upstream, err := url.Parse(cluster.Admin().Host)
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +55,13 @@ func slowWatches(t *testing.T, n *node, delay time.Duration) (kubeconfig string)
 		Transport: transport,
 		ModifyResponse: func(resp *http.Response) error {
 			if resp.Request.URL.Query().Get("watch") == "true" {
-				resp.Body = delayed(resp.Body, time.Second, delay, done)
+				opened := time.Now()
+				resp.Body = delayed(resp.Body, func(at time.Time) time.Time {
+					if from := sw.from.Load(); from != nil && opened.Before(*from) && at.After(*from) {
+						return at.Add(delay)
+					}
+					return at
+				}, done)
 			}
 			return nil
 		},
@@ -51,7 +69,12 @@ func slowWatches(t *testing.T, n *node, delay time.Duration) (kubeconfig string)
 	srv := httptest.NewUnstartedServer(proxy)
 	srv.EnableHTTP2 = true
 	srv.StartTLS()
-	t.Cleanup(func() { close(done); srv.CloseClientConnections(); srv.Close() })
+	t.Cleanup(func() {
+		close(done)
+		srv.CloseClientConnections()
+		srv.Close()
+		utilnet.CloseIdleConnectionsFor(transport)
+	})
 
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["proxy"] = &clientcmdapi.Cluster{Server: srv.URL,
@@ -59,29 +82,29 @@ func slowWatches(t *testing.T, n *node, delay time.Duration) (kubeconfig string)
 	kc.AuthInfos["node"] = &clientcmdapi.AuthInfo{ClientCertificate: n.id.CertFile, ClientKey: n.id.CertFile}
 	kc.Contexts["proxy"] = &clientcmdapi.Context{Cluster: "proxy", AuthInfo: "node"}
 	kc.CurrentContext = "proxy"
-	kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
+	sw.kubeconfig = filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, sw.kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	return kubeconfig
+	return sw
 }
 
-// delayed passes body through, each chunk read more than grace after the
-// start held back by delay.
-func delayed(body io.ReadCloser, grace, delay time.Duration, done <-chan struct{}) io.ReadCloser {
+// delayed passes body through, each chunk when due(its arrival) says.
+func delayed(body io.ReadCloser, due func(time.Time) time.Time, done <-chan struct{}) io.ReadCloser {
 	d := &delayedBody{body: body, chunks: make(chan chunk, 1024), done: done, closed: make(chan struct{})}
-	start := time.Now()
 	go func() {
 		defer close(d.chunks)
 		for {
 			buf := make([]byte, 32<<10)
 			n, err := body.Read(buf)
 			if n > 0 {
-				at := time.Now()
-				if at.Sub(start) > grace {
-					at = at.Add(delay)
+				select {
+				case d.chunks <- chunk{buf[:n], due(time.Now())}:
+				case <-d.closed:
+					return
+				case <-done:
+					return
 				}
-				d.chunks <- chunk{buf[:n], at}
 			}
 			if err != nil {
 				return
@@ -165,10 +188,10 @@ func TestStuckWatchIsRestarted(t *testing.T) {
 	}
 }
 
-// slowWatchNode starts an agent whose watches are delayed by delay (after
-// their first second), with its Node absent; the Node is created 2.5 s
-// later, so the agent's direct read (5 s after it first missed the Node)
-// finds it before its watch delivers it.
+// slowWatchNode starts an agent with its Node absent, its first watch
+// delayed by delay from the Node's creation, 2.5 s later; so the agent's
+// direct read (5 s after it first missed the Node) finds the Node before
+// that watch delivers it.
 func slowWatchNode(t *testing.T, name, ip string, delay time.Duration) (*node, *agent) {
 	n := newNode(t, name, ip, metal(name))
 	registered, err := n.admin.CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
@@ -178,9 +201,10 @@ func slowWatchNode(t *testing.T, name, ip string, delay time.Duration) (*node, *
 	if err := n.admin.CoreV1().Nodes().Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig := slowWatches(t, n, delay)
-	a := n.startAgent(t, "", func(c *controller.Config) { c.Kubeconfig = kubeconfig })
+	sw := newSlowWatches(t, n, delay)
+	a := n.startAgent(t, "", func(c *controller.Config) { c.Kubeconfig = sw.kubeconfig })
 	time.Sleep(2500 * time.Millisecond)
+	sw.slowFrom(time.Now())
 	registered.ResourceVersion, registered.UID = "", ""
 	if _, err := n.admin.CoreV1().Nodes().Create(context.Background(), registered, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -36,9 +36,10 @@ const floorSigner = "bench.nodeinit.io/floor"
 //
 // With ownConnections, each node's three writes (the Node, its report, its
 // CSR) go over that node's own connection as that node, as a kubelet's do
-// in any cluster: the API server pays a TLS handshake and a client
-// certificate per node, which no implementation avoids either. The
-// coordinator's two stay on the admin connections.
+// in any cluster: the API server authenticates a client certificate per
+// node, which no implementation avoids either. The coordinator's two stay
+// on the admin connections. Every connection is opened before the clock
+// starts, as the storm's are.
 func floor(ctx context.Context, e *env, prefix string, n int, ownConnections bool) (time.Duration, error) {
 	cfg := apiclient.Builtin(e.cluster.Admin())
 	cfg.QPS, cfg.Burst = -1, 0 // no client-side rate limit
@@ -73,6 +74,20 @@ func floor(ctx context.Context, e *env, prefix string, n int, ownConnections boo
 		return 0, err
 	}
 	csrPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
+
+	// Every connection is open before the clock starts, as the storm's
+	// kubelets' and agents' are: the handshakes are not part of the joins.
+	if err := parallel(n, 64, func(i int) error {
+		if i < len(clients) {
+			if _, err := clients[i].Discovery().ServerVersion(); err != nil {
+				return err
+			}
+		}
+		_, err := nodeClients[i].Discovery().ServerVersion()
+		return err
+	}); err != nil {
+		return 0, fmt.Errorf("floor: opening the connections: %w", err)
+	}
 
 	start := time.Now()
 	err = parallel(n, n, func(i int) error {

@@ -388,7 +388,8 @@ func (e *env) startAgentProcess(sn *simNode) error {
 }
 
 // startKubelet starts the node's kubelet stand-in, unless started: its
-// client and its Node watch, before it registers.
+// client, its Node watch and its serving-certificate manager, before it
+// registers.
 func (sn *simNode) startKubelet(ctx context.Context) error {
 	if sn.kubelet != nil {
 		return nil
@@ -398,6 +399,13 @@ func (sn *simNode) startKubelet(ctx context.Context) error {
 	// agent publishes the IPv6 one.
 	k, err := kubeletsim.Start(ctx, kubeletsim.Config{NodeName: sn.name, NodeIPs: []netip.Addr{sn.ip, sn.ip6.Addr()}, Identity: sn.id.Config(), CertDir: sn.certs})
 	if err != nil {
+		return err
+	}
+	// The serving-certificate manager starts with the kubelet
+	// (initializeModules), before the registration; it asks for nothing
+	// until the kubelet sees its Node.
+	if err := k.StartServing(ctx); err != nil {
+		k.Stop()
 		return err
 	}
 	sn.kubelet = k
@@ -417,12 +425,6 @@ func (sn *simNode) register(ctx context.Context) {
 	sn.registered, sn.err = now, err
 	sn.mu.Unlock()
 	if err != nil {
-		return
-	}
-	if err := k.StartServing(ctx); err != nil {
-		sn.mu.Lock()
-		sn.err = err
-		sn.mu.Unlock()
 		return
 	}
 	go func() {

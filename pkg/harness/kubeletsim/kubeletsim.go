@@ -137,13 +137,6 @@ func (k *Kubelet) Register(ctx context.Context) error {
 			}},
 		},
 	}
-	// Before the create: the watch may deliver the Node, with newer
-	// addresses, before the create returns.
-	k.mu.Lock()
-	if k.addresses == nil {
-		k.addresses = addresses
-	}
-	k.mu.Unlock()
 	if err := register(ctx, k.client, node); err != nil {
 		return fmt.Errorf("registering node %s: %w", cfg.NodeName, err)
 	}
@@ -174,9 +167,19 @@ func register(ctx context.Context, client kubernetes.Interface, node *corev1.Nod
 	}
 }
 
-// mayPass tells an error a retry may cure from a refusal.
+// mayPass tells an error a retry may cure from a refusal. A server whose
+// certificate does not verify is a refusal: the configuration is wrong.
 func mayPass(err error) bool {
-	var status apierrors.APIStatus
+	var (
+		status    apierrors.APIStatus
+		unknownCA x509.UnknownAuthorityError
+		invalid   x509.CertificateInvalidError
+		host      x509.HostnameError
+		verify    *tls.CertificateVerificationError
+	)
+	if errors.As(err, &unknownCA) || errors.As(err, &invalid) || errors.As(err, &host) || errors.As(err, &verify) {
+		return false
+	}
 	if !errors.As(err, &status) {
 		return true // no answer from the API server
 	}
@@ -216,9 +219,13 @@ func (k *Kubelet) Watching() bool { return k.synced != nil && k.synced() }
 // Client is the kubelet's clientset (node credentials).
 func (k *Kubelet) Client() kubernetes.Interface { return k.client }
 
-// StartServing starts the serving-certificate manager. Like the kubelet it
-// follows its Node's status.addresses, and requests a new certificate when
-// they change.
+// StartServing starts the serving-certificate manager, before or after
+// Register. Like the kubelet's (1.37: its template reads the Node from the
+// kubelet's node informer) it asks for nothing until its Node watch has
+// delivered the Node, then for the Node's status.addresses, and asks again
+// when they change. client-go's manager looks for a template every second,
+// so the first request comes up to a second after the Node is seen, as a
+// kubelet's does.
 func (k *Kubelet) StartServing(ctx context.Context) error {
 	store, err := certificate.NewFileStore("kubelet-server", k.cfg.CertDir, k.cfg.CertDir, "", "")
 	if err != nil {

@@ -2,10 +2,18 @@ package kubeletsim_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
+	"math/big"
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -194,6 +202,35 @@ func TestRegisterWaitsForTheAPIServer(t *testing.T) {
 	if err == nil || !apierrors.IsForbidden(errors.Unwrap(err)) || time.Since(start) > 5*time.Second {
 		t.Fatalf("registering another node's name: %v after %v, want Forbidden at once", err, time.Since(start))
 	}
+
+	// An API server whose certificate does not verify: a configuration
+	// error, not worth a retry.
+	wrongCA := id.Config()
+	wrongCA.CAData = otherCA(t)
+	start = time.Now()
+	_, err = kubeletsim.Register(ctx, kubeletsim.Config{
+		NodeName: "sim-late", NodeIPs: []netip.Addr{netip.MustParseAddr("192.0.2.12")},
+		Identity: wrongCA, CertDir: t.TempDir(),
+	})
+	if err == nil || !strings.Contains(err.Error(), "certificate") || time.Since(start) > 5*time.Second {
+		t.Fatalf("registering with the wrong certificate authority: %v after %v, want a certificate error at once", err, time.Since(start))
+	}
+}
+
+// otherCA is a self-signed CA certificate, PEM, that signed nothing.
+func otherCA(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "other-ca"}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
 
 // Start is a kubelet before it registers: its Node watch runs while the
