@@ -90,6 +90,10 @@ type env struct {
 	rules              *rules.Rules
 
 	watch *nodeWatch
+
+	// askWhenSeen: the kubelet stand-ins ask for their serving certificate
+	// as kubelet 1.37 does (kubeletsim.Config.AskWhenSeen).
+	askWhenSeen bool
 }
 
 // newEnv starts the control plane; apiServerArgs and kcmArgs are added to
@@ -229,6 +233,7 @@ type simNode struct {
 	key   string // the agent's key file, kept across agent restarts
 
 	kubelet   *kubeletsim.Kubelet
+	serving   bool // the kubelet's serving-certificate manager has started
 	agent     *controller.Agent // when the agent runs in this process
 	agentStop context.CancelFunc
 	agentDone chan struct{}
@@ -388,25 +393,28 @@ func (e *env) startAgentProcess(sn *simNode) error {
 }
 
 // startKubelet starts the node's kubelet stand-in, unless started: its
-// client, its Node watch and its serving-certificate manager, before it
-// registers.
-func (sn *simNode) startKubelet(ctx context.Context) error {
+// client and its Node watch, before it registers, and with askWhenSeen
+// its serving-certificate manager too.
+func (sn *simNode) startKubelet(ctx context.Context, askWhenSeen bool) error {
 	if sn.kubelet != nil {
 		return nil
 	}
 	// --node-ip names both families, as on a dual-stack Talos node; with the
 	// IPv4 address alone the kubelet asks for a second certificate once the
 	// agent publishes the IPv6 one.
-	k, err := kubeletsim.Start(ctx, kubeletsim.Config{NodeName: sn.name, NodeIPs: []netip.Addr{sn.ip, sn.ip6.Addr()}, Identity: sn.id.Config(), CertDir: sn.certs})
+	k, err := kubeletsim.Start(ctx, kubeletsim.Config{NodeName: sn.name, NodeIPs: []netip.Addr{sn.ip, sn.ip6.Addr()}, Identity: sn.id.Config(), CertDir: sn.certs, AskWhenSeen: askWhenSeen})
 	if err != nil {
 		return err
 	}
-	// The serving-certificate manager starts with the kubelet
-	// (initializeModules), before the registration; it asks for nothing
-	// until the kubelet sees its Node.
-	if err := k.StartServing(ctx); err != nil {
-		k.Stop()
-		return err
+	if askWhenSeen {
+		// The serving-certificate manager starts with the kubelet
+		// (initializeModules), before the registration; it asks for
+		// nothing until the kubelet sees its Node.
+		if err := k.StartServing(ctx); err != nil {
+			k.Stop()
+			return err
+		}
+		sn.serving = true
 	}
 	sn.kubelet = k
 	return nil
@@ -415,10 +423,13 @@ func (sn *simNode) startKubelet(ctx context.Context) error {
 // register starts the kubelet stand-in: it creates the Node, then asks for
 // its serving certificate with client-go's certificate manager.
 func (sn *simNode) register(ctx context.Context) {
-	err := sn.startKubelet(ctx)
+	err := sn.startKubelet(ctx, false)
 	k := sn.kubelet
 	if err == nil {
 		err = k.Register(ctx)
+	}
+	if err == nil && !sn.serving {
+		err = k.StartServing(ctx)
 	}
 	now := time.Now()
 	sn.mu.Lock()
@@ -470,7 +481,7 @@ func (sn *simNode) close() {
 // kubelet has registered (or failed to).
 func (e *env) storm(ctx context.Context, nodes []*simNode) error {
 	for _, sn := range nodes {
-		if err := sn.startKubelet(ctx); err != nil {
+		if err := sn.startKubelet(ctx, e.askWhenSeen); err != nil {
 			return err
 		}
 		if err := e.startAgent(sn); err != nil {

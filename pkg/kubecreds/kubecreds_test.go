@@ -52,16 +52,24 @@ contexts:
 current-context: x
 `
 
-func TestLoadAndWatch(t *testing.T) {
+// writeKubeconfig writes a kubeconfig whose client certificate and key are
+// the file certFile, holding cert, as the kubelet's.
+func writeKubeconfig(t *testing.T, cert []byte) (kc, certFile string) {
+	t.Helper()
 	dir := t.TempDir()
-	certFile := filepath.Join(dir, "kubelet-client-current.pem")
-	kc := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(certFile, selfSigned(t, "one"), 0o600); err != nil {
+	certFile = filepath.Join(dir, "kubelet-client-current.pem")
+	kc = filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(certFile, cert, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(kc, []byte(strings.ReplaceAll(kubeconfig, "CERT", certFile)), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return kc, certFile
+}
+
+func TestLoadAndWatch(t *testing.T) {
+	kc, certFile := writeKubeconfig(t, selfSigned(t, "one"))
 	first, err := Load(kc)
 	if err != nil {
 		t.Fatal(err)
@@ -241,16 +249,8 @@ func sameCredentials(a, b Loaded) bool {
 // stamp cannot see (same inode, size and modification time) therefore
 // stays unseen until the next real change, as it does at every later tick.
 func TestWatchStartsFromTheReadingItIsGiven(t *testing.T) {
-	dir := t.TempDir()
-	certFile := filepath.Join(dir, "kubelet-client-current.pem")
-	kc := filepath.Join(dir, "kubeconfig")
 	one := selfSigned(t, "one")
-	if err := os.WriteFile(certFile, one, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(kc, []byte(strings.ReplaceAll(kubeconfig, "CERT", certFile)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kc, certFile := writeKubeconfig(t, one)
 	first, err := Load(kc)
 	if err != nil {
 		t.Fatal(err)

@@ -2,14 +2,7 @@ package kubeletsim_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net/netip"
 	"os"
 	"slices"
@@ -206,7 +199,11 @@ func TestRegisterWaitsForTheAPIServer(t *testing.T) {
 	// An API server whose certificate does not verify: a configuration
 	// error, not worth a retry.
 	wrongCA := id.Config()
-	wrongCA.CAData = otherCA(t)
+	// The node's own client certificate, taken for an authority: it signed
+	// nothing.
+	if wrongCA.CAData, err = os.ReadFile(id.CertFile); err != nil {
+		t.Fatal(err)
+	}
 	start = time.Now()
 	_, err = kubeletsim.Register(ctx, kubeletsim.Config{
 		NodeName: "sim-late", NodeIPs: []netip.Addr{netip.MustParseAddr("192.0.2.12")},
@@ -215,22 +212,6 @@ func TestRegisterWaitsForTheAPIServer(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "certificate") || time.Since(start) > 5*time.Second {
 		t.Fatalf("registering with the wrong certificate authority: %v after %v, want a certificate error at once", err, time.Since(start))
 	}
-}
-
-// otherCA is a self-signed CA certificate, PEM, that signed nothing.
-func otherCA(t *testing.T) []byte {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "other-ca"}, IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
 
 // Start is a kubelet before it registers: its Node watch runs while the
@@ -272,4 +253,41 @@ func TestStartedKubeletFollowsItsNodeFromRegistration(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// With AskWhenSeen the serving-certificate manager runs from the start, as
+// the kubelet's, and asks for nothing until its Node watch has the Node.
+func TestAskWhenSeenWaitsForTheNode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	id, err := cluster.NodeIdentity("sim-seen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := kubeletsim.Start(ctx, kubeletsim.Config{
+		NodeName: "sim-seen", NodeIPs: []netip.Addr{netip.MustParseAddr("192.0.2.15")},
+		Identity: id.Config(), CertDir: t.TempDir(), AskWhenSeen: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop()
+	if err := k.StartServing(ctx); err != nil {
+		t.Fatal(err)
+	}
+	admin := kubernetes.NewForConfigOrDie(cluster.Admin())
+	time.Sleep(1500 * time.Millisecond) // the manager looks for a template every second
+	list, err := admin.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, csr := range list.Items {
+		if csr.Spec.Username == "system:node:sim-seen" {
+			t.Fatalf("a serving CSR (%s) before the kubelet saw its Node", csr.Name)
+		}
+	}
+	if err := k.Register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitForCSR(ctx, t, admin, "system:node:sim-seen")
 }
