@@ -233,7 +233,7 @@ type simNode struct {
 	key   string // the agent's key file, kept across agent restarts
 
 	kubelet   *kubeletsim.Kubelet
-	serving   bool // the kubelet's serving-certificate manager has started
+	serving   bool              // the kubelet's serving-certificate manager has started
 	agent     *controller.Agent // when the agent runs in this process
 	agentStop context.CancelFunc
 	agentDone chan struct{}
