@@ -221,18 +221,7 @@ func TestRegisterWaitsForTheAPIServer(t *testing.T) {
 func TestStartedKubeletFollowsItsNodeFromRegistration(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	id, err := cluster.NodeIdentity("sim-started")
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := kubeletsim.Start(ctx, kubeletsim.Config{
-		NodeName: "sim-started", NodeIPs: []netip.Addr{netip.MustParseAddr("192.0.2.14")},
-		Identity: id.Config(), CertDir: t.TempDir(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Stop()
+	k := start(ctx, t, kubeletsim.Config{NodeName: "sim-started", NodeIPs: []netip.Addr{netip.MustParseAddr("192.0.2.14")}})
 	for !k.Watching() {
 		if ctx.Err() != nil {
 			t.Fatal("the Node watch of a started kubelet did not sync")
@@ -260,18 +249,7 @@ func TestStartedKubeletFollowsItsNodeFromRegistration(t *testing.T) {
 func TestAskWhenSeenWaitsForTheNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	id, err := cluster.NodeIdentity("sim-seen")
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := kubeletsim.Start(ctx, kubeletsim.Config{
-		NodeName: "sim-seen", NodeIPs: []netip.Addr{netip.MustParseAddr("192.0.2.15")},
-		Identity: id.Config(), CertDir: t.TempDir(), AskWhenSeen: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Stop()
+	k := start(ctx, t, kubeletsim.Config{NodeName: "sim-seen", NodeIPs: []netip.Addr{netip.MustParseAddr("192.0.2.15")}, AskWhenSeen: true})
 	if err := k.StartServing(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -290,4 +268,21 @@ func TestAskWhenSeenWaitsForTheNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitForCSR(ctx, t, admin, "system:node:sim-seen")
+}
+
+// start starts cfg's kubelet (kubeletsim.Start) with its node's identity
+// and a certificate directory of its own, stopped when the test ends.
+func start(ctx context.Context, t *testing.T, cfg kubeletsim.Config) *kubeletsim.Kubelet {
+	t.Helper()
+	id, err := cluster.NodeIdentity(cfg.NodeName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Identity, cfg.CertDir = id.Config(), t.TempDir()
+	k, err := kubeletsim.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Stop)
+	return k
 }
