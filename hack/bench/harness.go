@@ -428,10 +428,10 @@ func (sn *simNode) register(ctx context.Context) {
 	if err == nil {
 		err = k.Register(ctx)
 	}
+	now := time.Now() // registered: before the certificate manager starts, as before
 	if err == nil && !sn.serving {
 		err = k.StartServing(ctx)
 	}
-	now := time.Now()
 	sn.mu.Lock()
 	sn.registered, sn.err = now, err
 	sn.mu.Unlock()
