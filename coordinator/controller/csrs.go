@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -309,6 +310,19 @@ func (c *Coordinator) review(node *corev1.Node) nodestate.Review {
 		r.Serving = c.servingUnderReview(name)
 	}
 	return r
+}
+
+// kubeletAsked reports whether Node name's kubelet has a serving CSR the
+// CSR sync has decided at least once, pending or decided since.
+func (c *Coordinator) kubeletAsked(name string) bool {
+	if c.reviews.any(name) {
+		return true
+	}
+	objs, _ := c.csrIndex.ByIndex(byNode, name)
+	return slices.ContainsFunc(objs, func(o any) bool {
+		csr, ok := o.(*certificatesv1.CertificateSigningRequest)
+		return ok && !pending(csr)
+	})
 }
 
 // handedOff forgets a decided or deleted CSR's review hand-off; its Node's

@@ -48,6 +48,7 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	in := nodestate.Input{Node: node, Record: rec, Reserved: c.reservedFor(node), Near: c.records.Near, Now: time.Now()}
 	in.HasV4, in.HasV6 = c.cidrs.families()
 	in.Review = c.review(node)
+	in.ServingCSRs, in.Asked = c.servingCSRs.Load(), c.kubeletAsked(name)
 	in.RefusedProviderID = c.refusedIDs.of(node, in.Now)
 	// Claims are decided and written under the addresses' locks: two
 	// workers never record one address for two Nodes. The locks are let go
@@ -178,6 +179,11 @@ func (c *Coordinator) report(node *corev1.Node, d nodestate.Desired) {
 			". If that Node is not entitled to them, delete it (its record releases them) or bind their network to this Node's name in the coordinator's inventory") {
 			c.m.Contested.WithLabelValues("address").Inc()
 		}
+	}
+	if d.RecheckAfter > 0 {
+		// Waiting for its kubelet's serving CSR: the CSR's first decision
+		// syncs the Node sooner.
+		c.nodeQueue.AddAfter(name, d.RecheckAfter)
 	}
 	if d.RecheckClaims {
 		// Another Node holds some of its addresses: look again later, as

@@ -60,7 +60,8 @@ func (r *reviews) gone(csr string) string {
 }
 
 // set records w for node's CSR w.CSR and reports whether that changed what
-// the Node's sync reads.
+// the Node's sync reads: the CSR's first decision always does (a join
+// waiting for its kubelet's CSR goes on, nodestate.Input.Asked).
 func (r *reviews) set(node string, w approval.Want) (changed bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -74,7 +75,7 @@ func (r *reviews) set(node string, w approval.Want) (changed bool) {
 	}
 	old, had := m[w.CSR]
 	m[w.CSR], r.nodeOf[w.CSR] = w, node
-	return !had && w.Review || had && old != w
+	return !had || old != w
 }
 
 // drop forgets a CSR that is decided or gone, and returns its Node ("" when
@@ -98,6 +99,13 @@ func (r *reviews) dropLocked(csr string) string {
 		}
 	}
 	return node
+}
+
+// any reports whether node has a pending CSR decided at least once.
+func (r *reviews) any(node string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.byNode[node]) > 0
 }
 
 // wants lists node's pending CSRs' wants.

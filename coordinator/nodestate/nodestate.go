@@ -87,6 +87,11 @@ type Input struct {
 	// HasV4, HasV6: the allocator hands out segments of that family.
 	HasV4, HasV6 bool
 	Review       Review
+	// ServingCSRs: the cluster's kubelets ask for serving certificates (the
+	// coordinator has seen a Node's kubelet ask). Asked: this Node's
+	// kubelet has a serving CSR the CSR reconciler has decided at least
+	// once (Review names it when it wants a review).
+	ServingCSRs, Asked bool
 	// Allocated is the allocator's answer to Desired.Allocate of an earlier
 	// Decide on the same input.
 	Allocated []netip.Prefix
@@ -111,8 +116,10 @@ type Desired struct {
 	// (adoptExisting off). Adopting: it is adopted by this sync.
 	NotAdopted, Adopting bool
 	// Waiting lists what initialization still waits for: nothing is
-	// written while it is not empty.
-	Waiting []string
+	// written while it is not empty. RecheckAfter: it waits for the
+	// kubelet's serving CSR, until this long from now at most.
+	Waiting      []string
+	RecheckAfter time.Duration
 
 	// Claims are the addresses recorded as the Node's; Refused the ones
 	// the claim policy refuses; Contested those another Node holds
@@ -196,6 +203,12 @@ func Decide(s Settings, in Input) (Desired, error) {
 			// (grants, claims) is gone with it. What belongs to the machine
 			// and the name stays (records.Survives).
 			prev = records.Survives(prev)
+		}
+	}
+	if uninitialized && len(d.Waiting) == 0 {
+		if left := csrWait(cfg.CSRInitWait(), in, prev); left > 0 {
+			d.Waiting = append(d.Waiting, "its kubelet's serving CSR (csr.initWait)")
+			d.RecheckAfter = left
 		}
 	}
 	current := Addresses(node, cfg.MaxNodeAddresses)
@@ -283,6 +296,22 @@ func Decide(s Settings, in Input) (Desired, error) {
 		d.After = &after
 	}
 	return d, nil
+}
+
+// csrWait is how much longer initialization waits for the kubelet's
+// serving CSR, so that the initializing patch asks for its review and the
+// record names its certificate in the same write (two writes fewer than
+// asking after, and an earlier certificate). It waits only in a cluster
+// whose kubelets ask for serving certificates, while this Node's has not,
+// until wait after the Node's registration (never longer than wait from
+// now, whatever the clocks say), and never for a Node whose record holds a
+// valid certificate of its name: its kubelet has one and does not ask.
+func csrWait(wait time.Duration, in Input, prev records.Spec) time.Duration {
+	if wait <= 0 || !in.ServingCSRs || in.Asked || in.Review.Ask.CSR != "" ||
+		prev.Serving != nil && in.Now.Before(prev.Serving.ValidUntil) {
+		return 0
+	}
+	return min(in.Node.CreationTimestamp.Add(wait).Sub(in.Now), wait)
 }
 
 // nodePrefix decides whether the Node may carve its IPv6 pod segment from

@@ -424,3 +424,57 @@ func TestRefusedProviderID(t *testing.T) {
 		})
 	}
 }
+
+// In a cluster whose kubelets ask for serving certificates, a join waits
+// for its kubelet's CSR up to csr.initWait after registration, so the
+// initializing patch asks for the review; it never waits where that saves
+// nothing or longer than the setting says, whatever the clocks.
+func TestInitializationWaitsForTheKubeletsCSR(t *testing.T) {
+	s := settings(t, "")
+	registered := now.Add(-time.Second)
+	valid := &records.Record{Name: "n1", Spec: records.Spec{NodeUID: "uid-0", Serving: &records.Serving{CSR: "old", SANs: []string{"n1"}, ValidUntil: now.Add(time.Hour)}}}
+	expired := &records.Record{Name: "n1", Spec: records.Spec{NodeUID: "uid-0", Serving: &records.Serving{CSR: "old", SANs: []string{"n1"}, ValidUntil: now.Add(-time.Hour)}}}
+	for _, tc := range []struct {
+		name     string
+		settings string
+		created  time.Time
+		serving  bool // the cluster's kubelets ask
+		asked    bool
+		review   string
+		rec      *records.Record
+		want     time.Duration // 0: initializes now
+	}{
+		{name: "kubelets ask, this one not yet", created: registered, serving: true, want: 2 * time.Second},
+		{name: "no kubelet asks (Talos's default)", created: registered},
+		{name: "its CSR is under review", created: registered, serving: true, review: "csr-1"},
+		{name: "its CSR was decided without a review", created: registered, serving: true, asked: true},
+		{name: "registered longer ago than the wait", created: now.Add(-3 * time.Second), serving: true},
+		{name: "registered in the future (clocks apart)", created: now.Add(time.Hour), serving: true, want: 3 * time.Second},
+		{name: "csr.initWait 0 never waits", settings: "csr: {initWait: 0s}\n", created: registered, serving: true},
+		{name: "csr.initWait 10s", settings: "csr: {initWait: 10s}\n", created: registered, serving: true, want: 9 * time.Second},
+		{name: "the name holds a valid certificate", created: registered, serving: true, rec: valid},
+		{name: "the name's certificate expired", created: registered, serving: true, rec: expired, want: 2 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			node := joined("n1", "uid-1", "10.0.0.1", agentKey(1))
+			node.CreationTimestamp = metav1.NewTime(tc.created)
+			in := nodestate.Input{Node: node, Record: tc.rec, Now: now, HasV4: true, ServingCSRs: tc.serving, Asked: tc.asked,
+				Review: nodestate.Review{Ask: contract.Review{CSR: tc.review}}}
+			st := s
+			if tc.settings != "" {
+				st = settings(t, tc.settings)
+			}
+			d := decide(t, st, in, "10.244.3.0/24")
+			if tc.want == 0 {
+				if !d.Initialize || d.Patch == nil || d.RecheckAfter != 0 {
+					t.Fatalf("want initialized now, got waiting %v (recheck %v), initialize %v", d.Waiting, d.RecheckAfter, d.Initialize)
+				}
+				return
+			}
+			if d.RecheckAfter != tc.want || d.Patch != nil || d.Record != nil || d.Allocate || len(d.Waiting) != 1 {
+				t.Fatalf("want a wait of %v with nothing written, got recheck %v, waiting %v, patch %s, record %+v, allocate %v",
+					tc.want, d.RecheckAfter, d.Waiting, d.Patch, d.Record, d.Allocate)
+			}
+		})
+	}
+}

@@ -46,6 +46,17 @@ func checkDuration(path string, d time.Duration, set bool, min time.Duration) []
 	return nil
 }
 
+// checkWait checks a wait where 0 means "never": not negative, at most max.
+func checkWait(path string, d, max time.Duration) []problem {
+	switch {
+	case d < 0:
+		return []problem{{path, fmt.Sprintf("%v is negative", d), "give 0 (never wait) or a positive duration such as 3s"}}
+	case d > max:
+		return []problem{{path, fmt.Sprintf("%v is longer than %v", d, max), fmt.Sprintf("give at most %v, or 0 to never wait", max)}}
+	}
+	return nil
+}
+
 // minCertificateDuration is the shortest spec.expirationSeconds Kubernetes
 // accepts on a CSR (10 minutes): a smaller cap denies every CSR.
 const minCertificateDuration = 10 * time.Minute

@@ -137,6 +137,12 @@ type CSR struct {
 	// MinAddressAge is how long an address must have been on its Node,
 	// observed continuously by the coordinator, before it is certified (default 3s).
 	MinAddressAge Duration `yaml:"minAddressAge,omitempty"`
+	// InitWait is how long after its registration a Node's initialization
+	// may wait for its kubelet's serving CSR, in a cluster whose kubelets
+	// are seen asking for serving certificates: the initializing patch then
+	// asks for the CSR's review, two writes fewer than asking after it and
+	// an earlier certificate. 0 never waits (default 3s).
+	InitWait *Duration `yaml:"initWait,omitempty"`
 	// Renewals: sameNames (default) approves a CSR from a Node whose last
 	// approved certificate is still valid only with the same SANs; checks
 	// applies the checks alone.
@@ -357,6 +363,9 @@ func (c *Config) defaults() {
 	if c.CSR.MinAddressAge.Duration == 0 {
 		c.CSR.MinAddressAge.Duration = 3 * time.Second
 	}
+	if c.CSR.InitWait == nil {
+		c.CSR.InitWait = &Duration{DefaultCSRInitWait}
+	}
 	if c.CSR.Renewals == "" {
 		c.CSR.Renewals = RenewSameNames
 	}
@@ -406,6 +415,9 @@ func (c *Config) validate(doc *document, raw *Config) Errors {
 	ps = append(ps, checkDuration("csr.attestationTimeout", raw.CSR.AttestationTimeout.Duration, set("csr.attestationTimeout"), 0)...)
 	ps = append(ps, checkDuration("csr.maxDuration", raw.CSR.MaxDuration.Duration, set("csr.maxDuration"), minCertificateDuration)...)
 	ps = append(ps, checkDuration("csr.minAddressAge", raw.CSR.MinAddressAge.Duration, set("csr.minAddressAge"), 0)...)
+	if w := raw.CSR.InitWait; w != nil {
+		ps = append(ps, checkWait("csr.initWait", w.Duration, maxCSRInitWait)...)
+	}
 	ps = append(ps, checkEnum("csr.onTimeout", c.CSR.OnTimeout, StayPending, ApproveOnChecks)...)
 	ps = append(ps, checkEnum("csr.renewals", c.CSR.Renewals, RenewSameNames, RenewOnChecks)...)
 	ps = append(ps, checkEnum("csr.enrolment", c.CSR.Enrolment, EnrolFirstUse, EnrolApprove)...)
@@ -676,6 +688,24 @@ func validationIsDNS(s string) []string {
 		return nil
 	}
 	return validation.IsDNS1123Subdomain(s)
+}
+
+// DefaultCSRInitWait is csr.initWait's default: a kubelet asks for its
+// serving certificate within about a second of registering (its
+// certificate manager looks every second once its Node watch has the Node).
+const DefaultCSRInitWait = 3 * time.Second
+
+// maxCSRInitWait bounds csr.initWait: a longer wait only delays Nodes
+// whose kubelets ask for no serving certificate.
+const maxCSRInitWait = 30 * time.Second
+
+// CSRInitWait is csr.initWait: how long after registration a Node's
+// initialization may wait for its kubelet's serving CSR; 0 never.
+func (c *Config) CSRInitWait() time.Duration {
+	if c.CSR.InitWait == nil {
+		return DefaultCSRInitWait
+	}
+	return c.CSR.InitWait.Duration
 }
 
 // AttestationRequired reports the CSR policy's main switch.

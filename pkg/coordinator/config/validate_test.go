@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Everything that would be wrong at run time is refused by Parse, with the
@@ -25,6 +26,8 @@ func TestRefused(t *testing.T) {
 		{"csr: {attestationTimeout: -2m}", []string{"csr.attestationTimeout: -2m0s is negative"}},
 		{"csr: {attestationTimeout: 0s}", []string{"csr.attestationTimeout: 0 is not"}},
 		{"csr: {minAddressAge: -1s}", []string{"csr.minAddressAge: -1s is negative"}},
+		{"csr: {initWait: -1s}", []string{"1:17: csr.initWait: -1s is negative", "0 (never wait)"}},
+		{"csr: {initWait: 2m}", []string{"csr.initWait: 2m0s is longer than 30s"}},
 		{"csr: {minAddressAge: soon, maxDuration: later}", []string{"1:22: csr.minAddressAge: \"soon\" is not a duration", "1:41: csr.maxDuration: \"later\" is not a duration"}},
 		// A service CIDR inside a pod pool, and pools in the wrong family.
 		{"ipam:\n  ipv4Pool: 10.244.0.0/16\n  serviceCIDRs: [10.244.5.0/24]", []string{"2:13: ipam: ipv4Pool 10.244.0.0/16 overlaps serviceCIDRs 10.244.5.0/24"}},
@@ -234,5 +237,18 @@ func TestPatternsAccepted(t *testing.T) {
 `
 	if _, err := Parse([]byte(doc)); err != nil {
 		t.Errorf("Parse refused valid patterns: %v", err)
+	}
+}
+
+// csr.initWait: unset is the default, 0 is "never wait" (not the default).
+func TestCSRInitWait(t *testing.T) {
+	for doc, want := range map[string]time.Duration{"": DefaultCSRInitWait, "csr: {initWait: 0s}": 0, "csr: {initWait: 5s}": 5 * time.Second} {
+		c, err := Parse([]byte(doc))
+		if err != nil {
+			t.Fatalf("%q: %v", doc, err)
+		}
+		if got := c.CSRInitWait(); got != want {
+			t.Errorf("%q: csr.initWait %v, want %v", doc, got, want)
+		}
 	}
 }

@@ -1,0 +1,74 @@
+package controller_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+)
+
+// In a cluster whose kubelets ask for serving certificates, a kubelet that
+// asks a little after its agent reported (kubelet 1.37 asks once its Node
+// watch has the Node, up to a second later) has its CSR's review asked in
+// the initializing patch: the coordinator creates the record and patches
+// the Node once each, and the approval writes no record update, for the
+// record already names the certificate. Initializing first cost a second
+// Node patch (the review request) and a record update before the approval.
+func TestJoinWaitsForItsKubeletsCSR(t *testing.T) {
+	startCoordinator(t, "initwait", ipamSettings)
+	// Another Node's kubelet asks: this cluster's kubelets do.
+	other := register(t, "initwait-a", "10.0.7.1")
+	other.csr(t, "initwait-a-serving", []string{"initwait-a"}, []string{"10.0.7.1"})
+	n := register(t, "initwait-b", "10.0.7.2")
+	n.publish(t, report{providerID: "talos://metal/10.0.7.2"})
+	time.Sleep(time.Second) // csr.initWait is 3s from registration
+	n.csr(t, "initwait-b-serving", []string{"initwait-b"}, []string{"10.0.7.2"})
+	n.attest(t, "initwait-b-serving", "")
+	waitFor(t, 10*time.Second, "approved", func() bool {
+		c, _ := condition(t, "initwait-b-serving")
+		return c.Type == certificatesv1.CertificateApproved
+	})
+	if !initialized(get(t, "initwait-b")) {
+		t.Fatal("not initialized")
+	}
+	count := func(resource, verb string) (n int) {
+		for _, e := range coordinatorWrites(t, resource, "initwait-b") {
+			if e.Verb == verb && e.Stage == "ResponseComplete" {
+				n++
+			}
+		}
+		return n
+	}
+	got := fmt.Sprintf("Node patches %d, record creates %d, record updates %d", count("nodes", "patch"), count("noderecords", "create"), count("noderecords", "update"))
+	if want := "Node patches 1, record creates 1, record updates 0"; got != want {
+		t.Errorf("coordinator writes for a join whose kubelet asked after its report: %s, want %s", got, want)
+	}
+	if r, _ := contract.ParseReview(get(t, "initwait-b").Annotations[contract.AnnotationCSRReview]); r.CSR != "initwait-b-serving" {
+		t.Errorf("csr-review %q", r.CSR)
+	}
+}
+
+// A kubelet that never asks (it has no rotate-server-certificates) holds
+// its Node's initialization csr.initWait after registration, no longer.
+func TestJoinWaitsNoLongerThanInitWait(t *testing.T) {
+	startCoordinator(t, "initwait-never", ipamSettings)
+	other := register(t, "initwait-c", "10.0.7.3")
+	other.csr(t, "initwait-c-serving", []string{"initwait-c"}, []string{"10.0.7.3"})
+	n := register(t, "initwait-d", "10.0.7.4")
+	n.publish(t, report{providerID: "talos://metal/10.0.7.4"})
+	waitFor(t, 10*time.Second, "initialized", func() bool { return initialized(get(t, "initwait-d")) })
+	created := get(t, "initwait-d").CreationTimestamp.Time
+	for _, e := range coordinatorWrites(t, "nodes", "initwait-d") {
+		if e.Verb == "patch" && e.ResponseStatus.Code < 300 {
+			// Creation times are whole seconds.
+			if waited := e.StageTimestamp.Sub(created); waited < 2*time.Second || waited > 6*time.Second {
+				t.Errorf("initialized %v after registration, want about csr.initWait (3s)", waited)
+			}
+			return
+		}
+	}
+	t.Fatal("no initializing patch in the audit log")
+}
