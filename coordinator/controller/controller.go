@@ -104,7 +104,7 @@ type Coordinator struct {
 	configReserved []csrcheck.Reserved
 	desired        nodestate.Settings // what nodestate.Decide reads of the configuration
 	reviews        *reviews           // the CSR reconciler's: review hand-offs to the Nodes' syncs, when each was asked
-	servingCSRs    atomic.Bool        // a Node's kubelet was seen asking for a serving certificate: joins wait for theirs (csr.initWait)
+	servingCSRs    atomic.Bool        // a serving CSR of a requester with a Node was decided: joins wait for their kubelet's (csr.initWait)
 	cidrs          *podCIDRs          // the allocator and what it decides from
 	nodeStatus     *nodeStatus        // the Node reconciler's gauges: Nodes waiting, Nodes left alone
 	said           *said              // the last message of each Event reason per object
@@ -264,12 +264,7 @@ func New(cfg Config) (*Coordinator, error) {
 		return obj, nil
 	})
 	_, _ = csrInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if csr, ok := obj.(*certificatesv1.CertificateSigningRequest); ok && csrcheck.NodeName(csr.Spec.Username) != "" {
-				c.servingCSRs.Store(true)
-			}
-			c.enqueueCSR(obj)
-		},
+		AddFunc: func(obj any) { c.enqueueCSR(obj) },
 		UpdateFunc: func(_, obj any) {
 			if csr, ok := obj.(*certificatesv1.CertificateSigningRequest); ok && !pending(csr) {
 				// Decided, by whoever (an admin by hand too): its Node's

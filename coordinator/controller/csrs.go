@@ -59,6 +59,13 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 	}
 	nodeName := csrcheck.NodeName(csr.Spec.Username)
 	d := approval.Decide(in)
+	if node != nil {
+		// A Node's kubelet asks for serving certificates: so will the
+		// others', and their joins wait for theirs (csr.initWait). An
+		// identity without a Node, such as the bootstrap token mints for
+		// any name, does not turn the wait on.
+		c.servingCSRs.Store(true)
+	}
 	if node != nil && c.reviews.set(nodeName, approval.WantOf(csr.Name, csr.CreationTimestamp.Time, d)) {
 		// The hand-off changed: the Node's sync, the one writer of
 		// csr-review, asks for (or moves on from) this CSR's review.
@@ -312,16 +319,19 @@ func (c *Coordinator) review(node *corev1.Node) nodestate.Review {
 	return r
 }
 
-// kubeletAsked reports whether Node name's kubelet has a serving CSR the
-// CSR sync has decided at least once, pending or decided since.
-func (c *Coordinator) kubeletAsked(name string) bool {
-	if c.reviews.any(name) {
+// kubeletAsked reports whether node's kubelet has a serving CSR, made
+// since the Node's creation (an earlier object's are not this kubelet's
+// asking), that the CSR sync has decided at least once: pending, or
+// decided since (by this replica too, before its informer says so).
+func (c *Coordinator) kubeletAsked(node *corev1.Node) bool {
+	since := node.CreationTimestamp.Time
+	if c.reviews.askedSince(node.Name, since) {
 		return true
 	}
-	objs, _ := c.csrIndex.ByIndex(byNode, name)
+	objs, _ := c.ownCSRs.ByIndex(byNode, node.Name)
 	return slices.ContainsFunc(objs, func(o any) bool {
 		csr, ok := o.(*certificatesv1.CertificateSigningRequest)
-		return ok && !pending(csr)
+		return ok && !pending(csr) && !csr.CreationTimestamp.Time.Before(since)
 	})
 }
 

@@ -71,7 +71,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "nodeinit_coordinator_pod_cidr_conflicts_total", Help: "Pod CIDRs seen on a Node that overlap another Node's (written by someone else).",
 		}),
 		NodesWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "nodeinit_coordinator_nodes_waiting", Help: "Uninitialized Nodes the coordinator has looked at and that still wait for their agent's report (or providerID): nothing is written to them yet.",
+			Name: "nodeinit_coordinator_nodes_waiting", Help: "Uninitialized Nodes the coordinator has looked at and that still wait for their agent's report (or providerID, or up to csr.initWait for their kubelet's serving CSR): nothing is written to them yet.",
 		}),
 		Contested: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodeinit_coordinator_contested_claims_total",

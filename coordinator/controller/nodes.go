@@ -48,7 +48,7 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	in := nodestate.Input{Node: node, Record: rec, Reserved: c.reservedFor(node), Near: c.records.Near, Now: time.Now()}
 	in.HasV4, in.HasV6 = c.cidrs.families()
 	in.Review = c.review(node)
-	in.ServingCSRs, in.Asked = c.servingCSRs.Load(), c.kubeletAsked(name)
+	in.ServingCSRs, in.Asked = c.servingCSRs.Load(), c.kubeletAsked(node)
 	in.RefusedProviderID = c.refusedIDs.of(node, in.Now)
 	// Claims are decided and written under the addresses' locks: two
 	// workers never record one address for two Nodes. The locks are let go
@@ -453,8 +453,8 @@ func (c *Coordinator) setWaiting(name, resourceVersion string, is bool) {
 }
 
 // Waiting reports whether the coordinator has synced Node name and found it
-// waiting for its agent's report (or providerID): it has written nothing to
-// it. Health checks and tests use it as a sync point.
+// waiting for its agent's report (or providerID, or its kubelet's serving
+// CSR within csr.initWait): it has written nothing to it. Health checks and tests use it as a sync point.
 func (c *Coordinator) Waiting(name string) bool { return c.WaitingAt(name) != "" }
 
 // WaitingAt is the resourceVersion of Node name when the coordinator last

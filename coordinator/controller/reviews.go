@@ -101,11 +101,17 @@ func (r *reviews) dropLocked(csr string) string {
 	return node
 }
 
-// any reports whether node has a pending CSR decided at least once.
-func (r *reviews) any(node string) bool {
+// askedSince reports whether node has a pending CSR, created at or after
+// since, decided at least once.
+func (r *reviews) askedSince(node string, since time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.byNode[node]) > 0
+	for _, w := range r.byNode[node] {
+		if !w.Created.Before(since) {
+			return true
+		}
+	}
+	return false
 }
 
 // wants lists node's pending CSRs' wants.

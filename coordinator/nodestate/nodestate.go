@@ -88,9 +88,10 @@ type Input struct {
 	HasV4, HasV6 bool
 	Review       Review
 	// ServingCSRs: the cluster's kubelets ask for serving certificates (the
-	// coordinator has seen a Node's kubelet ask). Asked: this Node's
-	// kubelet has a serving CSR the CSR reconciler has decided at least
-	// once (Review names it when it wants a review).
+	// coordinator has decided a serving CSR of a requester with a Node).
+	// Asked: this Node's kubelet has a serving CSR, made since the Node's
+	// creation, the CSR reconciler has decided at least once (Review names
+	// it when it wants a review).
 	ServingCSRs, Asked bool
 	// Allocated is the allocator's answer to Desired.Allocate of an earlier
 	// Decide on the same input.
@@ -303,15 +304,24 @@ func Decide(s Settings, in Input) (Desired, error) {
 // record names its certificate in the same write (two writes fewer than
 // asking after, and an earlier certificate). It waits only in a cluster
 // whose kubelets ask for serving certificates, while this Node's has not,
-// until wait after the Node's registration (never longer than wait from
-// now, whatever the clocks say), and never for a Node whose record holds a
-// valid certificate of its name: its kubelet has one and does not ask.
+// and never for a Node whose record holds a valid certificate of its name:
+// its kubelet has one and does not ask. It waits until wait after the
+// Node's registration: its creation on the API server's clock, or the
+// coordinator's first sight of one of its addresses on its own clock,
+// whichever is earlier, so a clock behind the API server's never makes
+// the wait longer (a kubelet registers with its addresses).
 func csrWait(wait time.Duration, in Input, prev records.Spec) time.Duration {
 	if wait <= 0 || !in.ServingCSRs || in.Asked || in.Review.Ask.CSR != "" ||
 		prev.Serving != nil && in.Now.Before(prev.Serving.ValidUntil) {
 		return 0
 	}
-	return min(in.Node.CreationTimestamp.Add(wait).Sub(in.Now), wait)
+	start := in.Node.CreationTimestamp.Time
+	for _, seen := range in.FirstSeen {
+		if seen.Before(start) {
+			start = seen
+		}
+	}
+	return min(start.Add(wait).Sub(in.Now), wait)
 }
 
 // nodePrefix decides whether the Node may carve its IPv6 pod segment from

@@ -438,7 +438,8 @@ func TestInitializationWaitsForTheKubeletsCSR(t *testing.T) {
 		name     string
 		settings string
 		created  time.Time
-		serving  bool // the cluster's kubelets ask
+		seen     time.Time // the coordinator's first sight of its address
+		serving  bool      // the cluster's kubelets ask
 		asked    bool
 		review   string
 		rec      *records.Record
@@ -450,6 +451,9 @@ func TestInitializationWaitsForTheKubeletsCSR(t *testing.T) {
 		{name: "its CSR was decided without a review", created: registered, serving: true, asked: true},
 		{name: "registered longer ago than the wait", created: now.Add(-3 * time.Second), serving: true},
 		{name: "registered in the future (clocks apart)", created: now.Add(time.Hour), serving: true, want: 3 * time.Second},
+		{name: "registered in the future, first seen 2s ago", created: now.Add(time.Hour), seen: now.Add(-2 * time.Second), serving: true, want: time.Second},
+		{name: "registered in the future, first seen 4s ago", created: now.Add(time.Hour), seen: now.Add(-4 * time.Second), serving: true},
+		{name: "first seen after its registration", created: registered, seen: now, serving: true, want: 2 * time.Second},
 		{name: "csr.initWait 0 never waits", settings: "csr: {initWait: 0s}\n", created: registered, serving: true},
 		{name: "csr.initWait 10s", settings: "csr: {initWait: 10s}\n", created: registered, serving: true, want: 9 * time.Second},
 		{name: "the name holds a valid certificate", created: registered, serving: true, rec: valid},
@@ -460,6 +464,9 @@ func TestInitializationWaitsForTheKubeletsCSR(t *testing.T) {
 			node.CreationTimestamp = metav1.NewTime(tc.created)
 			in := nodestate.Input{Node: node, Record: tc.rec, Now: now, HasV4: true, ServingCSRs: tc.serving, Asked: tc.asked,
 				Review: nodestate.Review{Ask: contract.Review{CSR: tc.review}}}
+			if !tc.seen.IsZero() {
+				in.FirstSeen = map[netip.Addr]time.Time{netip.MustParseAddr("10.0.0.1"): tc.seen}
+			}
 			st := s
 			if tc.settings != "" {
 				st = settings(t, tc.settings)
