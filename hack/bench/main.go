@@ -80,7 +80,7 @@ func main() {
 	flag.StringVar(&o.apiProfile, "apiserver-profile", "", "write kube-apiserver's CPU profile of the storm's first -apiserver-profile-for to `FILE` (go tool pprof -top FILE)")
 	flag.DurationVar(&o.apiProfileFor, "apiserver-profile-for", 15*time.Second, "how long -apiserver-profile samples, from the storm's start")
 	flag.IntVar(&o.kcmQPS, "kcm-qps", 0, "kube-controller-manager's --kube-api-qps (burst twice that): its signer issues one certificate per request, so this bounds registration → certificate issued (0: its default, 20)")
-	flag.BoolVar(&o.askWhenSeen, "kubelet-ask-when-seen", false, "the kubelet stand-ins ask for their serving certificate as kubelet 1.37 does: once their Node watch has the Node (with the addresses the agent may have published by then), and up to a second later; by default, as soon as they have registered")
+	flag.BoolVar(&o.askWhenSeen, "kubelet-ask-when-seen", true, "the kubelet stand-ins ask for their serving certificate as kubelet 1.37 does: once their Node watch has the Node (with the addresses the agent may have published by then), and up to a second later; =false: as soon as they have registered, earlier than a kubelet")
 	coordArgs := flag.String("coordinator-args", "", "extra space-separated flags for nodeinit-coordinator run")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "Usage: go run ./hack/bench [flags]   (make bench N=500)\n\nA join storm of N Talos nodes against a real control plane; prints latencies, writes per node, CPU, memory and the floor.\n\n")
