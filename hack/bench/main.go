@@ -67,6 +67,8 @@ type options struct {
 	kcmQPS int
 	// askWhenSeen: see env.askWhenSeen.
 	askWhenSeen bool
+	// joinedFirst nodes join, certificates and all, before the storm.
+	joinedFirst int
 }
 
 func main() {
@@ -81,6 +83,7 @@ func main() {
 	flag.DurationVar(&o.apiProfileFor, "apiserver-profile-for", 15*time.Second, "how long -apiserver-profile samples, from the storm's start")
 	flag.IntVar(&o.kcmQPS, "kcm-qps", 0, "kube-controller-manager's --kube-api-qps (burst twice that): its signer issues one certificate per request, so this bounds registration → certificate issued (0: its default, 20)")
 	flag.BoolVar(&o.askWhenSeen, "kubelet-ask-when-seen", true, "the kubelet stand-ins ask for their serving certificate as kubelet 1.37 does: once their Node watch has the Node (with the addresses the agent may have published by then), and up to a second later; =false: as soon as they have registered, earlier than a kubelet")
+	flag.IntVar(&o.joinedFirst, "joined-first", 1, "nodes that join, with their serving certificates, before the storm (not counted in it), as a cluster's control plane does before its workers: the coordinator has seen kubelets ask for serving certificates (csr.initWait); 0: the storm joins an empty cluster")
 	coordArgs := flag.String("coordinator-args", "", "extra space-separated flags for nodeinit-coordinator run")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "Usage: go run ./hack/bench [flags]   (make bench N=500)\n\nA join storm of N Talos nodes against a real control plane; prints latencies, writes per node, CPU, memory and the floor.\n\n")
@@ -153,6 +156,25 @@ func run(ctx context.Context, o options) error {
 	}
 	fmt.Fprintf(&r, "coordinator: leader %s after start, ready (allocator rebuilt) %s after leading\n",
 		leader.Round(time.Millisecond), ready.Round(time.Millisecond))
+	if o.joinedFirst > 0 {
+		step("%d nodes join first, with their serving certificates, as a control plane does before its workers", o.joinedFirst)
+		first, err := e.prepare(ctx, "cp", o.nodes, o.joinedFirst) // addresses after the storm's
+		if err != nil {
+			return err
+		}
+		defer func() {
+			for _, sn := range first {
+				sn.close()
+			}
+		}()
+		if err := e.storm(ctx, first); err != nil {
+			return err
+		}
+		if _, err := e.waitConverged(ctx, first, time.Minute); err != nil {
+			return fmt.Errorf("the nodes that join first: %w\ncoordinator log tail:\n%s", err, coord.logTail())
+		}
+		fmt.Fprintf(&r, "joined first (not counted below): %d nodes, initialized and certified\n", o.joinedFirst)
+	}
 
 	auditBefore, err := e.cluster.Audit()
 	if err != nil {
