@@ -63,7 +63,7 @@ QUIET ?= 60s
 bench: kube-tools ## join storm of N nodes on a real control plane: latencies, writes per node, CPU, floor (N=100 QUIET=60s)
 	$(KT) $(GO) run ./hack/bench -nodes $(or $(N),100) -quiet $(QUIET)
 
-bench-scale: kube-tools ## 5,000 initialized Nodes, then the coordinator, then 500 joins: RSS, leader→ready, allocation time
+bench-scale: kube-tools ## 5,000 initialized Nodes, then the coordinator, one join, then 500 joins: RSS, leader→ready, allocation time
 	$(KT) $(GO) run ./hack/bench -existing 5000 -nodes 500 -quiet 10s -floor=false
 
 lint: ## gofmt check, go vet, and the binaries import no test harness or fake

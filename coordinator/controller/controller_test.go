@@ -268,6 +268,7 @@ grants:
 csr:
   attestationTimeout: 3s
   minAddressAge: 1s
+  initWait: 0s # CSRs other tests leave in the shared cluster would make joins wait: initwait_test.go opts in
 `
 
 func TestAllocationAndInitialization(t *testing.T) {

@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,7 +21,7 @@ import (
 func TestJoinWaitsForItsKubeletsCSR(t *testing.T) {
 	// A longer wait than the default's 3s: the test's one-second delay
 	// stays inside it on a loaded machine.
-	startCoordinator(t, "initwait", ipamSettings+"  initWait: 10s\n")
+	startCoordinator(t, "initwait", waitingSettings("10s"))
 	// Another Node's kubelet asks (its review, in its initializing patch,
 	// says the coordinator has decided its CSR): this cluster's kubelets do.
 	other := register(t, "initwait-a", "10.0.7.1")
@@ -59,7 +60,7 @@ func TestJoinWaitsForItsKubeletsCSR(t *testing.T) {
 // A kubelet that never asks (it has no rotate-server-certificates) holds
 // its Node's initialization csr.initWait after registration, no longer.
 func TestJoinWaitsNoLongerThanInitWait(t *testing.T) {
-	startCoordinator(t, "initwait-never", ipamSettings)
+	startCoordinator(t, "initwait-never", waitingSettings("3s"))
 	other := register(t, "initwait-c", "10.0.7.3")
 	other.csr(t, "initwait-c-serving", []string{"initwait-c"}, []string{"10.0.7.3"})
 	other.publish(t, report{providerID: "talos://metal/10.0.7.3"})
@@ -79,4 +80,10 @@ func TestJoinWaitsNoLongerThanInitWait(t *testing.T) {
 		}
 	}
 	t.Fatal("no initializing patch in the audit log")
+}
+
+// waitingSettings are ipamSettings with joins waiting for their kubelet's
+// CSR up to wait (the other tests' settings never wait).
+func waitingSettings(wait string) string {
+	return strings.Replace(ipamSettings, "initWait: 0s", "initWait: "+wait, 1)
 }

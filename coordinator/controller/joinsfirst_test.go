@@ -27,9 +27,7 @@ func TestJoinsAreSyncedBeforeTheBacklog(t *testing.T) {
 	// At the coordinator's default client rate limit, not client-go's 5 QPS.
 	cfg := coordinatorIdentity(t)
 	cfg.QPS, cfg.Burst = 500, 1000
-	// The join's kubelet asks for no certificate here: it does not wait for
-	// one (csr.initWait), which other tests' CSRs would have it do.
-	startCoordinatorAs(t, "joinsfirst", ipamSettings+"  initWait: 0s\n", cfg, func(c *controller.Config) { c.NodeWorkers = 1 })
+	startCoordinatorAs(t, "joinsfirst", ipamSettings, cfg, func(c *controller.Config) { c.NodeWorkers = 1 })
 	waitFor(t, 15*time.Second, "the backlog's first record", func() bool { return len(recordCreates(t, "backlog-")) > 0 })
 
 	join := register(t, "joiner", "10.0.31.1")

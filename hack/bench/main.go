@@ -26,6 +26,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -156,9 +157,10 @@ func run(ctx context.Context, o options) error {
 	}
 	fmt.Fprintf(&r, "coordinator: leader %s after start, ready (allocator rebuilt) %s after leading\n",
 		leader.Round(time.Millisecond), ready.Round(time.Millisecond))
+	var first []*simNode
 	if o.joinedFirst > 0 {
 		step("%d nodes join first, with their serving certificates, as a control plane does before its workers", o.joinedFirst)
-		first, err := e.prepare(ctx, "cp", o.nodes, o.joinedFirst) // addresses after the storm's
+		first, err = e.prepare(ctx, "cp", o.nodes, o.joinedFirst) // addresses after the storm's
 		if err != nil {
 			return err
 		}
@@ -306,7 +308,7 @@ func run(ctx context.Context, o options) error {
 
 	if o.floor {
 		coord.stop()
-		for _, sn := range nodes {
+		for _, sn := range slices.Concat(nodes, first) {
 			sn.stopAgent()
 		}
 		apiCPU := func() time.Duration { return e.cpu(coord)["kube-apiserver"] }
