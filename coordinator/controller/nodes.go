@@ -454,7 +454,8 @@ func (c *Coordinator) setWaiting(name, resourceVersion string, is bool) {
 
 // Waiting reports whether the coordinator has synced Node name and found it
 // waiting for its agent's report (or providerID, or its kubelet's serving
-// CSR within csr.initWait): it has written nothing to it. Health checks and tests use it as a sync point.
+// CSR within csr.initWait): it has written nothing to it. Health checks and
+// tests use it as a sync point.
 func (c *Coordinator) Waiting(name string) bool { return c.WaitingAt(name) != "" }
 
 // WaitingAt is the resourceVersion of Node name when the coordinator last
