@@ -2,13 +2,20 @@ package controller_test
 
 import (
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/controller"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck/csrtest"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/syncbuf"
 )
 
 // In a cluster whose kubelets ask for serving certificates, a kubelet that
@@ -80,6 +87,43 @@ func TestJoinWaitsNoLongerThanInitWait(t *testing.T) {
 		}
 	}
 	t.Fatal("no initializing patch in the audit log")
+}
+
+// An identity without a Node (the bootstrap token every Talos worker
+// carries mints system:node:<any name>) that files serving CSRs does not
+// turn the joins' wait on: in a cluster whose kubelets ask for nothing, a
+// join is initialized once its agent has reported, not csr.initWait later.
+func TestNodelessCSRsTurnNoWaitOn(t *testing.T) {
+	// Pending CSRs that earlier tests left, of Nodes that exist, would.
+	if err := admin().CertificatesV1().CertificateSigningRequests().DeleteCollection(t.Context(), metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var log syncbuf.Buffer
+	startCoordinatorAs(t, "initwait-nodeless", waitingSettings("20s"), coordinatorIdentity(t), func(c *controller.Config) {
+		c.Log = slog.New(slog.NewTextHandler(io.MultiWriter(&log, testWriter{t}), nil)).With("coordinator", "initwait-nodeless")
+	})
+	id, err := cluster.NodeIdentity("initwait-ghost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ghost := kubernetes.NewForConfigOrDie(id.Config())
+	if _, err := ghost.CertificatesV1().CertificateSigningRequests().Create(t.Context(), &certificatesv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: "initwait-ghost-serving"},
+		Spec: certificatesv1.CertificateSigningRequestSpec{
+			Request: csrtest.PEM(t, nil, "initwait-ghost", []string{"initwait-ghost"}), SignerName: certificatesv1.KubeletServingSignerName,
+			Usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The sync point: the coordinator has looked at the CSR and found no
+	// Node for it.
+	waitFor(t, 10*time.Second, "the CSR synced", func() bool {
+		return strings.Contains(log.String(), "key=initwait-ghost-serving")
+	})
+	n := register(t, "initwait-e", "10.0.7.5")
+	n.publish(t, report{providerID: "talos://metal/10.0.7.5"})
+	waitFor(t, 10*time.Second, "initialized without waiting csr.initWait (20s)", func() bool { return initialized(get(t, "initwait-e")) })
 }
 
 // waitingSettings are ipamSettings with joins waiting for their kubelet's
