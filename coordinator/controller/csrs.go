@@ -65,11 +65,11 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 		// identity without a Node, such as the bootstrap token mints for
 		// any name, does not turn the wait on.
 		c.servingCSRs.Store(true)
-	}
-	if node != nil && c.reviews.set(nodeName, approval.WantOf(csr.Name, csr.CreationTimestamp.Time, d)) {
-		// The hand-off changed: the Node's sync, the one writer of
-		// csr-review, asks for (or moves on from) this CSR's review.
-		c.nodeQueue.Add(nodeName)
+		if c.reviews.set(nodeName, approval.WantOf(csr.Name, csr.CreationTimestamp.Time, d)) {
+			// The hand-off changed: the Node's sync, the one writer of
+			// csr-review, asks for (or moves on from) this CSR's review.
+			c.nodeQueue.Add(nodeName)
+		}
 	}
 	if reason, ok := heldReasons[d.Category]; ok {
 		c.say(csr, "csr", name, corev1.EventTypeWarning, reason, d.Reason)

@@ -233,7 +233,6 @@ type simNode struct {
 	key   string // the agent's key file, kept across agent restarts
 
 	kubelet   *kubeletsim.Kubelet
-	serving   bool              // the kubelet's serving-certificate manager has started
 	agent     *controller.Agent // when the agent runs in this process
 	agentStop context.CancelFunc
 	agentDone chan struct{}
@@ -414,7 +413,6 @@ func (sn *simNode) startKubelet(ctx context.Context, askWhenSeen bool) error {
 			k.Stop()
 			return err
 		}
-		sn.serving = true
 	}
 	sn.kubelet = k
 	return nil
@@ -429,7 +427,7 @@ func (sn *simNode) register(ctx context.Context) {
 		err = k.Register(ctx)
 	}
 	now := time.Now() // registered: before the certificate manager starts, as before
-	if err == nil && !sn.serving {
+	if err == nil && !k.Serving() {
 		err = k.StartServing(ctx)
 	}
 	sn.mu.Lock()

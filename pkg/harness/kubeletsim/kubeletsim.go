@@ -233,6 +233,10 @@ func (k *Kubelet) Addresses() []corev1.NodeAddress {
 // Watching reports whether the Node watch has synced.
 func (k *Kubelet) Watching() bool { return k.synced != nil && k.synced() }
 
+// Serving reports whether StartServing has started the serving-certificate
+// manager.
+func (k *Kubelet) Serving() bool { return k.manager != nil }
+
 // Client is the kubelet's clientset (node credentials).
 func (k *Kubelet) Client() kubernetes.Interface { return k.client }
 
