@@ -104,7 +104,7 @@ type Coordinator struct {
 	configReserved []csrcheck.Reserved
 	desired        nodestate.Settings // what nodestate.Decide reads of the configuration
 	reviews        *reviews           // the CSR reconciler's: review hand-offs to the Nodes' syncs, when each was asked
-	servingCSRs    atomic.Bool        // a serving CSR of a requester with a Node was decided: joins wait for their kubelet's (csr.initWait)
+	servingCSRs    atomic.Bool        // a Node's kubelet asked for a serving certificate (a CSR, or a record naming one): joins wait for their kubelet's (csr.initWait)
 	cidrs          *podCIDRs          // the allocator and what it decides from
 	nodeStatus     *nodeStatus        // the Node reconciler's gauges: Nodes waiting, Nodes left alone
 	said           *said              // the last message of each Event reason per object
@@ -289,9 +289,14 @@ func New(cfg Config) (*Coordinator, error) {
 		},
 	})
 	// A record an admin changed (a re-enrolled key) resyncs its Node's CSRs;
-	// addresses a record released resync the Nodes waiting for them.
+	// addresses a record released resync the Nodes waiting for them. A
+	// record naming a valid serving certificate turns the joins' wait on.
 	_, _ = c.records.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		UpdateFunc: func(old, obj any) { c.recordChanged(old, obj) },
+		AddFunc: func(obj any) { c.noteServing(obj) },
+		UpdateFunc: func(old, obj any) {
+			c.noteServing(obj)
+			c.recordChanged(old, obj)
+		},
 		DeleteFunc: func(obj any) { c.recordChanged(obj, nil) },
 	})
 	return c, nil

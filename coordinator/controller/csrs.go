@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/approval"
@@ -317,6 +318,22 @@ func (c *Coordinator) review(node *corev1.Node) nodestate.Review {
 		r.Serving = c.servingUnderReview(name)
 	}
 	return r
+}
+
+// noteServing turns the joins' wait on when the NodeRecord obj names a
+// serving certificate still valid: only the coordinator writes records,
+// and it names one only for a Node's kubelet's CSR. A coordinator that
+// starts leading after kube-controller-manager deleted the issued CSRs
+// (an hour after issuing) learns from its records that kubelets ask.
+func (c *Coordinator) noteServing(obj any) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok || c.servingCSRs.Load() {
+		return
+	}
+	until, _, _ := unstructured.NestedString(u.Object, "spec", "serving", "validUntil")
+	if t, err := time.Parse(time.RFC3339, until); err == nil && time.Now().Before(t) {
+		c.servingCSRs.Store(true)
+	}
 }
 
 // kubeletAsked reports whether node's kubelet has a serving CSR, made

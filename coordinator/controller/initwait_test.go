@@ -10,9 +10,13 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/controller"
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck/csrtest"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/syncbuf"
@@ -47,16 +51,7 @@ func TestJoinWaitsForItsKubeletsCSR(t *testing.T) {
 	if !initialized(get(t, "initwait-b")) {
 		t.Fatal("not initialized")
 	}
-	count := func(resource, verb string) (n int) {
-		for _, e := range coordinatorWrites(t, resource, "initwait-b") {
-			if e.Verb == verb && e.Stage == "ResponseComplete" {
-				n++
-			}
-		}
-		return n
-	}
-	got := fmt.Sprintf("Node patches %d, record creates %d, record updates %d", count("nodes", "patch"), count("noderecords", "create"), count("noderecords", "update"))
-	if want := "Node patches 1, record creates 1, record updates 0"; got != want {
+	if got, want := joinWrites(t, "initwait-b"), "Node patches 1, record creates 1, record updates 0"; got != want {
 		t.Errorf("coordinator writes for a join whose kubelet asked after its report: %s, want %s", got, want)
 	}
 	if r, _ := contract.ParseReview(get(t, "initwait-b").Annotations[contract.AnnotationCSRReview]); r.CSR != "initwait-b-serving" {
@@ -94,9 +89,22 @@ func TestJoinWaitsNoLongerThanInitWait(t *testing.T) {
 // turn the joins' wait on: in a cluster whose kubelets ask for nothing, a
 // join is initialized once its agent has reported, not csr.initWait later.
 func TestNodelessCSRsTurnNoWaitOn(t *testing.T) {
-	// Pending CSRs that earlier tests left, of Nodes that exist, would.
+	// Pending CSRs that earlier tests left, of Nodes that exist, would, and
+	// so would their records' certificates.
 	if err := admin().CertificatesV1().CertificateSigningRequests().DeleteCollection(t.Context(), metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
+	}
+	recs := dynamic.NewForConfigOrDie(cluster.Admin()).Resource(records.GVR)
+	list, err := recs.List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range list.Items {
+		if _, ok, _ := unstructured.NestedMap(u.Object, "spec", "serving"); ok {
+			if _, err := recs.Patch(t.Context(), u.GetName(), types.MergePatchType, []byte(`{"spec":{"serving":null}}`), metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	var log syncbuf.Buffer
 	startCoordinatorAs(t, "initwait-nodeless", waitingSettings("20s"), coordinatorIdentity(t), func(c *controller.Config) {
@@ -124,6 +132,73 @@ func TestNodelessCSRsTurnNoWaitOn(t *testing.T) {
 	n := register(t, "initwait-e", "10.0.7.5")
 	n.publish(t, report{providerID: "talos://metal/10.0.7.5"})
 	waitFor(t, 10*time.Second, "initialized without waiting csr.initWait (20s)", func() bool { return initialized(get(t, "initwait-e")) })
+}
+
+// A coordinator that starts leading (an upgrade, a leader change) in a
+// cluster whose kubelets were certified, but where no serving CSR is left
+// (kube-controller-manager deletes them an hour after issuing), learns from
+// its NodeRecords that kubelets ask: the next join waits for its kubelet's
+// CSR as it would have with the earlier leader, and costs no more writes.
+func TestRecordedCertificatesTurnTheWaitOn(t *testing.T) {
+	first := startCoordinator(t, "initwait-first", waitingSettings("10s"))
+	a := register(t, "initwait-f", "10.0.7.6")
+	a.csr(t, "initwait-f-serving", []string{"initwait-f"}, []string{"10.0.7.6"})
+	a.publish(t, report{providerID: "talos://metal/10.0.7.6"})
+	a.attest(t, "initwait-f-serving", "")
+	waitFor(t, 10*time.Second, "approved", func() bool {
+		c, _ := condition(t, "initwait-f-serving")
+		return c.Type == certificatesv1.CertificateApproved
+	})
+	waitFor(t, 10*time.Second, "the record names the certificate", func() bool {
+		r := record(t, "initwait-f")
+		return r != nil && r.Spec.Serving != nil
+	})
+	first.stop()
+	if err := admin().CertificatesV1().CertificateSigningRequests().DeleteCollection(t.Context(), metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	startCoordinator(t, "initwait-next", waitingSettings("10s"))
+	n := register(t, "initwait-g", "10.0.7.7")
+	n.publish(t, report{providerID: "talos://metal/10.0.7.7"})
+	time.Sleep(time.Second) // kubelet 1.37 asks up to a second after it sees its Node
+	n.csr(t, "initwait-g-serving", []string{"initwait-g"}, []string{"10.0.7.7"})
+	n.attest(t, "initwait-g-serving", "")
+	waitFor(t, 15*time.Second, "approved", func() bool {
+		c, _ := condition(t, "initwait-g-serving")
+		return c.Type == certificatesv1.CertificateApproved
+	})
+	if got, want := joinWrites(t, "initwait-g"), "Node patches 1, record creates 1, record updates 0"; got != want {
+		t.Errorf("coordinator writes for the first join after a leader change: %s, want %s (the join did not wait for its kubelet)", got, want)
+	}
+}
+
+// joinWrites counts the coordinator's Node patches, record creates and
+// record updates for node, from the audit log.
+func joinWrites(t *testing.T, node string) string {
+	t.Helper()
+	count := func(resource, verb string) (n int) {
+		for _, e := range coordinatorWrites(t, resource, node) {
+			if e.Verb == verb && e.Stage == "ResponseComplete" {
+				n++
+			}
+		}
+		return n
+	}
+	return fmt.Sprintf("Node patches %d, record creates %d, record updates %d", count("nodes", "patch"), count("noderecords", "create"), count("noderecords", "update"))
+}
+
+// record reads node's NodeRecord as an admin would; nil when there is none.
+func record(t *testing.T, node string) *records.Record {
+	t.Helper()
+	u, err := dynamic.NewForConfigOrDie(cluster.Admin()).Resource(records.GVR).Get(t.Context(), node, metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+	r, err := records.FromUnstructured(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // waitingSettings are ipamSettings with joins waiting for their kubelet's
