@@ -39,15 +39,7 @@ func TestJoinWaitsForItsKubeletsCSR(t *testing.T) {
 	other.csr(t, "initwait-a-serving", []string{"initwait-a"}, []string{"10.0.7.1"})
 	other.publish(t, report{providerID: "talos://metal/10.0.7.1"})
 	other.attest(t, "initwait-a-serving", "")
-	n := register(t, "initwait-b", "10.0.7.2")
-	n.publish(t, report{providerID: "talos://metal/10.0.7.2"})
-	time.Sleep(time.Second) // kubelet 1.37 asks up to a second after it sees its Node
-	n.csr(t, "initwait-b-serving", []string{"initwait-b"}, []string{"10.0.7.2"})
-	n.attest(t, "initwait-b-serving", "")
-	waitFor(t, 10*time.Second, "approved", func() bool {
-		c, _ := condition(t, "initwait-b-serving")
-		return c.Type == certificatesv1.CertificateApproved
-	})
+	lateJoin(t, "initwait-b", "10.0.7.2")
 	if !initialized(get(t, "initwait-b")) {
 		t.Fatal("not initialized")
 	}
@@ -158,18 +150,26 @@ func TestRecordedCertificatesTurnTheWaitOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	startCoordinator(t, "initwait-next", waitingSettings("10s"))
-	n := register(t, "initwait-g", "10.0.7.7")
-	n.publish(t, report{providerID: "talos://metal/10.0.7.7"})
-	time.Sleep(time.Second) // kubelet 1.37 asks up to a second after it sees its Node
-	n.csr(t, "initwait-g-serving", []string{"initwait-g"}, []string{"10.0.7.7"})
-	n.attest(t, "initwait-g-serving", "")
-	waitFor(t, 15*time.Second, "approved", func() bool {
-		c, _ := condition(t, "initwait-g-serving")
-		return c.Type == certificatesv1.CertificateApproved
-	})
+	lateJoin(t, "initwait-g", "10.0.7.7")
 	if got, want := joinWrites(t, "initwait-g"), "Node patches 1, record creates 1, record updates 0"; got != want {
 		t.Errorf("coordinator writes for the first join after a leader change: %s, want %s (the join did not wait for its kubelet)", got, want)
 	}
+}
+
+// lateJoin plays a join whose kubelet asks for its serving certificate a
+// second after its agent reported, as kubelet 1.37 may (it asks once its
+// Node watch has the Node), and returns once the CSR is approved.
+func lateJoin(t *testing.T, name, ip string) {
+	t.Helper()
+	n := register(t, name, ip)
+	n.publish(t, report{providerID: "talos://metal/" + ip})
+	time.Sleep(time.Second)
+	n.csr(t, name+"-serving", []string{name}, []string{ip})
+	n.attest(t, name+"-serving", "")
+	waitFor(t, 15*time.Second, "approved", func() bool {
+		c, _ := condition(t, name+"-serving")
+		return c.Type == certificatesv1.CertificateApproved
+	})
 }
 
 // joinWrites counts the coordinator's Node patches, record creates and
