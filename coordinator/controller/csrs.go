@@ -266,9 +266,11 @@ func (r *requests) gone(uid types.UID) {
 
 // servingUnderReview is the record of the certificate the initializing
 // patch asks the agent to attest: approved, it needs no further write.
-func (c *Coordinator) servingUnderReview(name string) *records.Serving {
+func (c *Coordinator) servingUnderReview(node, name string) *records.Serving {
 	csr, err := c.csr(name)
-	if err != nil {
+	if err != nil || csrcheck.NodeName(csr.Spec.Username) != node {
+		// Made again under the name by another identity since the
+		// hand-off named it: not this Node's kubelet's.
 		return nil
 	}
 	parsed, err := c.requests.of(csr).Parse()
@@ -315,7 +317,7 @@ func (c *Coordinator) review(node *corev1.Node) nodestate.Review {
 		}
 	}
 	if contract.Uninitialized(node) {
-		r.Serving = c.servingUnderReview(name)
+		r.Serving = c.servingUnderReview(node.Name, name)
 	}
 	return r
 }
