@@ -102,16 +102,17 @@ type Coordinator struct {
 	observer       *observer
 	inventory      []records.Binding // the admin's bindings of names to networks
 	configReserved []csrcheck.Reserved
-	desired        nodestate.Settings // what nodestate.Decide reads of the configuration
-	reviews        *reviews           // the CSR reconciler's: review hand-offs to the Nodes' syncs, when each was asked
-	servingCSRs    atomic.Bool        // a Node's kubelet asked for a serving certificate (a CSR, or a record naming one): joins wait for their kubelet's (csr.initWait)
-	cidrs          *podCIDRs          // the allocator and what it decides from
-	nodeStatus     *nodeStatus        // the Node reconciler's gauges: Nodes waiting, Nodes left alone
-	said           *said              // the last message of each Event reason per object
-	requests       *requests          // each CSR's request, parsed once
-	apiSANsRead    bool               // the API server's certificate SANs are in cfg (read or given)
-	claimLocks     addrLocks          // claims are decided and recorded under their addresses' locks
-	refusedIDs     refusedIDs         // providerIDs the API server refused, per Node object
+	desired        nodestate.Settings     // what nodestate.Decide reads of the configuration
+	reviews        *reviews               // the CSR reconciler's: review hand-offs to the Nodes' syncs, when each was asked
+	handlersSynced []cache.InformerSynced // each informer handler has seen the initial list (handle)
+	servingCSRs    atomic.Bool            // a Node's kubelet asked for a serving certificate (a CSR, or a record naming one): joins wait for their kubelet's (csr.initWait)
+	cidrs          *podCIDRs              // the allocator and what it decides from
+	nodeStatus     *nodeStatus            // the Node reconciler's gauges: Nodes waiting, Nodes left alone
+	said           *said                  // the last message of each Event reason per object
+	requests       *requests              // each CSR's request, parsed once
+	apiSANsRead    bool                   // the API server's certificate SANs are in cfg (read or given)
+	claimLocks     addrLocks              // claims are decided and recorded under their addresses' locks
+	refusedIDs     refusedIDs             // providerIDs the API server refused, per Node object
 
 	pendingMu             sync.Mutex // the flood guard's count, reused for pendingTTL
 	pending, pendingLimit int
@@ -245,7 +246,7 @@ func New(cfg Config) (*Coordinator, error) {
 	})
 	c.ownNodes = cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), nodeInf.Informer().GetStore(),
 		cache.MutationCacheOptions{Indexer: c.nodeIndex, TTL: time.Minute, MaxCacheSize: 10000})
-	_, _ = nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	c.handle(nodeInf.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.nodeChanged(obj) },
 		UpdateFunc: func(_, obj any) { c.nodeChanged(obj) },
 		DeleteFunc: func(obj any) {
@@ -263,7 +264,7 @@ func New(cfg Config) (*Coordinator, error) {
 		}
 		return obj, nil
 	})
-	_, _ = csrInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	c.handle(csrInf.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { c.enqueueCSR(obj) },
 		UpdateFunc: func(_, obj any) {
 			if csr, ok := obj.(*certificatesv1.CertificateSigningRequest); ok && !pending(csr) {
@@ -291,7 +292,7 @@ func New(cfg Config) (*Coordinator, error) {
 	// A record an admin changed (a re-enrolled key) resyncs its Node's CSRs;
 	// addresses a record released resync the Nodes waiting for them. A
 	// record naming a valid serving certificate turns the joins' wait on.
-	_, _ = c.records.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	c.handle(c.records.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { c.noteServing(obj) },
 		UpdateFunc: func(old, obj any) {
 			c.noteServing(obj)
@@ -300,6 +301,17 @@ func New(cfg Config) (*Coordinator, error) {
 		DeleteFunc: func(obj any) { c.recordChanged(obj, nil) },
 	})
 	return c, nil
+}
+
+// handle registers h on inf; Run waits until h has seen every object of
+// the initial list (an informer's own HasSynced says only that its store
+// has them), so a replica that leads at once syncs nothing before its
+// handlers have seeded what they keep: first sights, reserved addresses,
+// the joins' wait.
+func (c *Coordinator) handle(inf cache.SharedIndexInformer, h cache.ResourceEventHandler) {
+	if reg, err := inf.AddEventHandler(h); err == nil {
+		c.handlersSynced = append(c.handlersSynced, reg.HasSynced)
+	}
 }
 
 func (c *Coordinator) recordChanged(old, obj any) {
@@ -525,9 +537,10 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	defer c.csrFactory.Shutdown()
 	defer c.facts.shutdown()
 	defer stopInformers()
-	if !cache.WaitForCacheSync(ctx.Done(), append(factsSynced, c.factory.Core().V1().Nodes().Informer().HasSynced,
+	synced := append(factsSynced, c.factory.Core().V1().Nodes().Informer().HasSynced,
 		c.csrFactory.Certificates().V1().CertificateSigningRequests().Informer().HasSynced,
-		c.records.Informer().HasSynced)...) {
+		c.records.Informer().HasSynced)
+	if !cache.WaitForCacheSync(ctx.Done(), append(synced, c.handlersSynced...)...) {
 		return ctx.Err()
 	}
 	c.setReady(nil) // a synced standby is ready to take over

@@ -268,7 +268,7 @@ grants:
 csr:
   attestationTimeout: 3s
   minAddressAge: 1s
-  initWait: 0s # CSRs other tests leave in the shared cluster would make joins wait: initwait_test.go opts in
+  initWait: 0s # CSRs and records other tests leave in the shared cluster would make joins wait: initwait_test.go opts in
 `
 
 func TestAllocationAndInitialization(t *testing.T) {
@@ -494,6 +494,7 @@ func TestExhaustedPool(t *testing.T) {
 ipam:
   ipv4Pool: 10.250.0.0/23
   serviceCIDRs: [10.96.0.0/16]
+csr: {initWait: 0s}
 `)
 	var nodes []*simNode
 	for i := range 3 {
@@ -822,7 +823,7 @@ nodeNetworks: [10.0.0.0/8]
 ipam:
   ipv4Pool: 10.250.0.0/16
   serviceCIDRs: [10.96.0.0/16]
-csr: {minAddressAge: 1s}
+csr: {minAddressAge: 1s, initWait: 0s}
 `)
 	waitFor(t, 10*time.Second, "leading", func() bool { return c.Ready() == nil })
 	// Nodes left by earlier tests take segments first; once that settles,

@@ -88,7 +88,8 @@ type Input struct {
 	HasV4, HasV6 bool
 	Review       Review
 	// ServingCSRs: the cluster's kubelets ask for serving certificates (the
-	// coordinator has decided a serving CSR of a requester with a Node).
+	// coordinator has decided a serving CSR of a requester with a Node, or
+	// one of its NodeRecords names a serving certificate still valid).
 	// Asked: this Node's kubelet has a serving CSR, made since the Node's
 	// creation, the CSR reconciler has decided at least once (Review names
 	// it when it wants a review).
