@@ -199,10 +199,10 @@ func New(cfg Config) (*Coordinator, error) {
 		configReserved: cfg.Settings.Reserved(), apiSANsRead: cfg.APIServerNames != nil || cfg.APIServerIPs != nil,
 		ready: errors.New("starting"),
 		csrQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "csrs"}),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "csrs", MetricsProvider: cfg.Metrics.Queues}),
 	}
 
-	c.nodeQueue = newNodeQueue("nodes", c.joining)
+	c.nodeQueue = newNodeQueue("nodes", c.joining, cfg.Metrics.Queues)
 	c.factory = informers.NewSharedInformerFactory(cfg.Client, 0)
 	c.csrFactory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", certificatesv1.KubeletServingSignerName).String()

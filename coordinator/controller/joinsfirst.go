@@ -47,11 +47,11 @@ func newJoinsFirst(urgent func(string) bool) *joinsFirst {
 }
 
 // newNodeQueue is the rate-limited Node workqueue over joinsFirst.
-func newNodeQueue(name string, urgent func(string) bool) workqueue.TypedRateLimitingInterface[string] {
-	q := workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{Name: name, Queue: newJoinsFirst(urgent)})
+func newNodeQueue(name string, urgent func(string) bool, m workqueue.MetricsProvider) workqueue.TypedRateLimitingInterface[string] {
+	q := workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{Name: name, Queue: newJoinsFirst(urgent), MetricsProvider: m})
 	return workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: name,
-			DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: name, Queue: q})})
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: name, MetricsProvider: m,
+			DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{Name: name, Queue: q, MetricsProvider: m})})
 }
 
 func (q *joinsFirst) add(key string, first bool) {

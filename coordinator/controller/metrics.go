@@ -24,6 +24,8 @@ type Metrics struct {
 	// RecordsReconciled counts records a new leader released: their Node
 	// was deleted while no coordinator led.
 	RecordsReconciled prometheus.Counter
+	// Queues are the Node and CSR work queues' workqueue_* series.
+	Queues *queueMetrics
 }
 
 // NewMetrics registers the series with reg (nil: unregistered).
@@ -81,10 +83,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "nodeinit_coordinator_records_reconciled_total",
 			Help: "NodeRecords whose Node was deleted (or re-created) while no coordinator led, released (claims, prefix, grants) when a leader started.",
 		}),
+		Queues: newQueueMetrics(),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Leader, m.Allocations, m.PoolSegments, m.CSRDecisions, m.GrantsRefused, m.NodeInitTime, m.NodeWrites, m.RebuildSeconds,
 			m.MalformedReports, m.AddressesRefused, m.FloodGuard, m.PendingCSRs, m.NotAdopted, m.PodCIDRConflicts, m.NodesWaiting, m.Contested, m.RecordsReconciled)
+		reg.MustRegister(m.Queues.collectors()...)
 	}
 	return m
 }

@@ -184,6 +184,7 @@ func run(ctx context.Context, o options) error {
 	}
 	atStart := e.snapshot(ctx, coord)
 	cpuBefore := atStart.cpu
+	queuesBefore, queuesErr := coord.queues()
 
 	step("storm: %d agents start; once all wait for their Node, the kubelets register at once", o.nodes)
 	if o.cpuProfile != "" {
@@ -216,6 +217,10 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("%w\ncoordinator log tail:\n%s", err, coord.logTail())
 	}
 	pprof.StopCPUProfile()
+	queuesAfter, err := coord.queues()
+	if queuesErr == nil {
+		queuesErr = err
+	}
 	if err := <-apiProfiled; err != nil {
 		return fmt.Errorf("kube-apiserver's profile: %w", err)
 	}
@@ -239,6 +244,11 @@ func run(ctx context.Context, o options) error {
 		printRequests(&r, atStart.requests, atInit.requests, len(nodes))
 	}
 	fmt.Fprintf(&r, "coordinator peak RSS: %.1f MiB\n", float64(coord.usage().PeakRSS)/(1<<20))
+	if queuesErr != nil {
+		fmt.Fprintf(&r, "coordinator work queues: not read: %v\n", queuesErr)
+	} else {
+		printQueues(&r, queuesBefore, queuesAfter)
+	}
 
 	if err := e.checkAll(nodes); err != nil {
 		failures = append(failures, "end state: "+err.Error())
