@@ -9,6 +9,7 @@ require (
 	github.com/google/go-containerregistry v0.21.7
 	github.com/opencontainers/runtime-spec v1.3.0
 	github.com/prometheus/client_golang v1.22.0
+	github.com/prometheus/client_model v0.6.1
 	github.com/siderolabs/go-procfs v0.1.2
 	github.com/siderolabs/talos/pkg/machinery v1.14.1
 	github.com/vishvananda/netlink v1.3.1
@@ -84,7 +85,6 @@ require (
 	github.com/pkg/browser v0.0.0-20240102092130-5ac0b6a4141c // indirect
 	github.com/planetscale/vtprotobuf v0.6.1-0.20260702190614-8ae5a48058df // indirect
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
-	github.com/prometheus/client_model v0.6.1 // indirect
 	github.com/prometheus/common v0.62.0 // indirect
 	github.com/prometheus/procfs v0.15.1 // indirect
 	github.com/ryanuber/go-glob v1.0.0 // indirect

@@ -133,6 +133,7 @@ type Coordinator struct {
 	ownCSRs   cache.MutationCache
 	nodeQueue workqueue.TypedRateLimitingInterface[string]
 	csrQueue  workqueue.TypedRateLimitingInterface[string]
+	leading   atomic.Bool // the queues take keys (leaderQueue)
 
 	state sync.Mutex
 	ready error
@@ -198,11 +199,10 @@ func New(cfg Config) (*Coordinator, error) {
 		records: records.NewStore(cfg.Dynamic), facts: newClusterFacts(cfg.Client), observer: newObserver(cfg.Settings.MaxNodeAddresses),
 		configReserved: cfg.Settings.Reserved(), apiSANsRead: cfg.APIServerNames != nil || cfg.APIServerIPs != nil,
 		ready: errors.New("starting"),
-		csrQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "csrs", MetricsProvider: cfg.Metrics.Queues}),
 	}
-
-	c.nodeQueue = newNodeQueue("nodes", c.joining, cfg.Metrics.Queues)
+	c.csrQueue = leaderQueue{workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "csrs", MetricsProvider: cfg.Metrics.queues()}), &c.leading}
+	c.nodeQueue = leaderQueue{newNodeQueue("nodes", c.joining, cfg.Metrics.queues()), &c.leading}
 	c.factory = informers.NewSharedInformerFactory(cfg.Client, 0)
 	c.csrFactory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", certificatesv1.KubeletServingSignerName).String()
@@ -621,6 +621,10 @@ func (c *Coordinator) release() {
 func (c *Coordinator) lead(ctx context.Context) {
 	start := time.Now()
 	c.m.Leader.Set(1)
+	// From here on the handlers queue what changes; what changed before
+	// is queued below, once the workers run.
+	c.leading.Store(true)
+	defer c.leading.Store(false)
 	c.setReady(errors.New("leader: rebuilding the allocator"))
 	// The allocator is rebuilt from a fresh LIST, not from this replica's
 	// cache: the previous leader's last writes may not have reached it.

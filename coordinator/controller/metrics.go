@@ -1,6 +1,9 @@
 package controller
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/util/workqueue"
+)
 
 // Metrics are the coordinator's Prometheus series.
 type Metrics struct {
@@ -91,4 +94,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.Queues.collectors()...)
 	}
 	return m
+}
+
+// queues is the work queues' metrics provider; nil (client-go's no-op)
+// for a Metrics not made by NewMetrics.
+func (m *Metrics) queues() workqueue.MetricsProvider {
+	if m.Queues == nil {
+		return nil
+	}
+	return m.Queues
 }

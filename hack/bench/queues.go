@@ -32,7 +32,14 @@ func (c *coordinator) queues() (map[string]*queueStats, error) {
 	if err != nil {
 		return nil, err
 	}
-	return parseQueues(body), nil
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	q := parseQueues(body)
+	if len(q) == 0 {
+		return nil, fmt.Errorf("no workqueue_* series in the coordinator's /metrics")
+	}
+	return q, nil
 }
 
 func parseQueues(body []byte) map[string]*queueStats {
@@ -91,7 +98,7 @@ func (q *queueStats) since(before *queueStats) *queueStats {
 
 // quantile estimates the q-quantile of cumulative buckets by linear
 // interpolation inside the bucket that holds it, as Prometheus's
-// histogram_quantile does; past the last finite bound, that bound.
+// histogram_quantile does; past the last finite bound (33 s), that bound.
 func quantile(buckets map[float64]float64, q float64) time.Duration {
 	les := make([]float64, 0, len(buckets))
 	for le := range buckets {
@@ -131,7 +138,7 @@ func printQueues(w *strings.Builder, before, after map[string]*queueStats) {
 	fmt.Fprintf(w, "coordinator work queues during the storm (its workqueue_* series; bucket estimates):\n")
 	for _, name := range names {
 		q := after[name].since(before[name])
-		fmt.Fprintf(w, "  %-6s %6.0f keys; waited p50 %8s  p90 %8s; synced p50 %8s  p90 %8s\n", name, q.adds,
+		fmt.Fprintf(w, "  %-6s %6.0f adds; waited p50 %8s  p90 %8s; synced p50 %8s  p90 %8s\n", name, q.adds,
 			quantile(q.wait, 0.5).Round(time.Millisecond), quantile(q.wait, 0.9).Round(time.Millisecond),
 			quantile(q.work, 0.5).Round(time.Millisecond), quantile(q.work, 0.9).Round(time.Millisecond))
 	}
