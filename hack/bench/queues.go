@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"math"
@@ -44,38 +42,20 @@ func (c *coordinator) queues() (map[string]*queueStats, error) {
 
 func parseQueues(body []byte) map[string]*queueStats {
 	out := map[string]*queueStats{}
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		name, rest, ok := strings.Cut(sc.Text(), "{")
-		if !ok || !strings.HasPrefix(name, "workqueue_") {
-			continue
-		}
-		labels, value, ok := strings.Cut(rest, "} ")
-		if !ok {
-			continue
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err != nil {
-			continue
-		}
-		l := map[string]string{}
-		for _, m := range requestLabel.FindAllStringSubmatch(labels, -1) {
-			l[m[1]] = m[2]
-		}
-		q := out[l["name"]]
+	for _, m := range samples(body, func(name string) bool { return strings.HasPrefix(name, "workqueue_") }) {
+		q := out[m.labels["name"]]
 		if q == nil {
 			q = &queueStats{wait: map[float64]float64{}, work: map[float64]float64{}}
-			out[l["name"]] = q
+			out[m.labels["name"]] = q
 		}
-		le, err := strconv.ParseFloat(l["le"], 64) // "+Inf" parses as +Inf
+		le, err := strconv.ParseFloat(m.labels["le"], 64) // "+Inf" parses as +Inf
 		switch {
-		case name == "workqueue_adds_total":
-			q.adds = v
-		case name == "workqueue_queue_duration_seconds_bucket" && err == nil:
-			q.wait[le] = v
-		case name == "workqueue_work_duration_seconds_bucket" && err == nil:
-			q.work[le] = v
+		case m.name == "workqueue_adds_total":
+			q.adds = m.value
+		case m.name == "workqueue_queue_duration_seconds_bucket" && err == nil:
+			q.wait[le] = m.value
+		case m.name == "workqueue_work_duration_seconds_bucket" && err == nil:
+			q.work[le] = m.value
 		}
 	}
 	return out

@@ -27,14 +27,34 @@ func (e *env) apiRequests(ctx context.Context) (map[string]float64, error) {
 
 func parseRequests(body []byte) map[string]float64 {
 	out := map[string]float64{}
+	for _, m := range samples(body, func(name string) bool { return name == "apiserver_request_total" }) {
+		key := m.labels["verb"] + " " + m.labels["resource"]
+		if m.labels["subresource"] != "" {
+			key += "/" + m.labels["subresource"]
+		}
+		out[key] += m.value
+	}
+	return out
+}
+
+// sample is one labelled sample of a Prometheus text exposition.
+type sample struct {
+	name   string
+	labels map[string]string
+	value  float64
+}
+
+// samples are body's labelled samples whose metric name keep accepts.
+func samples(body []byte, keep func(name string) bool) []sample {
+	var out []sample
 	sc := bufio.NewScanner(bytes.NewReader(body))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		line, ok := strings.CutPrefix(sc.Text(), "apiserver_request_total{")
-		if !ok {
+		name, rest, ok := strings.Cut(sc.Text(), "{")
+		if !ok || !keep(name) {
 			continue
 		}
-		labels, value, ok := strings.Cut(line, "} ")
+		labels, value, ok := strings.Cut(rest, "} ")
 		if !ok {
 			continue
 		}
@@ -46,11 +66,7 @@ func parseRequests(body []byte) map[string]float64 {
 		for _, m := range requestLabel.FindAllStringSubmatch(labels, -1) {
 			l[m[1]] = m[2]
 		}
-		key := l["verb"] + " " + l["resource"]
-		if l["subresource"] != "" {
-			key += "/" + l["subresource"]
-		}
-		out[key] += v
+		out = append(out, sample{name: name, labels: l, value: v})
 	}
 	return out
 }
