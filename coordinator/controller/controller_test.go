@@ -665,7 +665,7 @@ func TestCSRApprovalAndDenial(t *testing.T) {
 		t.Fatalf("a stale attestation decided the CSR: %+v", c)
 	}
 	a.attest(t, "csr-a-stale", "")
-	waitFor(t, 10*time.Second, "csr-a-stale approved", func() bool { c, _ := condition(t, "csr-a-stale"); return c.Type == certificatesv1.CertificateApproved })
+	waitApproved(t, "csr-a-stale", 10*time.Second)
 
 	// No attestation: pending, with an Event, under the default policy.
 	b.csr(t, "csr-b-silent", []string{"csr-b"}, []string{"10.0.4.2"})

@@ -133,14 +133,7 @@ func TestNodelessCSRsTurnNoWaitOn(t *testing.T) {
 // CSR as it would have with the earlier leader, and costs no more writes.
 func TestRecordedCertificatesTurnTheWaitOn(t *testing.T) {
 	first := startCoordinator(t, "initwait-first", waitingSettings("10s"))
-	a := register(t, "initwait-f", "10.0.7.6")
-	a.csr(t, "initwait-f-serving", []string{"initwait-f"}, []string{"10.0.7.6"})
-	a.publish(t, report{providerID: "talos://metal/10.0.7.6"})
-	a.attest(t, "initwait-f-serving", "")
-	waitFor(t, 10*time.Second, "approved", func() bool {
-		c, _ := condition(t, "initwait-f-serving")
-		return c.Type == certificatesv1.CertificateApproved
-	})
+	certifiedJoin(t, "initwait-f", "10.0.7.6", 10*time.Second)
 	waitFor(t, 10*time.Second, "the record names the certificate", func() bool {
 		r := record(t, "initwait-f")
 		return r != nil && r.Spec.Serving != nil
@@ -166,8 +159,26 @@ func lateJoin(t *testing.T, name, ip string) {
 	time.Sleep(time.Second)
 	n.csr(t, name+"-serving", []string{name}, []string{ip})
 	n.attest(t, name+"-serving", "")
-	waitFor(t, 15*time.Second, "approved", func() bool {
-		c, _ := condition(t, name+"-serving")
+	waitApproved(t, name+"-serving", 15*time.Second)
+}
+
+// certifiedJoin plays a join whose kubelet asks for its serving
+// certificate before its agent reports, and returns once the CSR is
+// approved, within the given time.
+func certifiedJoin(t *testing.T, name, ip string, within time.Duration) {
+	t.Helper()
+	n := register(t, name, ip)
+	n.csr(t, name+"-serving", []string{name}, []string{ip})
+	n.publish(t, report{providerID: "talos://metal/" + ip})
+	n.attest(t, name+"-serving", "")
+	waitApproved(t, name+"-serving", within)
+}
+
+// waitApproved waits until the CSR is approved.
+func waitApproved(t *testing.T, csr string, within time.Duration) {
+	t.Helper()
+	waitFor(t, within, csr+" approved", func() bool {
+		c, _ := condition(t, csr)
 		return c.Type == certificatesv1.CertificateApproved
 	})
 }

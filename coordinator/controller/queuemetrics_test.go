@@ -6,7 +6,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	certificatesv1 "k8s.io/api/certificates/v1"
 
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/controller"
 )
@@ -17,14 +16,7 @@ import (
 func TestQueuesPublishWorkqueueMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	startCoordinatorAs(t, "queue-metrics", ipamSettings, coordinatorIdentity(t), func(c *controller.Config) { c.Metrics = controller.NewMetrics(reg) })
-	n := register(t, "queue-metrics-a", "10.0.7.9")
-	n.csr(t, "queue-metrics-a-serving", []string{"queue-metrics-a"}, []string{"10.0.7.9"})
-	n.publish(t, report{providerID: "talos://metal/10.0.7.9"})
-	n.attest(t, "queue-metrics-a-serving", "")
-	waitFor(t, 15*time.Second, "approved", func() bool {
-		c, _ := condition(t, "queue-metrics-a-serving")
-		return c.Type == certificatesv1.CertificateApproved
-	})
+	certifiedJoin(t, "queue-metrics-a", "10.0.7.9", 15*time.Second)
 	series := func(family, queue string) float64 { return queueSeries(t, reg, family, queue) }
 	for _, q := range []string{"nodes", "csrs"} {
 		for _, f := range []string{"workqueue_adds_total", "workqueue_queue_duration_seconds", "workqueue_work_duration_seconds"} {
