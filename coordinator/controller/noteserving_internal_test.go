@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
 )
 
 // Only a record naming a serving certificate still valid turns the joins'
@@ -19,16 +21,24 @@ func TestRecordsTurnTheWaitOnOnlyForAValidCertificate(t *testing.T) {
 		}
 		return &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
 	}
-	future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
-	past := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	// Written as the coordinator writes records, so the field path
+	// noteServing reads is the record's own.
+	written := func(serving *records.Serving) *unstructured.Unstructured {
+		u, err := (&records.Record{Name: "n1", Spec: records.Spec{NodeUID: "u", Serving: serving}}).ToUnstructured()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	future, past := time.Now().Add(time.Hour).UTC().Truncate(time.Second), time.Now().Add(-time.Hour).UTC().Truncate(time.Second)
 	for _, tc := range []struct {
 		name string
 		obj  any
 		want bool
 	}{
-		{"valid certificate", rec(map[string]any{"csr": "c", "validUntil": future}), true},
-		{"no certificate", rec(nil), false},
-		{"expired certificate", rec(map[string]any{"csr": "c", "validUntil": past}), false},
+		{"valid certificate", written(&records.Serving{CSR: "c", SANs: []string{"dns:n1"}, ValidUntil: future}), true},
+		{"no certificate", written(nil), false},
+		{"expired certificate", written(&records.Serving{CSR: "c", SANs: []string{"dns:n1"}, ValidUntil: past}), false},
 		{"date that does not parse", rec(map[string]any{"csr": "c", "validUntil": "soon"}), false},
 		{"date of the wrong type", rec(map[string]any{"csr": "c", "validUntil": 42}), false},
 		{"no spec", &unstructured.Unstructured{Object: map[string]any{}}, false},
