@@ -65,15 +65,10 @@ func floor(ctx context.Context, e *env, prefix string, n int, ownConnections boo
 			return 0, err
 		}
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	csrPEM, err := requestPEM("system:node:floor")
 	if err != nil {
 		return 0, err
 	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "system:node:floor", Organization: []string{"system:nodes"}}}, key)
-	if err != nil {
-		return 0, err
-	}
-	csrPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
 
 	// Every connection is open before the clock starts, as the storm's
 	// kubelets' and agents' are: the handshakes are not part of the joins.
@@ -134,4 +129,17 @@ func floorJoin(ctx context.Context, node, coord kubernetes.Interface, prefix str
 		return fmt.Errorf("floor: %w", err)
 	}
 	return nil
+}
+
+// requestPEM is a PEM certificate request for a fresh key, common name cn.
+func requestPEM(cn string) ([]byte, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: cn, Organization: []string{"system:nodes"}}}, key)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), nil
 }
