@@ -212,7 +212,12 @@ func (c *coordinator) kill() { c.proc.Stop(syscall.SIGKILL, 10*time.Second) }
 
 func (c *coordinator) stop() { c.proc.Stop(syscall.SIGTERM, 10*time.Second) }
 
-func (c *coordinator) usage() procUsage { return readProcUsage(c.proc.Pid()) }
+func (c *coordinator) usage() procUsage {
+	if c == nil { // -initialize-at-once runs none
+		return procUsage{}
+	}
+	return readProcUsage(c.proc.Pid())
+}
 
 // logTail is the end of the coordinator's log, every run under its id.
 func (c *coordinator) logTail() string { return c.proc.Report(40) }

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"net/netip"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+)
+
+// TestApproveAtOnce: the bound's approver approves a kubelet serving CSR,
+// leaves a CSR of any other signer alone, and leaves no goroutine behind.
+func TestApproveAtOnce(t *testing.T) {
+	ctx := t.Context()
+	goroutines := runtime.NumGoroutine()
+	stop, err := approveAtOnce(ctx, shared, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	csrs := shared.admin.CertificatesV1().CertificateSigningRequests()
+	create := func(name, signer string) {
+		t.Helper()
+		req, err := requestPEM("system:node:" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := csrs.Create(ctx, &certificatesv1.CertificateSigningRequest{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: certificatesv1.CertificateSigningRequestSpec{Request: req, SignerName: signer,
+				Usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { csrs.Delete(ctx, name, metav1.DeleteOptions{}) })
+	}
+	create("atonce-serving", certificatesv1.KubeletServingSignerName)
+	create("atonce-other", floorSigner)
+	approved := func(name string) bool {
+		csr, err := csrs.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range csr.Status.Conditions {
+			if c.Type == certificatesv1.CertificateApproved {
+				return true
+			}
+		}
+		return false
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !approved("atonce-serving") {
+		if time.Now().After(deadline) {
+			t.Fatal("the kubelet serving CSR was not approved within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // the other CSR had as long
+	if approved("atonce-other") {
+		t.Error("a CSR of another signer was approved")
+	}
+	stop()
+	noMoreGoroutines(t, goroutines)
+}
+
+// TestInitializeAtOnce: the bound's initializer initializes a Node its agent
+// has reported on (a pod CIDR, the uninitialized taint gone, other taints
+// kept), leaves an unreported Node alone, and leaves no goroutine behind.
+func TestInitializeAtOnce(t *testing.T) {
+	ctx := t.Context()
+	goroutines := runtime.NumGoroutine()
+	stop, err := initializeAtOnce(ctx, shared, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := shared.admin.CoreV1().Nodes()
+	create := func(name string, annotations map[string]string) {
+		t.Helper()
+		if _, err := nodes.Create(ctx, &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
+			Spec: corev1.NodeSpec{Taints: []corev1.Taint{
+				{Key: contract.TaintUninitialized, Value: "true", Effect: corev1.TaintEffectNoSchedule},
+				{Key: "admin", Effect: corev1.TaintEffectNoSchedule},
+			}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nodes.Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{}) })
+	}
+	create("atonce-reported", map[string]string{contract.AnnotationMetadata: "{}"})
+	create("atonce-silent", nil)
+	get := func(name string) *corev1.Node {
+		n, err := nodes.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !initialized(get("atonce-reported")) {
+		if time.Now().After(deadline) {
+			t.Fatal("the reported Node was not initialized within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := get("atonce-reported"); !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == "admin" }) {
+		t.Errorf("taints after the initialization: %v, want the admin's kept", n.Spec.Taints)
+	}
+	time.Sleep(500 * time.Millisecond) // the silent Node had as long
+	if n := get("atonce-silent"); len(n.Spec.PodCIDRs) > 0 || !contract.Uninitialized(n) {
+		t.Errorf("a Node with no report was written: pod CIDRs %v, taints %v", n.Spec.PodCIDRs, n.Spec.Taints)
+	}
+	stop()
+	noMoreGoroutines(t, goroutines)
+}
+
+// TestPodCIDRsAreDistinct: the bound's initializer never gives two Nodes one
+// /24 within its range.
+func TestPodCIDRsAreDistinct(t *testing.T) {
+	seen := map[netip.Prefix]uint32{}
+	for i := range uint32(1 << 15) {
+		p := podCIDR(i)
+		if j, dup := seen[p]; dup {
+			t.Fatalf("podCIDR(%d) = podCIDR(%d) = %s", i, j, p)
+		}
+		if !netip.MustParsePrefix("10.128.0.0/9").Contains(p.Addr()) || p.Bits() != 24 {
+			t.Fatalf("podCIDR(%d) = %s, outside 10.128.0.0/9 or not a /24", i, p)
+		}
+		seen[p] = i
+	}
+}
+
+func noMoreGoroutines(t *testing.T, before int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines after stop, %d before", runtime.NumGoroutine(), before)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
