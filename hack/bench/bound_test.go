@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -144,5 +145,43 @@ func noMoreGoroutines(t *testing.T, before int) {
 			t.Fatalf("%d goroutines after stop, %d before", runtime.NumGoroutine(), before)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRunAtOnce runs `go run ./hack/bench -initialize-at-once` (the README's
+// bound) at 5 nodes: every Node initialized and certified with no
+// coordinator, and the floor measured.
+func TestRunAtOnce(t *testing.T) {
+	nodes := nodesFor(t, "bound", 4000, 5)
+	t.Cleanup(func() { // Nodes no coordinator keeps records of: later tests' coordinators would see them
+		ctx := context.Background()
+		for i, sn := range nodes {
+			floorName, _, _, _ := nodeSpec("floor", i)
+			for _, name := range []string{sn.name, floorName} {
+				shared.admin.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
+			}
+		}
+		csrs, err := shared.admin.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		for _, c := range csrs.Items {
+			if strings.HasPrefix(c.Spec.Username, "system:node:bound-") || strings.HasPrefix(c.Name, "floor-") {
+				shared.admin.CertificatesV1().CertificateSigningRequests().Delete(ctx, c.Name, metav1.DeleteOptions{})
+			}
+		}
+	})
+	var r strings.Builder
+	if err := runAtOnce(t.Context(), options{nodes: len(nodes), timeout: time.Minute}, shared, nodes, &r); err != nil {
+		t.Fatal(err)
+	}
+	if d := shared.watch.dupes(); len(d) > 0 {
+		t.Errorf("pod CIDRs given twice by the bound or the floor: %v", d)
+	}
+	for _, want := range []string{"registration → certificate issued", "floor: ", "storm/floor = "} {
+		if !strings.Contains(r.String(), want) {
+			t.Errorf("the report has no %q:\n%s", want, r.String())
+		}
 	}
 }

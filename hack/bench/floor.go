@@ -117,7 +117,7 @@ func floorJoin(ctx context.Context, node, coord kubernetes.Interface, prefix str
 	if err != nil {
 		return fmt.Errorf("floor: %w", err)
 	}
-	v4 := netip.PrefixFrom(netip.AddrFrom4([4]byte{172, byte(16 + i/65536), byte(i / 256 % 256), 0}), 24)
+	v4 := netip.PrefixFrom(netip.AddrFrom4([4]byte{172, byte(16 + i/256), byte(i % 256), 0}), 24) // one /24 per join
 	init, _ := json.Marshal(map[string]any{"spec": map[string]any{"podCIDR": v4.String(), "podCIDRs": []string{v4.String()},
 		"taints": []corev1.Taint{}}})
 	if _, err := coord.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, init, metav1.PatchOptions{}); err != nil {
