@@ -32,25 +32,27 @@ import (
 // beat. With it, registration → certificate is the kubelet's ask plus
 // kube-controller-manager's signer, and nothing of ours; the bench uses it to
 // bound the certificate's latency (-approve-at-once), never to run a join.
-func approveAtOnce(ctx context.Context, e *env, workers int) (stop func(), err error) {
+// It approves only the CSRs of Nodes named with prefix.
+func approveAtOnce(ctx context.Context, e *env, workers int, prefix string) (stop func(), err error) {
 	return atOnce(ctx, e, workers,
 		func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
 			return f.Certificates().V1().CertificateSigningRequests().Informer()
 		},
 		func(obj any) bool {
 			csr, ok := obj.(*certificatesv1.CertificateSigningRequest)
-			return ok && csr.Spec.SignerName == certificatesv1.KubeletServingSignerName && len(csr.Status.Conditions) == 0
+			return ok && csr.Spec.SignerName == certificatesv1.KubeletServingSignerName && len(csr.Status.Conditions) == 0 &&
+				strings.HasPrefix(csr.Spec.Username, "system:node:"+prefix)
 		}, approve)
 }
 
-// initializeAtOnce initializes every Node the moment its watch sees the
-// agent's report, in one admin patch (a pod CIDR, the uninitialized taint
-// gone), with no record, no check and no review: the initializer no
-// implementation can beat. Started with approveAtOnce in place of the
-// coordinator (-initialize-at-once), it bounds what storm/floor any
-// implementation reaches on this machine, kubelets and agents included.
-func initializeAtOnce(ctx context.Context, e *env, workers int) (stop func(), err error) {
-	var next atomic.Uint32
+// initializeAtOnce initializes every Node named with prefix the moment its
+// watch sees the agent's report, in one admin patch (an IPv4 pod CIDR, the
+// uninitialized taint gone), with no record, no check, no review, no labels
+// and no providerID: less than any initializer that waits for the agent's
+// report can do. Run in place of the coordinator (-initialize-at-once), it
+// shows what storm/floor such an initializer reaches on this machine,
+// kubelets and agents included.
+func initializeAtOnce(ctx context.Context, e *env, workers int, prefix string) (stop func(), err error) {
 	var cidrs sync.Map // Node name → its /24, kept across retries
 	return atOnce(ctx, e, workers,
 		func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
@@ -58,17 +60,18 @@ func initializeAtOnce(ctx context.Context, e *env, workers int) (stop func(), er
 		},
 		func(obj any) bool {
 			n, ok := obj.(*corev1.Node)
-			return ok && contract.Uninitialized(n) && n.Annotations[contract.AnnotationMetadata] != ""
+			return ok && strings.HasPrefix(n.Name, prefix) && contract.Uninitialized(n) && n.Annotations[contract.AnnotationMetadata] != ""
 		},
 		func(ctx context.Context, cs kubernetes.Interface, store cache.Store, name string) error {
-			c, _ := cidrs.LoadOrStore(name, podCIDR(next.Add(1)))
+			c, _ := cidrs.LoadOrStore(name, podCIDR(boundCIDRs.Add(1)))
 			return initializeNode(ctx, cs, store, name, c.(netip.Prefix))
 		})
 }
 
 // atOnce runs workers that call act, as admin with no client-side rate
 // limit, for each object of informer's kind that want holds for, retrying
-// with client-go's backoff. stop ends them and returns once they have.
+// after 5 ms, doubling to 1 s. stop ends them and returns once they have;
+// it may be called more than once.
 func atOnce(ctx context.Context, e *env, workers int,
 	informer func(informers.SharedInformerFactory) cache.SharedIndexInformer, want func(any) bool,
 	act func(ctx context.Context, cs kubernetes.Interface, store cache.Store, name string) error,
@@ -82,7 +85,7 @@ func atOnce(ctx context.Context, e *env, workers int,
 	ctx, cancel := context.WithCancel(ctx)
 	factory := informers.NewSharedInformerFactory(cs, 0)
 	inf := informer(factory)
-	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, time.Second))
 	enqueue := func(obj any) {
 		if want(obj) {
 			if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
@@ -99,7 +102,14 @@ func atOnce(ctx context.Context, e *env, workers int,
 		return nil, err
 	}
 	factory.Start(ctx.Done())
-	factory.WaitForCacheSync(ctx.Done())
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			cancel()
+			q.ShutDown()
+			factory.Shutdown()
+			return nil, fmt.Errorf("the %v informer did not sync", typ)
+		}
+	}
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
@@ -117,12 +127,12 @@ func atOnce(ctx context.Context, e *env, workers int,
 			}
 		})
 	}
-	return func() {
+	return sync.OnceFunc(func() {
 		cancel()
 		q.ShutDown()
 		wg.Wait()
 		factory.Shutdown()
-	}, nil
+	}), nil
 }
 
 func approve(ctx context.Context, cs kubernetes.Interface, store cache.Store, name string) error {
@@ -141,6 +151,10 @@ func approve(ctx context.Context, cs kubernetes.Interface, store cache.Store, na
 	_, err = cs.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, name, csr, metav1.UpdateOptions{})
 	return err
 }
+
+// boundCIDRs counts the /24s initializeAtOnce gave in this process, so no
+// two of its runs give one twice.
+var boundCIDRs atomic.Uint32
 
 // podCIDR is the i-th /24 of 10.128.0.0/9 (32,768 of them).
 func podCIDR(i uint32) netip.Prefix {
@@ -173,36 +187,43 @@ func initializeNode(ctx context.Context, cs kubernetes.Interface, store cache.St
 	return err
 }
 
-// runAtOnce is the storm with initializeAtOnce and approveAtOnce in place of
-// the coordinator, then the floor: the bound on storm/floor and on the
-// certificate's latency for any implementation on this machine.
-func runAtOnce(ctx context.Context, o options, e *env, nodes []*simNode, r *strings.Builder) error {
-	step("initializing and approving at once, unchecked (-initialize-at-once): no coordinator")
-	stopInit, err := initializeAtOnce(ctx, e, 16)
+// runAtOnce is the storm with initializeAtOnce in place of the coordinator,
+// then, once the last Node is initialized, approveAtOnce (so the storm
+// carries no approvals and no certificates, as ours mostly does not), then
+// the floor after the same pause as `make bench`'s: the storm/floor an
+// initializer reaches that does nothing but initialize at the agent's
+// report, for the Nodes named with prefix. -joined-first does not apply;
+// -floor=false skips the floor.
+func runAtOnce(ctx context.Context, o options, e *env, nodes []*simNode, prefix string, r *strings.Builder) error {
+	step("initializing at once, unchecked (-initialize-at-once): no coordinator")
+	stopInit, err := initializeAtOnce(ctx, e, boundWorkers, prefix)
 	if err != nil {
 		return err
 	}
 	defer stopInit()
-	stopApprove, err := approveAtOnce(ctx, e, 16)
-	if err != nil {
-		return err
-	}
-	defer stopApprove()
 	cpuBefore := e.cpu(nil)
 	initialized := make(chan snapshot, 1)
-	stormCtx, stormDone := context.WithCancel(ctx)
+	stormCtx, stormDone := context.WithTimeout(ctx, o.timeout)
 	defer stormDone()
 	go func() { initialized <- e.onceInitialized(stormCtx, nil, nodes) }()
 	step("storm: %d agents start; once all wait for their Node, the kubelets register at once", o.nodes)
 	if err := e.storm(ctx, nodes); err != nil {
 		return err
 	}
+	atInit := <-initialized
+	step("every Node initialized (or -timeout); approving their serving CSRs at sight, unchecked")
+	stopApprove, err := approveAtOnce(ctx, e, boundCSRWorkers, prefix)
+	if err != nil {
+		return err
+	}
+	defer stopApprove()
 	if _, err := e.waitConverged(ctx, nodes, o.timeout); err != nil {
 		return err
 	}
 	cpuAfter := e.cpu(nil)
-	stormDone()
-	apiInit := (<-initialized).cpu["kube-apiserver"] - cpuBefore["kube-apiserver"]
+	stopApprove()
+	stopInit()
+	apiInit := atInit.cpu["kube-apiserver"] - cpuBefore["kube-apiserver"]
 	lat := e.latencies(nodes)
 	lat.print(r)
 	fmt.Fprintf(r, "CPU seconds during the storm:")
@@ -210,19 +231,30 @@ func runAtOnce(ctx context.Context, o options, e *env, nodes []*simNode, r *stri
 		fmt.Fprintf(r, " %s %.1f;", k, (cpuAfter[k] - cpuBefore[k]).Seconds())
 	}
 	fmt.Fprintf(r, "\nkube-apiserver CPU to the last node initialized: %.1f s\n", apiInit.Seconds())
-	for _, sn := range nodes {
-		sn.stopAgent()
+	if o.floor {
+		for _, sn := range nodes {
+			sn.stopAgent()
+		}
+		time.Sleep(2*time.Second + o.quiet) // make bench's settle and quiet window
+		step("floor: the 5 unavoidable writes of %d joins, as fast as possible", o.nodes)
+		before := e.cpu(nil)["kube-apiserver"]
+		took, err := floor(ctx, e, "floor", o.nodes, false)
+		if err != nil {
+			return err
+		}
+		cpu := e.cpu(nil)["kube-apiserver"] - before
+		fmt.Fprintf(r, "floor: %s for %d joins; storm/floor = %.2f; kube-apiserver CPU %.1f s, storm/floor = %.2f\n", took.Round(time.Millisecond), o.nodes,
+			lat.span.Seconds()/took.Seconds(), cpu.Seconds(), apiInit.Seconds()/cpu.Seconds())
 	}
-	step("floor: the 5 unavoidable writes of %d joins, as fast as possible", o.nodes)
-	before := e.cpu(nil)["kube-apiserver"]
-	took, err := floor(ctx, e, "floor", o.nodes, false)
-	if err != nil {
-		return err
-	}
-	cpu := e.cpu(nil)["kube-apiserver"] - before
-	fmt.Fprintf(r, "floor: %s for %d joins; storm/floor = %.2f; kube-apiserver CPU %.1f s, storm/floor = %.2f\n", took.Round(time.Millisecond), o.nodes,
-		lat.span.Seconds()/took.Seconds(), cpu.Seconds(), apiInit.Seconds()/cpu.Seconds())
 	fmt.Print("\n" + r.String())
-	fmt.Println("-initialize-at-once: no coordinator ran; the bench initialized each Node at its agent's report and approved each serving CSR at sight, unchecked: a bound, not a run of ours")
+	fmt.Println("-initialize-at-once: no coordinator ran; the bench initialized each Node at its agent's report, then approved each serving CSR, unchecked: an initializer that does nothing else, not a run of ours")
 	return nil
 }
+
+const (
+	// boundWorkers and boundCSRWorkers are the coordinator's default
+	// --node-workers and --csr-workers.
+	boundWorkers, boundCSRWorkers = 64, 16
+	// nodePrefix begins the storm's Node names (run: e.prepare(ctx, "node", …)).
+	nodePrefix = "node-"
+)

@@ -12,37 +12,50 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/apiclient"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 )
 
-// TestApproveAtOnce: the bound's approver approves a kubelet serving CSR,
-// leaves a CSR of any other signer alone, and leaves no goroutine behind.
+// TestApproveAtOnce: the bound's approver approves a kubelet serving CSR of
+// a Node named with its prefix, leaves one of another signer and one of a
+// Node outside its prefix alone, and leaves no goroutine behind.
 func TestApproveAtOnce(t *testing.T) {
 	ctx := t.Context()
-	goroutines := runtime.NumGoroutine()
-	stop, err := approveAtOnce(ctx, shared, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
 	csrs := shared.admin.CertificatesV1().CertificateSigningRequests()
-	create := func(name, signer string) {
+	create := func(node, name, signer string) {
 		t.Helper()
-		req, err := requestPEM("system:node:" + name)
+		id, err := shared.cluster.NodeIdentity(node)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := csrs.Create(ctx, &certificatesv1.CertificateSigningRequest{
+		cs, err := kubernetes.NewForConfig(apiclient.Builtin(id.Config()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, err := requestPEM("system:node:" + node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cs.CertificatesV1().CertificateSigningRequests().Create(ctx, &certificatesv1.CertificateSigningRequest{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: certificatesv1.CertificateSigningRequestSpec{Request: req, SignerName: signer,
 				Usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth}},
 		}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { csrs.Delete(ctx, name, metav1.DeleteOptions{}) })
+		t.Cleanup(func() { csrs.Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{}) })
 	}
-	create("atonce-serving", certificatesv1.KubeletServingSignerName)
-	create("atonce-other", floorSigner)
+	create("atonce-a", "atonce-serving", certificatesv1.KubeletServingSignerName)
+	create("atonce-a", "atonce-other-signer", floorSigner)
+	create("elsewhere-b", "atonce-other-node", certificatesv1.KubeletServingSignerName)
+	goroutines := runtime.NumGoroutine() // the node clients' own are counted already
+	stop, err := approveAtOnce(ctx, shared, 4, "atonce-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
 	approved := func(name string) bool {
 		csr, err := csrs.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -62,9 +75,11 @@ func TestApproveAtOnce(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(500 * time.Millisecond) // the other CSR had as long
-	if approved("atonce-other") {
-		t.Error("a CSR of another signer was approved")
+	time.Sleep(500 * time.Millisecond) // the others had as long
+	for _, name := range []string{"atonce-other-signer", "atonce-other-node"} {
+		if approved(name) {
+			t.Errorf("%s was approved", name)
+		}
 	}
 	stop()
 	noMoreGoroutines(t, goroutines)
@@ -76,10 +91,11 @@ func TestApproveAtOnce(t *testing.T) {
 func TestInitializeAtOnce(t *testing.T) {
 	ctx := t.Context()
 	goroutines := runtime.NumGoroutine()
-	stop, err := initializeAtOnce(ctx, shared, 4)
+	stop, err := initializeAtOnce(ctx, shared, 4, "atonce-")
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(stop)
 	nodes := shared.admin.CoreV1().Nodes()
 	create := func(name string, annotations map[string]string) {
 		t.Helper()
@@ -173,7 +189,7 @@ func TestRunAtOnce(t *testing.T) {
 		}
 	})
 	var r strings.Builder
-	if err := runAtOnce(t.Context(), options{nodes: len(nodes), timeout: time.Minute}, shared, nodes, &r); err != nil {
+	if err := runAtOnce(t.Context(), options{nodes: len(nodes), timeout: time.Minute, floor: true}, shared, nodes, "bound-", &r); err != nil {
 		t.Fatal(err)
 	}
 	if d := shared.watch.dupes(); len(d) > 0 {
