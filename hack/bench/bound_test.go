@@ -164,8 +164,8 @@ func noMoreGoroutines(t *testing.T, before int) {
 	}
 }
 
-// TestRunAtOnce runs `go run ./hack/bench -initialize-at-once` (the README's
-// bound) at 5 nodes: every Node initialized and certified with no
+// TestRunAtOnce runs `go run ./hack/bench -initialize-at-once` (BENCHMARKS.md)
+// at 5 nodes: every Node initialized and certified with no
 // coordinator, and the floor measured.
 func TestRunAtOnce(t *testing.T) {
 	nodes := nodesFor(t, "bound", 4000, 5)
