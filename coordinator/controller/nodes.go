@@ -68,8 +68,10 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 		return err
 	}
 	if d.Allocate {
-		// Every observed Node address (this one's too) was reserved by
-		// nodeChanged before this sync could run.
+		// Other Nodes' addresses are reserved by nodeChanged; this one's
+		// are in the request (d.Request.Own): the informer updates its
+		// store before its handlers run, so this Node's event may not have
+		// reserved what the sync read.
 		cidrs, err := c.cidrs.allocate(name, d.Request)
 		if err != nil {
 			c.report(node, d)

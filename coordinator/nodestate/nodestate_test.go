@@ -485,3 +485,27 @@ func TestInitializationWaitsForTheKubeletsCSR(t *testing.T) {
 		})
 	}
 }
+
+// TestRequestNamesTheNodesOwnAddresses: the pod CIDR request carries every
+// address the Node lists (up to maxNodeAddresses), whichever pool serves it,
+// so the allocator keeps them out of its segments even before the Node's
+// event has reserved them.
+func TestRequestNamesTheNodesOwnAddresses(t *testing.T) {
+	s := settings(t, "ipam: {families: [ipv4, ipv6], ipv4Pool: 10.244.0.0/16, ipv4MaskSize: 24, ipv6Pool: 'fd00:10:244::/64', ipv6MaskSize: 80}\n")
+	node := joined("n1", "uid-1", "10.0.0.1", agentKey(1))
+	node.Status.Addresses = append(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "2001:db8:1:2::10"})
+	pf, _ := contract.EncodePrefixes([]netip.Prefix{netip.MustParsePrefix("2001:db8:1:2::/64")})
+	node.Annotations[contract.AnnotationPrefixes] = pf
+	want := []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("2001:db8:1:2::10")}
+	for _, near := range []func(netip.Prefix) []records.Holding{nil, func(netip.Prefix) []records.Holding {
+		return []records.Holding{{Node: "n0", Prefix: netip.MustParsePrefix("2001:db8:1:2::/64")}}
+	}} {
+		d, err := nodestate.Decide(s, nodestate.Input{Node: node, Now: now, HasV4: true, HasV6: true, Near: near})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allocate || !reflect.DeepEqual(d.Request.Own, want) {
+			t.Fatalf("prefix held by another: %t; allocate %t, request's own addresses %v, want %v", near != nil, d.Allocate, d.Request.Own, want)
+		}
+	}
+}

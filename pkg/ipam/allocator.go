@@ -48,6 +48,10 @@ type Request struct {
 	IPv6Addr   netip.Addr
 	// IPv6 asks for an IPv6 segment at all.
 	IPv6 bool
+	// Own are the requesting Node's addresses as the caller read them. No
+	// segment holding one (or IPv6Addr) is handed to it, reserved or not:
+	// a caller's reservations may lag the Node it read.
+	Own []netip.Addr
 }
 
 // Allocator holds every pool and who has what. It is not safe for
@@ -359,6 +363,14 @@ func (a *Allocator) Allocate(node string, req Request) ([]netip.Prefix, error) {
 			return nil, errors.New("IPv6 is the only family, the node has no global IPv6 prefix of its own and no IPv6 pool is configured for such nodes")
 		}
 		return nil, fmt.Errorf("nothing to allocate: the request (IPv4 %t, IPv6 %t) asks for no family the allocator hands out", req.IPv4, req.IPv6)
+	}
+	// The Node's own addresses are kept out for this allocation only: the
+	// Node events reserve them for good (and release them).
+	for _, addr := range append(slices.Clone(req.Own), req.IPv6Addr) {
+		if addr = addr.Unmap(); addr.IsValid() && !a.reserved[addr] {
+			a.Reserve(addr)
+			defer a.Unreserve(addr)
+		}
 	}
 	var pools []*pool
 	if wantV4 {

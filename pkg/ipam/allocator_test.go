@@ -219,11 +219,15 @@ func TestProperties(t *testing.T) {
 				if _, ok := owners[node]; ok {
 					continue
 				}
-				got, err := a.Allocate(node, randomRequest())
+				req := randomRequest()
+				got, err := a.Allocate(node, req)
 				if err != nil {
 					continue
 				}
 				check(owners, node, got)
+				if req.IPv6Addr.IsValid() && slices.ContainsFunc(got, func(c netip.Prefix) bool { return c.Contains(req.IPv6Addr) }) {
+					t.Fatalf("seed %d: %s got %v, holding its own address %s", seed, node, got, req.IPv6Addr)
+				}
 				owners[node] = got
 				allocated++
 			case op < 15:
@@ -445,9 +449,13 @@ func TestOverlappingPoolsAndPrefixes(t *testing.T) {
 // segments gets them back when those nodes are gone, and the other way round.
 func TestReleaseAcrossOverlappingSets(t *testing.T) {
 	a, _ := New(Config{Families: []Family{IPv6}})
-	wide := Request{IPv6: true, IPv6Prefix: mp("2001:db8::/120"), IPv6Addr: ma("2001:db8::ff")}   // 4 × /122
+	// Each node's own address is never in its own segment: they sit where
+	// other nodes' segments are.
+	wide := Request{IPv6: true, IPv6Prefix: mp("2001:db8::/120"), IPv6Addr: ma("2001:db8::1")}    // 4 × /122
 	narrow := Request{IPv6: true, IPv6Prefix: mp("2001:db8::/122"), IPv6Addr: ma("2001:db8::3f")} // 2 × /123, the first /122
-	for _, n := range []string{"inner0", "inner1"} {
+	for n, own := range map[string]string{"inner0": "2001:db8::3f", "inner1": "2001:db8::1"} {
+		narrow := narrow
+		narrow.IPv6Addr = ma(own)
 		if got, err := a.Allocate(n, narrow); err != nil || !mp("2001:db8::/122").Contains(got[0].Addr()) {
 			t.Fatalf("%s: %v %v", n, got, err)
 		}
@@ -465,6 +473,7 @@ func TestReleaseAcrossOverlappingSets(t *testing.T) {
 		t.Fatalf("wide4 got %v %v while inner1 still holds part of it", got, err)
 	}
 	a.Release("inner1")
+	wide.IPv6Addr = ma("2001:db8::41") // in wide1's segment
 	if got, err := a.Allocate("wide4", wide); err != nil || got[0] != mp("2001:db8::/122") {
 		t.Fatalf("after both nested nodes left: %v %v, want 2001:db8::/122", got, err)
 	}
@@ -608,5 +617,54 @@ func TestServiceCIDRsFromTheCluster(t *testing.T) {
 	a.RemoveServiceCIDR(mp("10.0.0.0/23"))
 	if got, err := a.Allocate("full", Request{IPv4: true}); err != nil || !mp("10.0.0.0/23").Contains(got[0].Addr()) {
 		t.Fatalf("after the ServiceCIDR went: %v %v", got, err)
+	}
+}
+
+// TestOwnAddressesNeverInOwnSegment: a Node is never handed a segment that
+// holds one of its own addresses, whether or not the address was reserved
+// yet (the coordinator reserves observed addresses from its Node events,
+// which may run after a sync has read the Node they describe). A kubelet
+// asks for a certificate for its addresses, and an address inside its own
+// pod CIDR is a pod's: its serving CSRs would be refused for good.
+func TestOwnAddressesNeverInOwnSegment(t *testing.T) {
+	prefixes := []netip.Prefix{mp("2001:db8::/56"), mp("2001:db8:0:1::/64"), mp("2001:db8:0:1::/72"), mp("2001:db8:0:1:1::/96"), mp("2001:db8:0:1::/112")}
+	for seed := uint64(1); seed <= 200; seed++ {
+		r := rand.New(rand.NewPCG(seed, 7))
+		a, err := New(Config{Families: []Family{IPv4, IPv6}, IPv4Pool: mp("10.0.0.0/22")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 8 {
+			p := prefixes[r.IntN(len(prefixes))]
+			set, segBits, err := SegmentFor(p, p.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			// An address in one of the set's first segments: the one a
+			// first-free allocation would pick.
+			b := set.Addr().As16()
+			sp, _ := newPool(set, segBits)
+			seg := sp.segment(r.IntN(3)).Addr().As16()
+			copy(b[:], seg[:])
+			b[15] |= byte(r.IntN(255) + 1)
+			own6 := netip.AddrFrom16(b)
+			own4 := netip.AddrFrom4([4]byte{10, 0, byte(r.IntN(4)), byte(r.IntN(256))})
+			node := fmt.Sprintf("n%d", i)
+			req := Request{IPv4: true, IPv6: true, IPv6Prefix: p, IPv6Addr: own6, Own: []netip.Addr{own4, own6}}
+			got, err := a.Allocate(node, req)
+			if err != nil {
+				continue // exhausted: nothing handed out
+			}
+			for _, c := range got {
+				for _, own := range req.Own {
+					if c.Contains(own) {
+						t.Fatalf("seed %d: %s was handed %s, which holds its own address %s (not reserved yet)", seed, node, c, own)
+					}
+				}
+			}
+			if a.Reserved(own6) || a.Reserved(own4) {
+				t.Fatalf("seed %d: the allocation left %s's own addresses reserved; only the Node events reserve", seed, node)
+			}
+		}
 	}
 }
