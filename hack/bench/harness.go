@@ -527,7 +527,6 @@ func (e *env) converged(nodes []*simNode) (bool, string) {
 		fmt.Sprintf("%d/%d initialized, %d/%d serving certificates", inited, len(nodes), certs, len(nodes))
 }
 
-// waitConverged polls converged until it holds or the timeout passes.
 // snapshot is every component's CPU time and kube-apiserver's requests
 // at one moment.
 type snapshot struct {
@@ -551,18 +550,71 @@ func (e *env) onceInitialized(ctx context.Context, c *coordinator, nodes []*simN
 	return e.snapshot(context.WithoutCancel(ctx), c)
 }
 
+// waitConverged polls converged until it holds or the timeout passes.
+// Every progressEvery it says how far the run got and which nodes it
+// waits for, and it gives up at once on a node whose kubelet was refused
+// for good (refusedForGood): a run that cannot converge says why now, not
+// after its timeout.
 func (e *env) waitConverged(ctx context.Context, nodes []*simNode, timeout time.Duration) (time.Time, error) {
-	deadline := time.Now().Add(timeout)
+	start := time.Now()
+	deadline, next := start.Add(timeout), start.Add(progressEvery)
 	for {
 		ok, status := e.converged(nodes)
 		if ok {
 			return time.Now(), nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return time.Time{}, fmt.Errorf("not converged within %v: %s", timeout, status)
+			return time.Time{}, fmt.Errorf("not converged within %v: %s; waiting for %s", timeout, status, e.notConverged(nodes))
+		}
+		if time.Now().After(next) {
+			next = time.Now().Add(progressEvery)
+			fmt.Fprintf(e.log, "bench: converging for %v: %s; waiting for %s\n", time.Since(start).Round(time.Second), status, e.notConverged(nodes))
+			if err := e.refusedForGood(ctx, nodes); err != nil {
+				return time.Time{}, err
+			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// progressEvery is how often waitConverged reports and checks for nodes
+// refused for good.
+const progressEvery = 10 * time.Second
+
+// notConverged names up to five of nodes not yet initialized and certified.
+func (e *env) notConverged(nodes []*simNode) string {
+	var names []string
+	for _, sn := range nodes {
+		if _, c, _ := sn.times(); c.IsZero() || e.watch.initializedAt(sn.name).IsZero() {
+			names = append(names, sn.name)
+		}
+	}
+	if len(names) > 5 {
+		return fmt.Sprintf("%s and %d more", strings.Join(names[:5], ", "), len(names)-5)
+	}
+	return strings.Join(names, ", ")
+}
+
+// refusedForGood is an error naming a node of nodes, not yet certified,
+// whose kubelet's serving CSRs were denied refusedTimes times.
+func (e *env) refusedForGood(ctx context.Context, nodes []*simNode) error {
+	var waiting []string
+	for _, sn := range nodes {
+		if _, c, _ := sn.times(); c.IsZero() {
+			waiting = append(waiting, sn.name)
+		}
+	}
+	if len(waiting) == 0 {
+		return nil
+	}
+	list, err := e.admin.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil // the next round asks again; the timeout still bounds the wait
+	}
+	if node, reason, ok := refusedForGood(list.Items, waiting); ok {
+		return fmt.Errorf("node %s will never converge: its kubelet was refused: %s", node, reason)
+	}
+	return nil
 }
 
 // nodeWatch follows every Node as admin: when each was first seen
