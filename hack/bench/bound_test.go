@@ -168,10 +168,10 @@ func noMoreGoroutines(t *testing.T, before int) {
 // at 5 nodes: every Node initialized and certified with no
 // coordinator, and the floor measured.
 func TestRunAtOnce(t *testing.T) {
-	nodes := nodesFor(t, "bound", 4000, 5)
+	after, atSight := nodesFor(t, "bound", 4000, 5), nodesFor(t, "bound", 4010, 5)
 	t.Cleanup(func() { // Nodes no coordinator keeps records of: later tests' coordinators would see them
 		ctx := context.Background()
-		for i, sn := range nodes {
+		for i, sn := range slices.Concat(after, atSight) {
 			floorName, _, _, _ := nodeSpec("floor", i)
 			for _, name := range []string{sn.name, floorName} {
 				shared.admin.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
@@ -188,16 +188,36 @@ func TestRunAtOnce(t *testing.T) {
 			}
 		}
 	})
-	var r strings.Builder
-	if err := runAtOnce(t.Context(), options{nodes: len(nodes), timeout: time.Minute, floor: true}, shared, nodes, "bound-", &r); err != nil {
-		t.Fatal(err)
-	}
-	if d := shared.watch.dupes(); len(d) > 0 {
-		t.Errorf("pod CIDRs given twice by the bound or the floor: %v", d)
-	}
-	for _, want := range []string{"registration → certificate issued", "floor: ", "storm/floor = "} {
-		if !strings.Contains(r.String(), want) {
-			t.Errorf("the report has no %q:\n%s", want, r.String())
-		}
+	for _, tc := range []struct {
+		name  string
+		nodes []*simNode
+		o     options
+		want  []string
+	}{
+		{"approved once the last is initialized", after, options{nodes: len(after), timeout: time.Minute, floor: true},
+			[]string{"registration → certificate issued", "floor: ", "storm/floor = "}},
+		// The floor's Node names are taken by the run above.
+		{"approved at sight during the storm", atSight, options{nodes: len(atSight), timeout: time.Minute, approveAtOnce: true},
+			[]string{"registration → certificate issued", "kube-apiserver CPU to the last node initialized"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var r strings.Builder
+			if err := runAtOnce(t.Context(), tc.o, shared, tc.nodes, "bound-", &r); err != nil {
+				t.Fatal(err)
+			}
+			if d := shared.watch.dupes(); len(d) > 0 {
+				t.Errorf("pod CIDRs given twice by the bound or the floor: %v", d)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(r.String(), want) {
+					t.Errorf("the report has no %q:\n%s", want, r.String())
+				}
+			}
+			for _, sn := range tc.nodes {
+				if _, certified, err := sn.times(); err != nil || certified.IsZero() {
+					t.Errorf("%s: no serving certificate (%v)", sn.name, err)
+				}
+			}
+		})
 	}
 }
