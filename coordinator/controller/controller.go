@@ -142,10 +142,13 @@ type Coordinator struct {
 const byNode = "byNode"
 
 // byHostname indexes Nodes by their Hostname addresses, byAddress by their
-// InternalIP and ExternalIP addresses (at most maxNodeAddresses each).
+// InternalIP and ExternalIP addresses (at most maxNodeAddresses each), and
+// bySlash64 by the /64s holding their IPv6 ones. The informer updates
+// indexes with its store, before its handlers run.
 const (
 	byHostname = "byHostname"
 	byAddress  = "byAddress"
+	bySlash64  = "bySlash64"
 )
 
 // New builds a replica; nothing runs until Run.
@@ -223,18 +226,7 @@ func New(cfg Config) (*Coordinator, error) {
 	c.csrIndex = csrInf.Informer().GetIndexer()
 	c.ownCSRs = cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), csrInf.Informer().GetStore(),
 		cache.MutationCacheOptions{Indexer: c.csrIndex, TTL: time.Minute, MaxCacheSize: 10000})
-	maxAddrs := cfg.Settings.MaxNodeAddresses
-	if err := nodeInf.Informer().AddIndexers(cache.Indexers{byHostname: hostnames, byAddress: func(obj any) ([]string, error) {
-		n, ok := obj.(*corev1.Node)
-		if !ok {
-			return nil, nil
-		}
-		var keys []string
-		for _, ip := range nodestate.Addresses(n, maxAddrs) {
-			keys = append(keys, ip.String())
-		}
-		return keys, nil
-	}}); err != nil {
+	if err := nodeInf.Informer().AddIndexers(nodeIndexers(cfg.Settings.MaxNodeAddresses)); err != nil {
 		return nil, err
 	}
 	c.nodeIndex = nodeInf.Informer().GetIndexer()
@@ -351,6 +343,36 @@ func (c *Coordinator) recordChanged(old, obj any) {
 				c.nodeQueue.Add(node.Name)
 			}
 		}
+	}
+}
+
+// nodeIndexers are the Node informer's indexes (byHostname, byAddress,
+// bySlash64), over at most maxAddrs addresses per Node.
+func nodeIndexers(maxAddrs int) cache.Indexers {
+	addresses := func(obj any, key func(netip.Addr) (string, bool)) ([]string, error) {
+		n, ok := obj.(*corev1.Node)
+		if !ok {
+			return nil, nil
+		}
+		var keys []string
+		for _, ip := range nodestate.Addresses(n, maxAddrs) {
+			if k, ok := key(ip); ok && !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+		return keys, nil
+	}
+	return cache.Indexers{
+		byHostname: hostnames,
+		byAddress: func(obj any) ([]string, error) {
+			return addresses(obj, func(ip netip.Addr) (string, bool) { return ip.String(), true })
+		},
+		bySlash64: func(obj any) ([]string, error) {
+			return addresses(obj, func(ip netip.Addr) (string, bool) {
+				p, err := ip.Prefix(64)
+				return p.String(), err == nil && ip.Is6()
+			})
+		},
 	}
 }
 

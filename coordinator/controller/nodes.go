@@ -68,11 +68,7 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 		return err
 	}
 	if d.Allocate {
-		// Other Nodes' addresses are reserved by nodeChanged; this one's
-		// are in the request (d.Request.Own): the informer updates its
-		// store before its handlers run, so this Node's event may not have
-		// reserved what the sync read.
-		cidrs, err := c.cidrs.allocate(name, d.Request)
+		cidrs, err := c.allocate(name, d.Request)
 		if err != nil {
 			c.report(node, d)
 			c.m.Allocations.WithLabelValues(poolOf(d.Request, netip.Prefix{}), "error").Inc()
@@ -134,6 +130,35 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	}
 	c.patched(node, d, in.Review)
 	return nil
+}
+
+// allocate hands Node name its pod CIDRs for req. No segment holds an
+// address any Node listed when its sync read the store: nodeChanged
+// reserves observed addresses, but the informer updates its store (and
+// indexes) before its handlers run, so the request also avoids the Node's
+// own addresses (req.Avoid, from Decide) and those other Nodes list inside
+// the prefix it carves from (the bySlash64 index; outside pod pools, which
+// are never reserved either).
+func (c *Coordinator) allocate(name string, req ipam.Request) ([]netip.Prefix, error) {
+	if req.IPv6Prefix.IsValid() {
+		if set, _, err := ipam.SegmentFor(req.IPv6Prefix, req.IPv6Addr); err == nil {
+			key, _ := set.Addr().Prefix(64)
+			objs, _ := c.nodeIndex.ByIndex(bySlash64, key.String())
+			req.Avoid = slices.Clone(req.Avoid)
+			for _, o := range objs {
+				n, ok := o.(*corev1.Node)
+				if !ok || n.Name == name {
+					continue
+				}
+				for _, ip := range nodestate.Addresses(n, c.settings.MaxNodeAddresses) {
+					if set.Contains(ip) && !c.cidrs.inPool(ip) {
+						req.Avoid = append(req.Avoid, ip)
+					}
+				}
+			}
+		}
+	}
+	return c.cidrs.allocate(name, req)
 }
 
 // putRecord writes spec over rec (creating record name when rec is nil) and returns

@@ -40,11 +40,8 @@ func newPodCIDRs(m *Metrics, pools []netip.Prefix) *podCIDRs {
 // Addresses inside a pod pool are ignored: no real node address is there,
 // so a Node listing one does not get to reserve a segment.
 func (p *podCIDRs) observe(added, removed []netip.Addr) {
-	inPool := func(ip netip.Addr) bool {
-		return slices.ContainsFunc(p.pools, func(pp netip.Prefix) bool { return pp.Contains(ip) })
-	}
-	added = slices.DeleteFunc(slices.Clone(added), inPool)
-	removed = slices.DeleteFunc(slices.Clone(removed), inPool)
+	added = slices.DeleteFunc(slices.Clone(added), p.inPool)
+	removed = slices.DeleteFunc(slices.Clone(removed), p.inPool)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, ip := range added {
@@ -60,6 +57,12 @@ func (p *podCIDRs) observe(added, removed []netip.Addr) {
 			}
 		}
 	}
+}
+
+// inPool reports whether ip lies in a configured pod pool, where no real
+// Node address is: a Node listing one never gets to keep segments out.
+func (p *podCIDRs) inPool(ip netip.Addr) bool {
+	return slices.ContainsFunc(p.pools, func(pp netip.Prefix) bool { return pp.Contains(ip) })
 }
 
 // setServices keeps the allocator's service ranges equal to want.

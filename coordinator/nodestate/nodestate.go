@@ -222,7 +222,7 @@ func Decide(s Settings, in Input) (Desired, error) {
 	d.Request = finalize.Request(records.ClaimedIPs(d.Claims), rep, s.Networks, in.HasV4, in.HasV6)
 	// Its own addresses never go into its segments, reserved or not: the
 	// Node's event, which reserves them, may not have run yet.
-	d.Request.Own = current
+	d.Request.Avoid = current
 	prefix := d.nodePrefix(s, in, node.Name, prev.Prefix, existing)
 	if cfg.IPAMEnabled() && len(existing) == 0 && len(d.Waiting) == 0 {
 		if in.Allocated == nil {

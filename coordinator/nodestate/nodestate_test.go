@@ -504,8 +504,8 @@ func TestRequestNamesTheNodesOwnAddresses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !d.Allocate || !reflect.DeepEqual(d.Request.Own, want) {
-			t.Fatalf("prefix held by another: %t; allocate %t, request's own addresses %v, want %v", near != nil, d.Allocate, d.Request.Own, want)
+		if !d.Allocate || !reflect.DeepEqual(d.Request.Avoid, want) {
+			t.Fatalf("prefix held by another: %t; allocate %t, request's own addresses %v, want %v", near != nil, d.Allocate, d.Request.Avoid, want)
 		}
 	}
 }

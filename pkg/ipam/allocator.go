@@ -48,10 +48,11 @@ type Request struct {
 	IPv6Addr   netip.Addr
 	// IPv6 asks for an IPv6 segment at all.
 	IPv6 bool
-	// Own are the requesting Node's addresses as the caller read them. No
-	// segment holding one (or IPv6Addr) is handed to it, reserved or not:
-	// a caller's reservations may lag the Node it read.
-	Own []netip.Addr
+	// Avoid are addresses no segment handed out for this request may hold
+	// (IPv6Addr is one), reserved or not: the requesting Node's own, and
+	// those other Nodes list near its prefix, as the caller read them (a
+	// caller's reservations may lag the Nodes it read).
+	Avoid []netip.Addr
 }
 
 // Allocator holds every pool and who has what. It is not safe for
@@ -351,11 +352,17 @@ func (a *Allocator) set(prefix netip.Prefix, segBits int) (*pool, error) {
 
 // Allocate gives a node its CIDRs, in the families the allocator hands
 // out (a request for another family is ignored). A node that already has
-// CIDRs keeps them (they never change once set). On error nothing is held
-// for the node.
+// CIDRs keeps them (they never change once set), unless they hold an
+// address of req.Avoid: a caller asks only for a Node without pod CIDRs,
+// so those never reached it (its write failed), and it gets others. On
+// error nothing is held for the node.
 func (a *Allocator) Allocate(node string, req Request) ([]netip.Prefix, error) {
+	avoid := append(slices.Clone(req.Avoid), req.IPv6Addr)
 	if have, ok := a.owners[node]; ok {
-		return slices.Clone(have), nil
+		if !slices.ContainsFunc(have, func(c netip.Prefix) bool { return slices.ContainsFunc(avoid, c.Contains) }) {
+			return slices.Clone(have), nil
+		}
+		a.Release(node)
 	}
 	wantV4, wantV6 := req.IPv4 && a.ipv4, req.IPv6 && a.ipv6
 	if !wantV4 && !wantV6 {
@@ -364,9 +371,9 @@ func (a *Allocator) Allocate(node string, req Request) ([]netip.Prefix, error) {
 		}
 		return nil, fmt.Errorf("nothing to allocate: the request (IPv4 %t, IPv6 %t) asks for no family the allocator hands out", req.IPv4, req.IPv6)
 	}
-	// The Node's own addresses are kept out for this allocation only: the
+	// The addresses to avoid are kept out for this allocation only: the
 	// Node events reserve them for good (and release them).
-	for _, addr := range append(slices.Clone(req.Own), req.IPv6Addr) {
+	for _, addr := range avoid {
 		if addr = addr.Unmap(); addr.IsValid() && !a.reserved[addr] {
 			a.Reserve(addr)
 			defer a.Unreserve(addr)

@@ -650,13 +650,13 @@ func TestOwnAddressesNeverInOwnSegment(t *testing.T) {
 			own6 := netip.AddrFrom16(b)
 			own4 := netip.AddrFrom4([4]byte{10, 0, byte(r.IntN(4)), byte(r.IntN(256))})
 			node := fmt.Sprintf("n%d", i)
-			req := Request{IPv4: true, IPv6: true, IPv6Prefix: p, IPv6Addr: own6, Own: []netip.Addr{own4, own6}}
+			req := Request{IPv4: true, IPv6: true, IPv6Prefix: p, IPv6Addr: own6, Avoid: []netip.Addr{own4, own6}}
 			got, err := a.Allocate(node, req)
 			if err != nil {
 				continue // exhausted: nothing handed out
 			}
 			for _, c := range got {
-				for _, own := range req.Own {
+				for _, own := range req.Avoid {
 					if c.Contains(own) {
 						t.Fatalf("seed %d: %s was handed %s, which holds its own address %s (not reserved yet)", seed, node, c, own)
 					}
@@ -666,5 +666,34 @@ func TestOwnAddressesNeverInOwnSegment(t *testing.T) {
 				t.Fatalf("seed %d: the allocation left %s's own addresses reserved; only the Node events reserve", seed, node)
 			}
 		}
+	}
+}
+
+// TestAllocateAgainAvoidsAddressesListedSince: an allocation that never
+// reached its Node (the patch answered 409, the sync is retried) is not
+// handed out again when it holds an address the Node lists by the retry:
+// the Node gets a segment without it.
+func TestAllocateAgainAvoidsAddressesListedSince(t *testing.T) {
+	a, _ := New(Config{Families: []Family{IPv4, IPv6}, IPv4Pool: mp("10.0.0.0/22")})
+	slaac := ma("2001:db8:0:1:a8bb:ccff:fedd:eeff")
+	first, err := a.Allocate("n", Request{IPv4: true, IPv6: true, IPv6Prefix: mp("2001:db8:0:1::/64"), IPv6Addr: slaac, Avoid: []netip.Addr{slaac}})
+	if err != nil || len(first) != 2 || first[1] != mp("2001:db8:0:1::/80") {
+		t.Fatalf("first allocation %v %v, want an IPv4 /24 and 2001:db8:0:1::/80", first, err)
+	}
+	static := ma("2001:db8:0:1::1") // added before the retry, inside the first /80
+	again, err := a.Allocate("n", Request{IPv4: true, IPv6: true, IPv6Prefix: mp("2001:db8:0:1::/64"), IPv6Addr: slaac, Avoid: []netip.Addr{slaac, static}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range again {
+		if c.Contains(static) || c.Contains(slaac) {
+			t.Fatalf("the retry handed out %v again, holding the Node's own address", again)
+		}
+	}
+	if got := a.Owned("n"); !slices.Equal(got, again) {
+		t.Errorf("the allocator holds %v for n, handed out %v", got, again)
+	}
+	if holder, _ := a.Holder(ma("2001:db8:0:1::2")); holder != "" {
+		t.Errorf("the first /80 is still held by %q", holder)
 	}
 }
