@@ -228,12 +228,21 @@ func TestAddressHeldByAnotherNode(t *testing.T) {
 	}
 }
 
-func TestPrefixHeldByAnotherNode(t *testing.T) {
+// dualStack is settings with both families and a fallback IPv6 pool, and
+// a joined Node n1 with 10.0.0.1 and 2001:db8:1:2::10, reporting the /64
+// holding the latter.
+func dualStack(t *testing.T) (nodestate.Settings, *corev1.Node) {
+	t.Helper()
 	s := settings(t, "ipam: {families: [ipv4, ipv6], ipv4Pool: 10.244.0.0/16, ipv4MaskSize: 24, ipv6Pool: 'fd00:10:244::/64', ipv6MaskSize: 80}\n")
 	node := joined("n1", "uid-1", "10.0.0.1", agentKey(1))
 	node.Status.Addresses = append(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "2001:db8:1:2::10"})
 	pf, _ := contract.EncodePrefixes([]netip.Prefix{netip.MustParsePrefix("2001:db8:1:2::/64")})
 	node.Annotations[contract.AnnotationPrefixes] = pf
+	return s, node
+}
+
+func TestPrefixHeldByAnotherNode(t *testing.T) {
+	s, node := dualStack(t)
 	base := nodestate.Input{Node: node, Now: now, HasV4: true, HasV6: true}
 
 	free, err := nodestate.Decide(s, base)
@@ -491,11 +500,7 @@ func TestInitializationWaitsForTheKubeletsCSR(t *testing.T) {
 // so the allocator keeps them out of its segments even before the Node's
 // event has reserved them.
 func TestRequestNamesTheNodesOwnAddresses(t *testing.T) {
-	s := settings(t, "ipam: {families: [ipv4, ipv6], ipv4Pool: 10.244.0.0/16, ipv4MaskSize: 24, ipv6Pool: 'fd00:10:244::/64', ipv6MaskSize: 80}\n")
-	node := joined("n1", "uid-1", "10.0.0.1", agentKey(1))
-	node.Status.Addresses = append(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "2001:db8:1:2::10"})
-	pf, _ := contract.EncodePrefixes([]netip.Prefix{netip.MustParsePrefix("2001:db8:1:2::/64")})
-	node.Annotations[contract.AnnotationPrefixes] = pf
+	s, node := dualStack(t)
 	want := []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("2001:db8:1:2::10")}
 	for _, near := range []func(netip.Prefix) []records.Holding{nil, func(netip.Prefix) []records.Holding {
 		return []records.Holding{{Node: "n0", Prefix: netip.MustParsePrefix("2001:db8:1:2::/64")}}
