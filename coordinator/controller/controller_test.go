@@ -884,6 +884,23 @@ csr: {minAddressAge: 1s, initWait: 0s}
 	}
 	t.Cleanup(func() { _ = admin().CoreV1().Nodes().Delete(context.Background(), "ow-z", metav1.DeleteOptions{}) })
 	waitFor(t, 10*time.Second, "PodCIDRConflict", func() bool { return len(events(t, "ow-z", "PodCIDRConflict")) > 0 })
+
+	// Another writer gives a Node a pod CIDR holding its own address: its
+	// serving CSRs would be denied for good; the coordinator says how to
+	// get another.
+	if _, err := admin().CoreV1().Nodes().Create(t.Context(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "ow-w"},
+		Spec:   corev1.NodeSpec{PodCIDR: "10.0.9.0/24", PodCIDRs: []string{"10.0.9.0/24"}},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.9.5"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin().CoreV1().Nodes().Delete(context.Background(), "ow-w", metav1.DeleteOptions{}) })
+	waitFor(t, 10*time.Second, "PodCIDRHoldsNodeAddress", func() bool {
+		ev := events(t, "ow-w", "PodCIDRHoldsNodeAddress")
+		return len(ev) > 0 && strings.Contains(ev[0].Message, "10.0.9.5") && strings.Contains(ev[0].Message, "service kubelet restart")
+	})
+	if ev := events(t, "ow-x", "PodCIDRHoldsNodeAddress"); len(ev) > 0 {
+		t.Errorf("ow-x's pod CIDR holds none of its addresses, yet: %s", ev[0].Message)
+	}
 }
 
 // A CSR first seen after the attestation timeout (the coordinator was down)

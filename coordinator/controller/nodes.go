@@ -41,6 +41,13 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	if cidrs, err := finalize.PodCIDRs(node); err == nil {
 		c.reconcileCIDRs(node, cidrs)
 	}
+	if ip, cidr, ok := nodestate.AddressInOwnPodCIDR(node, c.settings.MaxNodeAddresses); ok {
+		if c.say(node, "node", name, corev1.EventTypeWarning, "PodCIDRHoldsNodeAddress", fmt.Sprintf(
+			"pod CIDR %s holds this Node's own address %s, so its kubelet's serving CSRs naming it are denied, and pod CIDRs never change. "+
+				"Delete this Node object and restart its kubelet (talosctl -n <node> service kubelet restart): it registers again and gets another", cidr, ip)) {
+			c.log.Warn("a Node's pod CIDR holds its own address", "node", name, "podCIDR", cidr, "address", ip)
+		}
+	}
 	rec, err := c.records.Get(name)
 	if err != nil {
 		return err

@@ -514,3 +514,41 @@ func TestRequestNamesTheNodesOwnAddresses(t *testing.T) {
 		}
 	}
 }
+
+// TestAddressInOwnPodCIDR finds a Node whose pod CIDRs hold one of its own
+// addresses (given before the allocation avoided them): its kubelet's
+// serving CSRs naming it are refused for good, so the coordinator says so.
+func TestAddressInOwnPodCIDR(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cidrs []string
+		ips   []string
+		want  string
+	}{
+		{"none", []string{"10.244.1.0/24", "2001:db8:1:2::/80"}, []string{"10.0.0.1", "2001:db8:1:2:1::1"}, ""},
+		{"the IPv6 segment holds its ::1", []string{"10.244.1.0/24", "2001:db8:1:2::/80"}, []string{"10.0.0.1", "2001:db8:1:2::1"}, "2001:db8:1:2::1 in 2001:db8:1:2::/80"},
+		{"the IPv4 segment", []string{"10.244.1.0/24"}, []string{"10.244.1.7"}, "10.244.1.7 in 10.244.1.0/24"},
+		{"no pod CIDRs yet", nil, []string{"10.244.1.7"}, ""},
+		{"spec.podCIDR alone", []string{""}, []string{"10.244.1.7"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+			for _, c := range tc.cidrs {
+				if c != "" {
+					n.Spec.PodCIDRs = append(n.Spec.PodCIDRs, c)
+				}
+			}
+			for _, ip := range tc.ips {
+				n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip})
+			}
+			ip, cidr, ok := nodestate.AddressInOwnPodCIDR(n, 16)
+			got := ""
+			if ok {
+				got = ip.String() + " in " + cidr.String()
+			}
+			if got != tc.want {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
