@@ -37,11 +37,13 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	current := nodestate.Addresses(node, c.settings.MaxNodeAddresses)
 	// Every Node's pod CIDRs are accounted for, whatever else holds it back.
-	if cidrs, err := finalize.PodCIDRs(node); err == nil {
+	cidrs, err := finalize.PodCIDRs(node)
+	if err == nil {
 		c.reconcileCIDRs(node, cidrs)
 	}
-	if ip, cidr, ok := nodestate.AddressInOwnPodCIDR(node, c.settings.MaxNodeAddresses); ok {
+	if ip, cidr, ok := nodestate.AddressInOwnPodCIDR(cidrs, current); ok {
 		if c.say(node, "node", name, corev1.EventTypeWarning, "PodCIDRHoldsNodeAddress", fmt.Sprintf(
 			"pod CIDR %s holds this Node's own address %s, so its kubelet's serving CSRs naming it are denied, and pod CIDRs never change. "+
 				"Delete this Node object and restart its kubelet (talosctl -n <node> service kubelet restart): it registers again and gets another", cidr, ip)) {
@@ -61,7 +63,6 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	// workers never record one address for two Nodes. The locks are let go
 	// once the record is written (the store shows it to every reader from
 	// then on), not held over the Node's patch.
-	current := nodestate.Addresses(node, c.settings.MaxNodeAddresses)
 	var recorded []netip.Addr
 	if rec != nil {
 		recorded = records.ClaimedIPs(rec.Spec.Addresses)

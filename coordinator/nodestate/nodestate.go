@@ -401,17 +401,13 @@ func Addresses(node *corev1.Node, max int) []netip.Addr {
 	return out
 }
 
-// AddressInOwnPodCIDR returns an address of the Node (of its first max)
-// that lies inside one of its own pod CIDRs, and that CIDR. Allocation
-// avoids them, but a Node given its CIDRs before (or by another writer)
-// may have one: its kubelet's serving CSRs naming it are refused (a pod's
-// address), and pod CIDRs never change.
-func AddressInOwnPodCIDR(node *corev1.Node, max int) (netip.Addr, netip.Prefix, bool) {
-	cidrs, err := finalize.PodCIDRs(node)
-	if err != nil {
-		return netip.Addr{}, netip.Prefix{}, false // reported as InvalidPodCIDR
-	}
-	for _, ip := range Addresses(node, max) {
+// AddressInOwnPodCIDR returns one of a Node's addresses (Addresses) that
+// lies inside one of its pod CIDRs, and that CIDR. Allocation avoids them,
+// but a Node given its CIDRs before (or by another writer) may have one:
+// its kubelet's serving CSRs naming it are refused (a pod's address), and
+// pod CIDRs never change.
+func AddressInOwnPodCIDR(cidrs []netip.Prefix, addrs []netip.Addr) (netip.Addr, netip.Prefix, bool) {
+	for _, ip := range addrs {
 		for _, c := range cidrs {
 			if c.Contains(ip) {
 				return ip, c, true

@@ -19,6 +19,7 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/coordinator/config"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/coordinator/finalize"
 )
 
 var now = time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
@@ -541,7 +542,11 @@ func TestAddressInOwnPodCIDR(t *testing.T) {
 			for _, ip := range tc.ips {
 				n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip})
 			}
-			ip, cidr, ok := nodestate.AddressInOwnPodCIDR(n, 16)
+			cidrs, err := finalize.PodCIDRs(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ip, cidr, ok := nodestate.AddressInOwnPodCIDR(cidrs, nodestate.Addresses(n, 16))
 			got := ""
 			if ok {
 				got = ip.String() + " in " + cidr.String()
