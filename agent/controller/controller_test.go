@@ -846,3 +846,74 @@ func TestProviderIDRefusedToTheNodeIsAskedAgainLater(t *testing.T) {
 		t.Errorf("%d providerID patches, want the refused one and the one after the recheck", len(writes))
 	}
 }
+
+// A coordinator that reads approvals from Events says so beside its review
+// (nodeinit.io/attest-by: event): the agent then approves with an Event on
+// the CSR, signed as on the Node, and does not patch its Node for it. A
+// rejection still goes on the Node, which only the node writes: no Event
+// can get a CSR denied. Asked again for the same request, it writes
+// nothing more.
+func TestApprovesByEventWhenTheCoordinatorReadsThem(t *testing.T) {
+	n := newNode(t, "event-node", "10.0.0.18", metal("event-node"))
+	n.startAgent(t, "")
+	n.waitNode(t, 20*time.Second, "join", func(node *corev1.Node) bool { return hasAddress(node, corev1.NodeExternalIP, "203.0.113.10") })
+	stored, err := agentkey.Load(n.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := stored.Public().(ed25519.PublicKey)
+
+	createCSR(t, n, "event-good", []string{"event-node"}, []string{"10.0.0.18", "203.0.113.10"})
+	csr, err := n.admin.CertificatesV1().CertificateSigningRequests().Get(t.Context(), "event-good", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parsed, err := csrcheck.Parse(csr.Spec.Request)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q}}}`, contract.AnnotationCSRReview, "event-good", contract.AnnotationAttestBy, contract.AttestByEvent)
+	asked, err := n.admin.CoreV1().Nodes().Patch(t.Context(), n.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []corev1.Event
+	deadline := time.Now().Add(10 * time.Second)
+	for len(got) == 0 && time.Now().Before(deadline) {
+		list, err := n.admin.CoreV1().Events("default").List(t.Context(), metav1.ListOptions{FieldSelector: "reason=" + contract.EventReasonAttested + ",involvedObject.name=event-good"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = list.Items
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(got) != 1 {
+		t.Fatalf("%d attestation Events about event-good, want 1", len(got))
+	}
+	att, err := contract.EventAttestation(&got[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !att.Approves("event-good", csr.Spec.Request) || att.Verify(n.name, pub, contract.RequestSANs(parsed)) != nil {
+		t.Errorf("the Event's attestation %+v does not approve this request with the agent's key", att)
+	}
+	if got[0].InvolvedObject.UID != csr.UID {
+		t.Errorf("the Event is about UID %s, the CSR is %s", got[0].InvolvedObject.UID, csr.UID)
+	}
+	time.Sleep(time.Second) // any Node patch the agent would make for it
+	node, err := n.admin.CoreV1().Nodes().Get(t.Context(), n.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := node.Annotations[contract.AnnotationCSRAttestation]; ok {
+		t.Errorf("the agent also attested on its Node: %s", node.Annotations[contract.AnnotationCSRAttestation])
+	}
+	if node.ResourceVersion != asked.ResourceVersion {
+		t.Errorf("the Node changed after the review (resourceVersion %s → %s): the approval goes by Event alone", asked.ResourceVersion, node.ResourceVersion)
+	}
+
+	createCSR(t, n, "event-foreign-ip", []string{"event-node"}, []string{"10.0.0.18", "198.51.100.99"})
+	if att := n.review(t, "event-foreign-ip"); att.Verdict != contract.VerdictReject {
+		t.Errorf("a CSR naming an address not on the node: verdict %q on the Node, want reject", att.Verdict)
+	}
+}

@@ -110,6 +110,7 @@ type Coordinator struct {
 	nodeStatus     *nodeStatus            // the Node reconciler's gauges: Nodes waiting, Nodes left alone
 	said           *said                  // the last message of each Event reason per object
 	requests       *requests              // each CSR's request, parsed once
+	attestations   *attestEvents          // the agents' attestation Events, by CSR
 	apiSANsRead    bool                   // the API server's certificate SANs are in cfg (read or given)
 	claimLocks     addrLocks              // claims are decided and recorded under their addresses' locks
 	refusedIDs     refusedIDs             // providerIDs the API server refused, per Node object
@@ -281,6 +282,10 @@ func New(cfg Config) (*Coordinator, error) {
 			}
 		},
 	})
+	// An attestation Event resyncs the CSR it is about.
+	if c.attestations, err = newAttestEvents(cfg.Client, func(csr string) { c.csrQueue.Add(csr) }, c.m.AttestationEventsIgnored.Inc); err != nil {
+		return nil, err
+	}
 	// A record an admin changed (a re-enrolled key) resyncs its Node's CSRs;
 	// addresses a record released resync the Nodes waiting for them. A
 	// record naming a valid serving certificate turns the joins' wait on.
@@ -551,16 +556,19 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	c.facts.factory.Discovery().V1().EndpointSlices().Informer()
 	c.factory.Start(informers.Done())
 	c.csrFactory.Start(informers.Done())
+	c.attestations.factory.Start(informers.Done())
 	factsSynced := c.facts.start(informers.Done(), c.log.Info, c.serviceCIDRsChanged)
 	var recordsDone sync.WaitGroup
 	recordsDone.Go(func() { c.records.Informer().Run(informers.Done()) })
 	defer recordsDone.Wait()
 	defer c.factory.Shutdown()
 	defer c.csrFactory.Shutdown()
+	defer c.attestations.factory.Shutdown()
 	defer c.facts.shutdown()
 	defer stopInformers()
 	synced := append(factsSynced, c.factory.Core().V1().Nodes().Informer().HasSynced,
 		c.csrFactory.Certificates().V1().CertificateSigningRequests().Informer().HasSynced,
+		c.attestations.factory.Core().V1().Events().Informer().HasSynced,
 		c.records.Informer().HasSynced)
 	if !cache.WaitForCacheSync(ctx.Done(), append(synced, c.handlersSynced...)...) {
 		return ctx.Err()

@@ -130,7 +130,9 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 		in.PublishedKey = md.AgentKey
 	}
 	in.Facts = csrcheck.Facts{Reserved: c.reservedFor(self), Claims: map[netip.Addr]string{}, PodCIDROf: map[netip.Addr]string{}, Seen: c.observer.seen(self.Name, self.UID, now)}
+	var sans []string
 	if parsed, err := in.CSR.Parse(); err == nil {
+		sans = contract.RequestSANs(parsed)
 		in.Facts.Names, in.Facts.Hostnames = c.names(parsed.DNSNames, self.Name)
 		in.Facts.ReservedNames, in.Facts.APIServerNames, in.Facts.ControlPlane = c.settings.CSR.ReservedNames, c.cfg.APIServerNames, c.controlPlane(self)
 		for _, raw := range parsed.IPAddresses {
@@ -161,6 +163,14 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 		}
 		if rec.Spec.AgentKey != "" {
 			in.EnrolledKey, _ = contract.DecodeAgentKey(rec.Spec.AgentKey)
+		}
+		// An agent approves by Event when the coordinator says it reads
+		// them: one that may stand for the approval (approval.EventApproves)
+		// comes first; the Node's annotation carries the rest.
+		if sans != nil {
+			if a := c.attestations.approval(csr.Name, in.CSR.PEM, nodeName, in.EnrolledKey, sans); a != nil {
+				in.Attestation = a
+			}
 		}
 		in.PreviousSANs = c.previousSANs(rec, csr.Name, now)
 	}
@@ -309,9 +319,14 @@ func (c *Coordinator) review(node *corev1.Node) nodestate.Review {
 	// deleted and created again): ask again, for the request now under the
 	// name. Decided from the attestation and the CSR themselves, so the ask
 	// stays the same however the CSR's decision moves meanwhile.
+	var attested []string // the requests under this name the agent answered for
 	if att, err := contract.DecodeAttestation(node.Annotations[contract.AnnotationCSRAttestation]); err == nil && att.CSR == name {
+		attested = append(attested, att.RequestSHA256)
+	}
+	attested = append(attested, c.attestations.digests(name)...)
+	if len(attested) > 0 {
 		if csr, err := c.csr(name); err == nil {
-			if digest := contract.RequestDigest(csr.Spec.Request); digest != att.RequestSHA256 {
+			if digest := contract.RequestDigest(csr.Spec.Request); !slices.Contains(attested, digest) {
 				r.Ask.RequestSHA256 = digest
 			}
 		}

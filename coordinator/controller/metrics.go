@@ -27,6 +27,9 @@ type Metrics struct {
 	// RecordsReconciled counts records a new leader released: their Node
 	// was deleted while no coordinator led.
 	RecordsReconciled prometheus.Counter
+	// AttestationEventsIgnored counts attestation Events that carry nothing
+	// a decision may use (forged, another request's, malformed).
+	AttestationEventsIgnored prometheus.Counter
 	// Queues are the Node and CSR work queues' workqueue_* series.
 	Queues *queueMetrics
 }
@@ -86,11 +89,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "nodeinit_coordinator_records_reconciled_total",
 			Help: "NodeRecords whose Node was deleted (or re-created) while no coordinator led, released (claims, prefix, grants) when a leader started.",
 		}),
+		AttestationEventsIgnored: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nodeinit_coordinator_attestation_events_ignored_total",
+			Help: "Events with reason NodeinitAttested that carry no approval a decision may use: malformed, of another request, or not signed by the node's enrolled agent key (anyone can create Events).",
+		}),
 		Queues: newQueueMetrics(),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Leader, m.Allocations, m.PoolSegments, m.CSRDecisions, m.GrantsRefused, m.NodeInitTime, m.NodeWrites, m.RebuildSeconds,
-			m.MalformedReports, m.AddressesRefused, m.FloodGuard, m.PendingCSRs, m.NotAdopted, m.PodCIDRConflicts, m.NodesWaiting, m.Contested, m.RecordsReconciled)
+			m.MalformedReports, m.AddressesRefused, m.FloodGuard, m.PendingCSRs, m.NotAdopted, m.PodCIDRConflicts, m.NodesWaiting, m.Contested, m.RecordsReconciled, m.AttestationEventsIgnored)
 		reg.MustRegister(m.Queues.collectors()...)
 	}
 	return m

@@ -42,7 +42,16 @@ const (
 	AnnotationGrantedLabels = Domain + "/granted-labels"
 	// AnnotationCSRReview names the serving CSR the coordinator wants the agent to attest.
 	AnnotationCSRReview = Domain + "/csr-review"
+	// AnnotationAttestBy, written beside the first review, says how this
+	// coordinator reads attestations: AttestByEvent, an approval may come
+	// as an Event on the CSR (AttestationEvent). Without it (a coordinator
+	// before v0.2) the agent answers on its Node only.
+	AnnotationAttestBy = Domain + "/attest-by"
 )
+
+// AttestByEvent is AnnotationAttestBy's value for a coordinator that reads
+// approvals from Events.
+const AttestByEvent = "event"
 
 // Keys owned by Kubernetes and Talos CCM that both sides read or write.
 const (

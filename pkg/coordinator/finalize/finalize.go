@@ -231,6 +231,11 @@ func Compute(node *corev1.Node, r Reported, in Inputs) (Plan, error) {
 	if in.Review != "" && node.Annotations[contract.AnnotationCSRReview] != in.Review {
 		annotations[contract.AnnotationCSRReview] = in.Review
 	}
+	if in.Review != "" && node.Annotations[contract.AnnotationAttestBy] != contract.AttestByEvent {
+		// This coordinator reads approvals from Events: the agent need not
+		// patch its Node to give one.
+		annotations[contract.AnnotationAttestBy] = contract.AttestByEvent
+	}
 	if len(annotations) > 0 {
 		metadata["annotations"] = annotations
 	}
