@@ -22,12 +22,12 @@ import (
 // creator does not matter: the signature does.
 func TestAttestationByEvent(t *testing.T) {
 	startCoordinator(t, "by-event", ipamSettings)
-	a := register(t, "by-event-a", "10.0.7.1")
-	thief := register(t, "by-event-b", "10.0.7.2")
+	a := register(t, "by-event-a", "10.0.41.1")
+	thief := register(t, "by-event-b", "10.0.41.2")
 	for _, n := range []*simNode{a, thief} {
 		n.publish(t, report{providerID: "talos://metal/" + n.ip.String()})
 	}
-	a.csr(t, "by-event-good", []string{"by-event-a"}, []string{"10.0.7.1"})
+	a.csr(t, "by-event-good", []string{"by-event-a"}, []string{"10.0.41.1"})
 	waitFor(t, 10*time.Second, "review of by-event-good", func() bool {
 		return get(t, "by-event-a").Annotations[contract.AnnotationCSRReview] == "by-event-good"
 	})
