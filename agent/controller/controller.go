@@ -521,8 +521,9 @@ func (a *Agent) attest(ctx context.Context, node *corev1.Node, want desired.Stat
 		// coordinator's cache lagged) costs one GET, not one per sync.
 		return nil
 	}
-	if a.byEvent[name] != "" && a.attested[name] == a.byEvent[name] && (review.RequestSHA256 == "" || review.RequestSHA256 == a.byEvent[name] || a.answered == value) {
-		// Approved by Event already: no one can take that back.
+	if a.byEvent[name] != "" && a.answered == value {
+		// Approved by Event, for this very ask: a changed ask (for another
+		// request, or again) is answered again.
 		return nil
 	}
 	csr, err := a.client.GetCSR(ctx, name)
@@ -540,7 +541,7 @@ func (a *Agent) attest(ctx context.Context, node *corev1.Node, want desired.Stat
 	}
 	att := csrcheck.Attest(csrcheck.FromCSR(csr), a.nodeName, ownNames(want), a.localIPs())
 	att = att.Sign(a.nodeName, a.cfg.Key)
-	via, err := a.answer(ctx, node, csr, att)
+	via, err := a.answer(ctx, node, value, csr, att)
 	if err != nil {
 		return err
 	}
@@ -554,12 +555,13 @@ func (a *Agent) attest(ctx context.Context, node *corev1.Node, want desired.Stat
 }
 
 // answer writes the attestation: an approval as an Event on the CSR when
-// the coordinator says it reads them (contract.AnnotationAttestBy), which
+// the coordinator says, beside this review, that it reads them
+// (contract.AnnotationAttestBy naming the review), which
 // no other watcher of Nodes receives; a rejection, or any answer to a
 // coordinator that does not, or one whose Event the API server refused, on
 // the Node. It says which ("event" or "node").
-func (a *Agent) answer(ctx context.Context, node *corev1.Node, csr *certificatesv1.CertificateSigningRequest, att contract.Attestation) (string, error) {
-	if node.Annotations[contract.AnnotationAttestBy] == contract.AttestByEvent && att.Verdict == contract.VerdictApprove {
+func (a *Agent) answer(ctx context.Context, node *corev1.Node, review string, csr *certificatesv1.CertificateSigningRequest, att contract.Attestation) (string, error) {
+	if node.Annotations[contract.AnnotationAttestBy] == contract.AttestByEventFor(review) && att.Verdict == contract.VerdictApprove {
 		ev, err := contract.AttestationEvent(a.nodeName, csr.Name, csr.UID, att, time.Now())
 		if err == nil {
 			err = a.client.CreateEvent(ctx, ev)

@@ -872,7 +872,7 @@ func TestApprovesByEventWhenTheCoordinatorReadsThem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q}}}`, contract.AnnotationCSRReview, "event-good", contract.AnnotationAttestBy, contract.AttestByEvent)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q}}}`, contract.AnnotationCSRReview, "event-good", contract.AnnotationAttestBy, contract.AttestByEventFor("event-good"))
 	asked, err := n.admin.CoreV1().Nodes().Patch(t.Context(), n.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -915,5 +915,13 @@ func TestApprovesByEventWhenTheCoordinatorReadsThem(t *testing.T) {
 	createCSR(t, n, "event-foreign-ip", []string{"event-node"}, []string{"10.0.0.18", "198.51.100.99"})
 	if att := n.review(t, "event-foreign-ip"); att.Verdict != contract.VerdictReject {
 		t.Errorf("a CSR naming an address not on the node: verdict %q on the Node, want reject", att.Verdict)
+	}
+
+	// A coordinator that does not read Events (one rolled back) asks
+	// without naming its review in attest-by: the stale hint, naming an
+	// earlier review, turns nothing on, and the approval goes on the Node.
+	createCSR(t, n, "event-after-rollback", []string{"event-node"}, []string{"10.0.0.18"})
+	if att := n.review(t, "event-after-rollback"); att.Verdict != contract.VerdictApprove {
+		t.Errorf("after a rollback: verdict %q on the Node, want approve", att.Verdict)
 	}
 }

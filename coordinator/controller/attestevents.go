@@ -2,6 +2,7 @@ package controller
 
 import (
 	"crypto/ed25519"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,32 +17,45 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 )
 
-// attestEvents are the agents' attestation Events (contract.AttestationEvent),
-// as the coordinator's watch of reason NodeinitAttested sees them, kept as
-// little as a decision reads and indexed by the CSR each is about. Anyone
-// can create Events, so each one is verified at most once per enrolled key:
-// a forged Event costs one signature check, never one per sync.
+// attestEvents are the agents' attestation Events (contract.AttestationEvent)
+// in namespace default, as the coordinator's watch of reason NodeinitAttested
+// sees them. Anyone can create and change Events, so the informer keeps a
+// stub of each (no annotation), and each Event's attestation is read once
+// per version, small or not at all (maxEventAttestationBytes), and verified
+// once per version and enrolled key: a forged Event costs one signature
+// check, never one per sync, and what it said before an update counts for
+// nothing after it.
 type attestEvents struct {
 	factory informers.SharedInformerFactory
 	index   cache.Indexer
 	ignored func() // counts an Event that carries nothing usable
 
 	mu      sync.Mutex
-	checked map[types.UID]checked
+	entries map[types.UID]*eventEntry
 }
 
-type checked struct {
-	key string // the enrolled key it was checked against
-	ok  bool
+// eventEntry is one version of one Event's attestation.
+type eventEntry struct {
+	rv  string
+	att contract.Attestation // an approval of the CSR the Event is about
+	// checked is what the attestation was verified against (node, key,
+	// SANs), ok the result.
+	checked string
+	ok      bool
 }
+
+// maxEventAttestationBytes bounds what an Event's attestation may take,
+// read back without its reason: a real one is under 1 KiB.
+const maxEventAttestationBytes = 4 << 10
 
 const byCSR = "byCSR"
 
 func newAttestEvents(client kubernetes.Interface, changed func(csr string), ignored func()) (*attestEvents, error) {
-	e := &attestEvents{ignored: ignored, checked: map[types.UID]checked{}}
-	e.factory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.OneTermEqualSelector("reason", contract.EventReasonAttested).String()
-	}))
+	e := &attestEvents{ignored: ignored, entries: map[types.UID]*eventEntry{}}
+	e.factory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(metav1.NamespaceDefault),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("reason", contract.EventReasonAttested).String()
+		}))
 	inf := e.factory.Core().V1().Events().Informer()
 	_ = inf.SetTransform(func(obj any) (any, error) {
 		if ev, ok := obj.(*corev1.Event); ok {
@@ -59,15 +73,15 @@ func newAttestEvents(client kubernetes.Interface, changed func(csr string), igno
 	}
 	e.index = inf.GetIndexer()
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { e.added(obj, changed) },
-		UpdateFunc: func(_, obj any) { e.added(obj, changed) },
+		AddFunc:    func(obj any) { e.seen(obj, changed) },
+		UpdateFunc: func(_, obj any) { e.seen(obj, changed) },
 		DeleteFunc: func(obj any) {
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj
 			}
 			if ev, ok := obj.(*corev1.Event); ok {
 				e.mu.Lock()
-				delete(e.checked, ev.UID)
+				delete(e.entries, ev.UID)
 				e.mu.Unlock()
 			}
 		},
@@ -75,32 +89,51 @@ func newAttestEvents(client kubernetes.Interface, changed func(csr string), igno
 	return e, err
 }
 
-// trimEvent keeps what a decision reads; an oversized attestation stays
-// too large to decode.
+// trimEvent keeps what a decision reads: the Event's identity, the CSR it
+// is about, and its attestation, read back without the reason when it is
+// an approval of that CSR no larger than maxEventAttestationBytes (else
+// none).
 func trimEvent(ev *corev1.Event) *corev1.Event {
-	value := ev.Annotations[contract.AnnotationCSRAttestation]
-	if len(value) > contract.MaxPayloadBytes {
-		value = value[:contract.MaxPayloadBytes+1]
-	}
-	return &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Name: ev.Name, Namespace: ev.Namespace, UID: ev.UID, ResourceVersion: ev.ResourceVersion,
-			Annotations: map[string]string{contract.AnnotationCSRAttestation: value}},
+	out := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: ev.Name, Namespace: ev.Namespace, UID: ev.UID, ResourceVersion: ev.ResourceVersion},
 		InvolvedObject: corev1.ObjectReference{Kind: ev.InvolvedObject.Kind, Name: ev.InvolvedObject.Name},
 		Reason:         ev.Reason,
 	}
+	if a, err := contract.EventAttestation(ev); err == nil {
+		a.Reason = ""
+		if v, err := contract.EncodeAttestation(a); err == nil && len(v) <= maxEventAttestationBytes {
+			out.Annotations = map[string]string{contract.AnnotationCSRAttestation: v}
+		}
+	}
+	return out
 }
 
-// added hands a new attestation Event's CSR to its reconciler.
-func (e *attestEvents) added(obj any, changed func(csr string)) {
+// seen reads a new version of an Event once, and hands its CSR to its
+// reconciler.
+func (e *attestEvents) seen(obj any, changed func(csr string)) {
 	ev, ok := obj.(*corev1.Event)
 	if !ok {
 		return
 	}
-	if _, err := contract.EventAttestation(ev); err != nil {
+	a, err := contract.EventAttestation(ev)
+	e.mu.Lock()
+	if err != nil {
+		delete(e.entries, ev.UID)
+	} else {
+		e.entries[ev.UID] = &eventEntry{rv: ev.ResourceVersion, att: a}
+	}
+	e.mu.Unlock()
+	if err != nil {
 		e.ignored()
 		return
 	}
 	changed(ev.InvolvedObject.Name)
+}
+
+// synced says the watch has listed the Events (none without a watch): until then (the RBAC to
+// list them not applied yet) the coordinator does not say it reads them.
+func (e *attestEvents) synced() bool {
+	return e != nil && e.factory.Core().V1().Events().Informer().HasSynced()
 }
 
 // approval is the attestation of an Event that may stand for the node's
@@ -109,56 +142,57 @@ func (e *attestEvents) approval(csr string, request []byte, node string, enrolle
 	if e == nil || enrolled == nil {
 		return nil
 	}
-	objs, _ := e.index.ByIndex(byCSR, csr)
-	for _, o := range objs {
-		ev, ok := o.(*corev1.Event)
-		if !ok {
+	against := node + "\x00" + string(enrolled) + "\x00" + strings.Join(sans, "\x00")
+	for _, en := range e.about(csr) {
+		if !en.att.About(csr, request) {
 			continue
 		}
-		a, err := contract.EventAttestation(ev)
-		if err != nil || !a.About(csr, request) {
-			continue // read for free: not this request's
+		e.mu.Lock()
+		if en.checked != against {
+			en.checked, en.ok = against, approval.EventApproves(en.att, csr, request, node, enrolled, sans) == nil
+			if !en.ok {
+				defer e.ignored()
+			}
 		}
-		if e.verified(ev.UID, enrolled, func() bool { return approval.EventApproves(a, csr, request, node, enrolled, sans) == nil }) {
+		ok, a := en.ok, en.att
+		e.mu.Unlock()
+		if ok {
 			return &a
 		}
 	}
 	return nil
 }
 
-// verified runs check once per Event and enrolled key.
-func (e *attestEvents) verified(uid types.UID, enrolled ed25519.PublicKey, check func() bool) bool {
-	key := string(enrolled)
-	e.mu.Lock()
-	c, seen := e.checked[uid]
-	e.mu.Unlock()
-	if seen && c.key == key {
-		return c.ok
-	}
-	ok := check()
-	if !ok {
-		e.ignored()
-	}
-	e.mu.Lock()
-	e.checked[uid] = checked{key: key, ok: ok}
-	e.mu.Unlock()
-	return ok
-}
-
-// digests are the requests the attestation Events about csr approve, for
-// asking the agent again when none is of the request now under the name.
-func (e *attestEvents) digests(csr string) []string {
+// about are the entries of the Events about csr, as the informer has them now.
+func (e *attestEvents) about(csr string) []*eventEntry {
 	if e == nil {
 		return nil
 	}
 	objs, _ := e.index.ByIndex(byCSR, csr)
-	var out []string
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []*eventEntry
 	for _, o := range objs {
 		if ev, ok := o.(*corev1.Event); ok {
-			if a, err := contract.EventAttestation(ev); err == nil {
-				out = append(out, a.RequestSHA256)
+			if en := e.entries[ev.UID]; en != nil && en.rv == ev.ResourceVersion {
+				out = append(out, en)
 			}
 		}
+	}
+	return out
+}
+
+// digests are the requests under the name csr that the node's agent
+// approved by Event, as verified by a decision (forged Events never
+// count), for asking it again when none is of the request now there.
+func (e *attestEvents) digests(csr string) []string {
+	var out []string
+	for _, en := range e.about(csr) {
+		e.mu.Lock()
+		if en.ok {
+			out = append(out, en.att.RequestSHA256)
+		}
+		e.mu.Unlock()
 	}
 	return out
 }

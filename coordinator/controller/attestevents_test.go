@@ -31,8 +31,8 @@ func TestAttestationByEvent(t *testing.T) {
 	waitFor(t, 10*time.Second, "review of by-event-good", func() bool {
 		return get(t, "by-event-a").Annotations[contract.AnnotationCSRReview] == "by-event-good"
 	})
-	if got := get(t, "by-event-a").Annotations[contract.AnnotationAttestBy]; got != contract.AttestByEvent {
-		t.Fatalf("the review says attest-by %q, want %q", got, contract.AttestByEvent)
+	if got, want := get(t, "by-event-a").Annotations[contract.AnnotationAttestBy], contract.AttestByEventFor("by-event-good"); got != want {
+		t.Fatalf("the review says attest-by %q, want %q", got, want)
 	}
 	csr, err := a.self.CertificatesV1().CertificateSigningRequests().Get(t.Context(), "by-event-good", metav1.GetOptions{})
 	if err != nil {
@@ -44,18 +44,20 @@ func TestAttestationByEvent(t *testing.T) {
 	}
 	genuine := contract.Attestation{CSR: csr.Name, RequestSHA256: contract.RequestDigest(csr.Spec.Request), Verdict: contract.VerdictApprove, SANs: contract.RequestSANs(parsed)}
 	_, stranger, _ := ed25519.GenerateKey(rand.Reader)
-	post := func(by *simNode, att contract.Attestation, mutate func(*corev1.Event)) {
+	post := func(by *simNode, att contract.Attestation, mutate func(*corev1.Event)) *corev1.Event {
 		t.Helper()
-		ev, err := contract.AttestationEvent(a.name, csr.Name, csr.UID, att, time.Now())
+		ev, err := contract.AttestationEvent(a.name, att.CSR, csr.UID, att, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
 		if mutate != nil {
 			mutate(ev)
 		}
-		if _, err := by.self.CoreV1().Events(ev.Namespace).Create(t.Context(), ev, metav1.CreateOptions{}); err != nil {
+		created, err := by.self.CoreV1().Events(ev.Namespace).Create(t.Context(), ev, metav1.CreateOptions{})
+		if err != nil {
 			t.Fatalf("node %s creating an Event: %v", by.name, err)
 		}
+		return created
 	}
 	otherRequest := genuine
 	otherRequest.RequestSHA256 = contract.RequestDigest([]byte("another request"))
@@ -80,7 +82,7 @@ func TestAttestationByEvent(t *testing.T) {
 	}
 
 	// The agent's approval, whoever carries it.
-	post(thief, genuine.Sign(a.name, a.key), nil)
+	carried := post(thief, genuine.Sign(a.name, a.key), nil)
 	waitFor(t, 10*time.Second, "approved by the Event", func() bool {
 		c, _ := condition(t, csr.Name)
 		return c.Type == certificatesv1.CertificateApproved
@@ -88,4 +90,39 @@ func TestAttestationByEvent(t *testing.T) {
 	if _, ok := get(t, "by-event-a").Annotations[contract.AnnotationCSRAttestation]; ok {
 		t.Error("the Node carries an attestation: the approval came by Event alone")
 	}
+
+	// Any node may change an Event. The one whose genuine approval was
+	// checked, changed to carry an unsigned approval of the node's next
+	// CSR, counts for what it says now: the earlier check does not carry
+	// over, so the change is not even read as an attestation to ignore.
+	a.csr(t, "by-event-next", []string{"by-event-a"}, []string{"10.0.41.1"})
+	waitFor(t, 10*time.Second, "review of by-event-next", func() bool {
+		return get(t, "by-event-a").Annotations[contract.AnnotationCSRReview] == "by-event-next"
+	})
+	next, err := a.self.CertificatesV1().CertificateSigningRequests().Get(t.Context(), "by-event-next", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nextAtt := contract.Attestation{CSR: next.Name, RequestSHA256: contract.RequestDigest(next.Spec.Request), Verdict: contract.VerdictApprove, SANs: genuine.SANs}
+	poisonedValue, err := contract.EncodeAttestation(nextAtt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	carried.InvolvedObject.Name = next.Name
+	carried.Annotations[contract.AnnotationCSRAttestation] = poisonedValue
+	if _, err := thief.self.CoreV1().Events(carried.Namespace).Update(t.Context(), carried, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("the thief updating its Event: %v", err)
+	}
+	time.Sleep(3 * time.Second)
+	if c, decided := condition(t, next.Name); decided {
+		t.Fatalf("a changed Event decided the next CSR: %+v", c)
+	}
+	if evs := events(t, next.Name, "AttestationIgnored"); len(evs) > 0 {
+		t.Errorf("the changed Event was used as an attestation (then ignored): %s", evs[0].Message)
+	}
+	post(a, nextAtt.Sign(a.name, a.key), nil)
+	waitFor(t, 10*time.Second, "the next CSR approved by its agent's Event", func() bool {
+		c, _ := condition(t, next.Name)
+		return c.Type == certificatesv1.CertificateApproved
+	})
 }

@@ -282,8 +282,15 @@ func New(cfg Config) (*Coordinator, error) {
 			}
 		},
 	})
-	// An attestation Event resyncs the CSR it is about.
-	if c.attestations, err = newAttestEvents(cfg.Client, func(csr string) { c.csrQueue.Add(csr) }, c.m.AttestationEventsIgnored.Inc); err != nil {
+	// An attestation Event resyncs the CSR it is about, when pending. The
+	// Events' watch is not waited for: without the RBAC to list them (an
+	// image upgraded before its ClusterRole) nothing else stops, and the
+	// coordinator does not say it reads them until it does.
+	if c.attestations, err = newAttestEvents(cfg.Client, func(name string) {
+		if csr, err := c.csr(name); err == nil && pending(csr) {
+			c.csrQueue.Add(name)
+		}
+	}, c.m.AttestationEventsIgnored.Inc); err != nil {
 		return nil, err
 	}
 	// A record an admin changed (a re-enrolled key) resyncs its Node's CSRs;
@@ -568,7 +575,6 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	defer stopInformers()
 	synced := append(factsSynced, c.factory.Core().V1().Nodes().Informer().HasSynced,
 		c.csrFactory.Certificates().V1().CertificateSigningRequests().Informer().HasSynced,
-		c.attestations.factory.Core().V1().Events().Informer().HasSynced,
 		c.records.Informer().HasSynced)
 	if !cache.WaitForCacheSync(ctx.Done(), append(synced, c.handlersSynced...)...) {
 		return ctx.Err()

@@ -311,7 +311,7 @@ func (c *Coordinator) certDuration(csr *certificatesv1.CertificateSigningRequest
 func (c *Coordinator) review(node *corev1.Node) nodestate.Review {
 	current, _ := contract.ParseReview(node.Annotations[contract.AnnotationCSRReview])
 	name := approval.Handoff(current.CSR, c.reviews.wants(node.Name))
-	r := nodestate.Review{Ask: contract.Review{CSR: name}}
+	r := nodestate.Review{Ask: contract.Review{CSR: name}, ByEvent: c.attestations.synced()}
 	if name == "" {
 		return r
 	}

@@ -3,6 +3,7 @@ package contract
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,7 +13,7 @@ import (
 
 // An agent approves a serving CSR with an Event on the CSR instead of a
 // patch of its Node, when the coordinator says it reads them
-// (AnnotationAttestBy): an Event is a small object that only the
+// (AnnotationAttestBy, AttestByEventFor): an Event is a small object that only the
 // coordinator watches, where every Node patch reaches every watcher of
 // Nodes. Anyone may create Events, so an Event is only a carrier: the
 // attestation inside is signed by the agent key and bound to the CSR's
@@ -46,7 +47,7 @@ func AttestationEvent(node, csr string, uid types.UID, a Attestation, now time.T
 	suffix := fmt.Sprintf(".%x", now.UnixNano())
 	name := csr
 	if len(name)+len(suffix) > maxEventNameBytes {
-		name = name[:maxEventNameBytes-len(suffix)]
+		name = strings.TrimRight(name[:maxEventNameBytes-len(suffix)], ".-")
 	}
 	t := metav1.NewTime(now)
 	return &corev1.Event{

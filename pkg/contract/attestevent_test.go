@@ -41,7 +41,7 @@ func TestAttestationEvent(t *testing.T) {
 		t.Errorf("read back %+v, want %+v", got, a)
 	}
 
-	long := strings.Repeat("c", 253)
+	long := strings.Repeat("c", 231) + strings.Repeat(".c", 11) // cut where a dot would end it
 	la := a
 	la.CSR = long
 	lev, err := AttestationEvent("n1", long, "", la, now)
@@ -79,6 +79,14 @@ func TestAttestationEvent(t *testing.T) {
 		} else if name == "another reason" && !errors.Is(err, ErrNotAnAttestation) {
 			t.Errorf("%s: %v, want ErrNotAnAttestation", name, err)
 		}
+	}
+}
+
+// The hint names the review it goes with: an ask written without it (by a
+// coordinator that does not read Events) leaves the last one stale.
+func TestAttestByEventFor(t *testing.T) {
+	if AttestByEventFor("csr-a") == AttestByEventFor("csr-b") || AttestByEventFor("csr-a") == AttestByEventFor("csr-a/"+strings.Repeat("0", 64)) {
+		t.Error("the hint does not tell reviews apart")
 	}
 }
 

@@ -178,6 +178,9 @@ type Inputs struct {
 	// (the csr-review annotation, contract.Review's encoding): a CSR that
 	// arrived before initialization costs no separate review write.
 	Review string
+	// AttestByEvent says, beside the review, that the coordinator reads
+	// approvals from Events (contract.AnnotationAttestBy).
+	AttestByEvent bool
 	// PreviousLabels and PreviousTaints are the grants the coordinator's own
 	// record holds (Grants entries, legacy key-only ones included): only
 	// those Owned finds unchanged on the Node are ever removed or rewritten.
@@ -231,10 +234,10 @@ func Compute(node *corev1.Node, r Reported, in Inputs) (Plan, error) {
 	if in.Review != "" && node.Annotations[contract.AnnotationCSRReview] != in.Review {
 		annotations[contract.AnnotationCSRReview] = in.Review
 	}
-	if in.Review != "" && node.Annotations[contract.AnnotationAttestBy] != contract.AttestByEvent {
+	if by := contract.AttestByEventFor(in.Review); in.Review != "" && in.AttestByEvent && node.Annotations[contract.AnnotationAttestBy] != by {
 		// This coordinator reads approvals from Events: the agent need not
 		// patch its Node to give one.
-		annotations[contract.AnnotationAttestBy] = contract.AttestByEvent
+		annotations[contract.AnnotationAttestBy] = by
 	}
 	if len(annotations) > 0 {
 		metadata["annotations"] = annotations
