@@ -521,9 +521,11 @@ func (a *Agent) attest(ctx context.Context, node *corev1.Node, want desired.Stat
 		// coordinator's cache lagged) costs one GET, not one per sync.
 		return nil
 	}
-	if a.byEvent[name] != "" && a.answered == value {
-		// Approved by Event, for this very ask: a changed ask (for another
-		// request, or again) is answered again.
+	if a.byEvent[name] != "" && a.answered == value && node.Annotations[contract.AnnotationAttestBy] == contract.AttestByEventFor(value) {
+		// Approved by Event, for this very ask from a coordinator that reads
+		// them: a changed ask (for another request, or again), or the hint
+		// gone (a coordinator rolled back, or an admin removing it), is
+		// answered again.
 		return nil
 	}
 	csr, err := a.client.GetCSR(ctx, name)

@@ -924,4 +924,35 @@ func TestApprovesByEventWhenTheCoordinatorReadsThem(t *testing.T) {
 	if att := n.review(t, "event-after-rollback"); att.Verdict != contract.VerdictApprove {
 		t.Errorf("after a rollback: verdict %q on the Node, want approve", att.Verdict)
 	}
+
+	// A review answered by Event, then the hint removed (an admin rolling
+	// the coordinator back mid-review): the same ask is answered again, on
+	// the Node.
+	createCSR(t, n, "event-hint-removed", []string{"event-node"}, []string{"10.0.0.18"})
+	patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:%q,%q:%q}}}`, contract.AnnotationCSRReview, "event-hint-removed", contract.AnnotationAttestBy, contract.AttestByEventFor("event-hint-removed"))
+	if _, err := n.admin.CoreV1().Nodes().Patch(t.Context(), n.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		list, err := n.admin.CoreV1().Events("default").List(t.Context(), metav1.ListOptions{FieldSelector: "reason=" + contract.EventReasonAttested + ",involvedObject.name=event-hint-removed"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Items) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("event-hint-removed: no attestation Event within 10s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, contract.AnnotationAttestBy)
+	if _, err := n.admin.CoreV1().Nodes().Patch(t.Context(), n.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n.waitNode(t, 10*time.Second, "the same ask answered again on the Node", func(node *corev1.Node) bool {
+		att, err := contract.DecodeAttestation(node.Annotations[contract.AnnotationCSRAttestation])
+		return err == nil && att.CSR == "event-hint-removed" && att.Verdict == contract.VerdictApprove
+	})
 }

@@ -26,3 +26,11 @@ func EventApproves(a contract.Attestation, csr string, request []byte, node stri
 	}
 	return a.Verify(node, enrolled, sans)
 }
+
+// OwnVerdict says the Node's attestation is its agent's own verdict on
+// exactly this request, signed with the enrolled key: it then stands over
+// any Event, so an approval anyone copied into an Event never outweighs a
+// rejection the agent wrote on its Node.
+func OwnVerdict(onNode *contract.Attestation, csr string, request []byte, node string, enrolled ed25519.PublicKey, sans []string) bool {
+	return onNode != nil && enrolled != nil && onNode.About(csr, request) && onNode.Verify(node, enrolled, sans) == nil
+}

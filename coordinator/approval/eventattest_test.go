@@ -63,3 +63,41 @@ func TestEventApproves(t *testing.T) {
 		})
 	}
 }
+
+// The agent's own signed verdict on exactly this request, on its Node,
+// stands over any Event: a rejection it wrote there is never outweighed by
+// an approval someone copied into an Event. Anything else on the Node
+// leaves the Events to speak.
+func TestOwnVerdictStandsOverEvents(t *testing.T) {
+	pub, key, _ := ed25519.GenerateKey(rand.Reader)
+	_, thief, _ := ed25519.GenerateKey(rand.Reader)
+	good := request(t, "csr-good", []string{"node-a"}, "10.0.0.1")
+	again := request(t, "csr-good", []string{"node-a"}, "10.0.0.1")
+	parsed, err := csrcheck.Parse(good.PEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sans := contract.RequestSANs(parsed)
+	verdict := func(r csrcheck.Request, v contract.Verdict, k ed25519.PrivateKey) *contract.Attestation {
+		a := contract.Attestation{CSR: r.Name, RequestSHA256: contract.RequestDigest(r.PEM), Verdict: v, SANs: sans}.Sign("node-a", k)
+		return &a
+	}
+	for _, c := range []struct {
+		name   string
+		onNode *contract.Attestation
+		want   bool
+	}{
+		{"the agent's rejection of this request", verdict(good, contract.VerdictReject, key), true},
+		{"the agent's approval of this request", verdict(good, contract.VerdictApprove, key), true},
+		{"nothing on the Node", nil, false},
+		{"a rejection signed with another key", verdict(good, contract.VerdictReject, thief), false},
+		{"the agent's rejection of another request under the name", verdict(again, contract.VerdictReject, key), false},
+	} {
+		if got := OwnVerdict(c.onNode, good.Name, good.PEM, "node-a", pub, sans); got != c.want {
+			t.Errorf("%s: OwnVerdict = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if OwnVerdict(verdict(good, contract.VerdictReject, key), good.Name, good.PEM, "node-a", nil, sans) {
+		t.Error("with no key enrolled, nothing on the Node is the agent's own")
+	}
+}

@@ -20,38 +20,35 @@ import (
 // attestEvents are the agents' attestation Events (contract.AttestationEvent)
 // in namespace default, as the coordinator's watch of reason NodeinitAttested
 // sees them. Anyone can create and change Events, so the informer keeps a
-// stub of each (no annotation), and each Event's attestation is read once
-// per version, small or not at all (maxEventAttestationBytes), and verified
-// once per version and enrolled key: a forged Event costs one signature
-// check, never one per sync, and what it said before an update counts for
-// nothing after it.
+// stub of each, and each Event's attestation is read once, as first seen,
+// small or not at all (maxEventAttestationBytes), and verified once per
+// node, key and SANs: a forged Event costs one signature check, never one
+// per sync, and a later change to an Event is never read.
 type attestEvents struct {
 	factory informers.SharedInformerFactory
-	index   cache.Indexer
 	ignored func() // counts an Event that carries nothing usable
 
 	mu      sync.Mutex
 	entries map[types.UID]*eventEntry
+	byCSR   map[string]map[types.UID]*eventEntry // by the CSR each was about when first seen
 }
 
-// eventEntry is one version of one Event's attestation.
+// eventEntry is one Event's attestation, as first seen.
 type eventEntry struct {
-	rv  string
 	att contract.Attestation // an approval of the CSR the Event is about
 	// checked is what the attestation was verified against (node, key,
-	// SANs), ok the result.
-	checked string
-	ok      bool
+	// SANs), ok the result; signedBy and signed the same for its own SANs
+	// (for asking again, of any request under the name).
+	checked, signedBy string
+	ok, signed        bool
 }
 
 // maxEventAttestationBytes bounds what an Event's attestation may take,
 // read back without its reason: a real one is under 1 KiB.
 const maxEventAttestationBytes = 4 << 10
 
-const byCSR = "byCSR"
-
 func newAttestEvents(client kubernetes.Interface, changed func(csr string), ignored func()) (*attestEvents, error) {
-	e := &attestEvents{ignored: ignored, entries: map[types.UID]*eventEntry{}}
+	e := &attestEvents{ignored: ignored, entries: map[types.UID]*eventEntry{}, byCSR: map[string]map[types.UID]*eventEntry{}}
 	e.factory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(metav1.NamespaceDefault),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("reason", contract.EventReasonAttested).String()
@@ -63,15 +60,6 @@ func newAttestEvents(client kubernetes.Interface, changed func(csr string), igno
 		}
 		return obj, nil
 	})
-	if err := inf.AddIndexers(cache.Indexers{byCSR: func(obj any) ([]string, error) {
-		if ev, ok := obj.(*corev1.Event); ok && ev.InvolvedObject.Kind == "CertificateSigningRequest" {
-			return []string{ev.InvolvedObject.Name}, nil
-		}
-		return nil, nil
-	}}); err != nil {
-		return nil, err
-	}
-	e.index = inf.GetIndexer()
 	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { e.seen(obj, changed) },
 		UpdateFunc: func(_, obj any) { e.seen(obj, changed) },
@@ -81,6 +69,12 @@ func newAttestEvents(client kubernetes.Interface, changed func(csr string), igno
 			}
 			if ev, ok := obj.(*corev1.Event); ok {
 				e.mu.Lock()
+				if en := e.entries[ev.UID]; en != nil {
+					delete(e.byCSR[en.att.CSR], ev.UID)
+					if len(e.byCSR[en.att.CSR]) == 0 {
+						delete(e.byCSR, en.att.CSR)
+					}
+				}
 				delete(e.entries, ev.UID)
 				e.mu.Unlock()
 			}
@@ -95,10 +89,16 @@ func newAttestEvents(client kubernetes.Interface, changed func(csr string), igno
 // none).
 func trimEvent(ev *corev1.Event) *corev1.Event {
 	out := &corev1.Event{
-		ObjectMeta:     metav1.ObjectMeta{Name: ev.Name, Namespace: ev.Namespace, UID: ev.UID, ResourceVersion: ev.ResourceVersion},
-		InvolvedObject: corev1.ObjectReference{Kind: ev.InvolvedObject.Kind, Name: ev.InvolvedObject.Name},
-		Reason:         ev.Reason,
+		ObjectMeta: metav1.ObjectMeta{Name: ev.Name, Namespace: ev.Namespace, UID: ev.UID, ResourceVersion: ev.ResourceVersion},
+		Reason:     ev.Reason,
 	}
+	// The API server checks neither field of a core/v1 Event's object:
+	// only a CSR's valid name is kept, or the stub would keep what any
+	// node wrote there.
+	if ev.InvolvedObject.Kind != "CertificateSigningRequest" || contract.CheckReviewName(ev.InvolvedObject.Name) != nil {
+		return out
+	}
+	out.InvolvedObject = corev1.ObjectReference{Kind: ev.InvolvedObject.Kind, Name: ev.InvolvedObject.Name}
 	if a, err := contract.EventAttestation(ev); err == nil {
 		a.Reason = ""
 		if v, err := contract.EncodeAttestation(a); err == nil && len(v) <= maxEventAttestationBytes {
@@ -108,21 +108,32 @@ func trimEvent(ev *corev1.Event) *corev1.Event {
 	return out
 }
 
-// seen reads a new version of an Event once, and hands its CSR to its
-// reconciler.
+// seen reads an Event once, as it was first seen, and hands its CSR to its
+// reconciler. An agent never changes its Events; anyone else may, so a
+// later version is not read: it can neither replace what the agent said
+// nor remove it.
 func (e *attestEvents) seen(obj any, changed func(csr string)) {
 	ev, ok := obj.(*corev1.Event)
 	if !ok {
 		return
 	}
-	a, err := contract.EventAttestation(ev)
 	e.mu.Lock()
-	if err != nil {
-		delete(e.entries, ev.UID)
-	} else {
-		e.entries[ev.UID] = &eventEntry{rv: ev.ResourceVersion, att: a}
-	}
+	_, known := e.entries[ev.UID]
 	e.mu.Unlock()
+	if known {
+		return
+	}
+	a, err := contract.EventAttestation(ev)
+	if err == nil {
+		en := &eventEntry{att: a}
+		e.mu.Lock()
+		e.entries[ev.UID] = en
+		if e.byCSR[a.CSR] == nil {
+			e.byCSR[a.CSR] = map[types.UID]*eventEntry{}
+		}
+		e.byCSR[a.CSR][ev.UID] = en
+		e.mu.Unlock()
+	}
 	if err != nil {
 		e.ignored()
 		return
@@ -163,33 +174,45 @@ func (e *attestEvents) approval(csr string, request []byte, node string, enrolle
 	return nil
 }
 
-// about are the entries of the Events about csr, as the informer has them now.
+// has says an Event was about csr when first seen.
+func (e *attestEvents) has(csr string) bool {
+	if e == nil {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.byCSR[csr]) > 0
+}
+
+// about are the entries of the Events that were about csr when first seen.
 func (e *attestEvents) about(csr string) []*eventEntry {
 	if e == nil {
 		return nil
 	}
-	objs, _ := e.index.ByIndex(byCSR, csr)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var out []*eventEntry
-	for _, o := range objs {
-		if ev, ok := o.(*corev1.Event); ok {
-			if en := e.entries[ev.UID]; en != nil && en.rv == ev.ResourceVersion {
-				out = append(out, en)
-			}
-		}
+	out := make([]*eventEntry, 0, len(e.byCSR[csr]))
+	for _, en := range e.byCSR[csr] {
+		out = append(out, en)
 	}
 	return out
 }
 
-// digests are the requests under the name csr that the node's agent
-// approved by Event, as verified by a decision (forged Events never
-// count), for asking it again when none is of the request now there.
-func (e *attestEvents) digests(csr string) []string {
+// digests are the requests under the name csr that node's agent approved
+// by Event, signed with its enrolled key (forged Events never count), for
+// asking it again when none is of the request now there.
+func (e *attestEvents) digests(csr, node string, enrolled ed25519.PublicKey) []string {
+	if enrolled == nil {
+		return nil
+	}
+	by := node + "\x00" + string(enrolled)
 	var out []string
 	for _, en := range e.about(csr) {
 		e.mu.Lock()
-		if en.ok {
+		if en.signedBy != by {
+			en.signedBy, en.signed = by, en.att.Verify(node, enrolled, en.att.SANs) == nil
+		}
+		if en.signed {
 			out = append(out, en.att.RequestSHA256)
 		}
 		e.mu.Unlock()

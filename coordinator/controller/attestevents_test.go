@@ -125,4 +125,31 @@ func TestAttestationByEvent(t *testing.T) {
 		c, _ := condition(t, next.Name)
 		return c.Type == certificatesv1.CertificateApproved
 	})
+
+	// The agent's own rejection on its Node stands over an approval of the
+	// same request that anyone copied into an Event (the agent approved it
+	// once, then its address moved).
+	a.csr(t, "by-event-rejected", []string{"by-event-a"}, []string{"10.0.41.1"})
+	waitFor(t, 10*time.Second, "review of by-event-rejected", func() bool {
+		return get(t, "by-event-a").Annotations[contract.AnnotationCSRReview] == "by-event-rejected"
+	})
+	third, err := a.self.CertificatesV1().CertificateSigningRequests().Get(t.Context(), "by-event-rejected", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	thirdAtt := contract.Attestation{CSR: third.Name, RequestSHA256: contract.RequestDigest(third.Spec.Request), SANs: genuine.SANs}
+	rejected := thirdAtt
+	rejected.Verdict, rejected.Reason = contract.VerdictReject, "10.0.41.1 is no longer on this node"
+	value, err := contract.EncodeAttestation(rejected.Sign(a.name, a.key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.patch(t, map[string]any{"metadata": map[string]any{"annotations": map[string]string{contract.AnnotationCSRAttestation: value}}}, "")
+	approvedOnce := thirdAtt
+	approvedOnce.Verdict = contract.VerdictApprove
+	post(thief, approvedOnce.Sign(a.name, a.key), nil)
+	waitFor(t, 10*time.Second, "by-event-rejected decided", func() bool { _, ok := condition(t, third.Name); return ok })
+	if c, _ := condition(t, third.Name); c.Type != certificatesv1.CertificateDenied {
+		t.Errorf("the agent's signed rejection on its Node, and a copied approval on an Event: %s (%s), want Denied", c.Type, c.Message)
+	}
 }

@@ -167,7 +167,7 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 		// An agent approves by Event when the coordinator says it reads
 		// them: one that may stand for the approval (approval.EventApproves)
 		// comes first; the Node's annotation carries the rest.
-		if sans != nil {
+		if sans != nil && !approval.OwnVerdict(in.Attestation, csr.Name, in.CSR.PEM, nodeName, in.EnrolledKey, sans) {
 			if a := c.attestations.approval(csr.Name, in.CSR.PEM, nodeName, in.EnrolledKey, sans); a != nil {
 				in.Attestation = a
 			}
@@ -323,7 +323,13 @@ func (c *Coordinator) review(node *corev1.Node) nodestate.Review {
 	if att, err := contract.DecodeAttestation(node.Annotations[contract.AnnotationCSRAttestation]); err == nil && att.CSR == name {
 		attested = append(attested, att.RequestSHA256)
 	}
-	attested = append(attested, c.attestations.digests(name)...)
+	if c.attestations.has(name) {
+		if rec, _ := c.records.Get(node.Name); rec != nil && rec.Spec.NodeUID == string(node.UID) && rec.Spec.AgentKey != "" {
+			if key, err := contract.DecodeAgentKey(rec.Spec.AgentKey); err == nil {
+				attested = append(attested, c.attestations.digests(name, node.Name, key)...)
+			}
+		}
+	}
 	if len(attested) > 0 {
 		if csr, err := c.csr(name); err == nil {
 			if digest := contract.RequestDigest(csr.Spec.Request); !slices.Contains(attested, digest) {

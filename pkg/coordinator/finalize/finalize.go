@@ -233,11 +233,12 @@ func Compute(node *corev1.Node, r Reported, in Inputs) (Plan, error) {
 	annotations := map[string]any{}
 	if in.Review != "" && node.Annotations[contract.AnnotationCSRReview] != in.Review {
 		annotations[contract.AnnotationCSRReview] = in.Review
-	}
-	if by := contract.AttestByEventFor(in.Review); in.Review != "" && in.AttestByEvent && node.Annotations[contract.AnnotationAttestBy] != by {
-		// This coordinator reads approvals from Events: the agent need not
-		// patch its Node to give one.
-		annotations[contract.AnnotationAttestBy] = by
+		if by := contract.AttestByEventFor(in.Review); in.AttestByEvent && node.Annotations[contract.AnnotationAttestBy] != by {
+			// This coordinator reads approvals from Events: the agent need
+			// not patch its Node to give one. Only beside a review: never a
+			// write of its own.
+			annotations[contract.AnnotationAttestBy] = by
+		}
 	}
 	if len(annotations) > 0 {
 		metadata["annotations"] = annotations
