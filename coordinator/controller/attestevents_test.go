@@ -27,17 +27,24 @@ func TestAttestationByEvent(t *testing.T) {
 	for _, n := range []*simNode{a, thief} {
 		n.publish(t, report{providerID: "talos://metal/" + n.ip.String()})
 	}
-	a.csr(t, "by-event-good", []string{"by-event-a"}, []string{"10.0.41.1"})
-	waitFor(t, 10*time.Second, "review of by-event-good", func() bool {
-		return get(t, "by-event-a").Annotations[contract.AnnotationCSRReview] == "by-event-good"
-	})
-	if got, want := get(t, "by-event-a").Annotations[contract.AnnotationAttestBy], contract.AttestByEventFor("by-event-good"); got != want {
-		t.Fatalf("the review says attest-by %q, want %q", got, want)
+	// underReview files a CSR as node a and waits for the coordinator to
+	// ask a's agent about it, saying it reads Events.
+	underReview := func(name string) *certificatesv1.CertificateSigningRequest {
+		t.Helper()
+		a.csr(t, name, []string{"by-event-a"}, []string{"10.0.41.1"})
+		waitFor(t, 10*time.Second, "review of "+name, func() bool {
+			return get(t, "by-event-a").Annotations[contract.AnnotationCSRReview] == name
+		})
+		if got, want := get(t, "by-event-a").Annotations[contract.AnnotationAttestBy], contract.AttestByEventFor(name); got != want {
+			t.Fatalf("the review says attest-by %q, want %q", got, want)
+		}
+		csr, err := a.self.CertificatesV1().CertificateSigningRequests().Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return csr
 	}
-	csr, err := a.self.CertificatesV1().CertificateSigningRequests().Get(t.Context(), "by-event-good", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	csr := underReview("by-event-good")
 	parsed, err := csrcheck.Parse(csr.Spec.Request)
 	if err != nil {
 		t.Fatal(err)
@@ -91,18 +98,11 @@ func TestAttestationByEvent(t *testing.T) {
 		t.Error("the Node carries an attestation: the approval came by Event alone")
 	}
 
-	// Any node may change an Event. The one whose genuine approval was
-	// checked, changed to carry an unsigned approval of the node's next
-	// CSR, counts for what it says now: the earlier check does not carry
-	// over, so the change is not even read as an attestation to ignore.
-	a.csr(t, "by-event-next", []string{"by-event-a"}, []string{"10.0.41.1"})
-	waitFor(t, 10*time.Second, "review of by-event-next", func() bool {
-		return get(t, "by-event-a").Annotations[contract.AnnotationCSRReview] == "by-event-next"
-	})
-	next, err := a.self.CertificatesV1().CertificateSigningRequests().Get(t.Context(), "by-event-next", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Any node may change an Event it can name. The one whose genuine
+	// approval was checked, changed to carry an unsigned approval of the
+	// node's next CSR, is never read again: the change is not even seen as
+	// an attestation to ignore, and blocks nothing.
+	next := underReview("by-event-next")
 	nextAtt := contract.Attestation{CSR: next.Name, RequestSHA256: contract.RequestDigest(next.Spec.Request), Verdict: contract.VerdictApprove, SANs: genuine.SANs}
 	poisonedValue, err := contract.EncodeAttestation(nextAtt)
 	if err != nil {
@@ -129,14 +129,7 @@ func TestAttestationByEvent(t *testing.T) {
 	// The agent's own rejection on its Node stands over an approval of the
 	// same request that anyone copied into an Event (the agent approved it
 	// once, then its address moved).
-	a.csr(t, "by-event-rejected", []string{"by-event-a"}, []string{"10.0.41.1"})
-	waitFor(t, 10*time.Second, "review of by-event-rejected", func() bool {
-		return get(t, "by-event-a").Annotations[contract.AnnotationCSRReview] == "by-event-rejected"
-	})
-	third, err := a.self.CertificatesV1().CertificateSigningRequests().Get(t.Context(), "by-event-rejected", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	third := underReview("by-event-rejected")
 	thirdAtt := contract.Attestation{CSR: third.Name, RequestSHA256: contract.RequestDigest(third.Spec.Request), SANs: genuine.SANs}
 	rejected := thirdAtt
 	rejected.Verdict, rejected.Reason = contract.VerdictReject, "10.0.41.1 is no longer on this node"
