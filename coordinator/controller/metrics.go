@@ -91,7 +91,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		AttestationEventsIgnored: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nodeinit_coordinator_attestation_events_ignored_total",
-			Help: "Events with reason NodeinitAttested that carry no approval a decision may use: malformed, of another request, or not signed by the node's enrolled agent key (anyone can create Events).",
+			Help: "Events with reason NodeinitAttested that carry no approval a decision may use: malformed, not an approval, or an approval of the request not signed by the node's enrolled agent key (anyone can create Events).",
 		}),
 		Queues: newQueueMetrics(),
 	}
