@@ -23,10 +23,14 @@ import (
 // stub of each, and each Event's attestation is read once, as first seen,
 // small or not at all (maxEventAttestationBytes), and verified once per
 // node, key and SANs: a forged Event costs one signature check, never one
-// per sync, and a later change to an Event is never read.
+// per sync, and a later change to an Event is never read. An entry stays
+// after its Event leaves the watch (deleted, or its reason changed by
+// anyone who can name it) for as long as its CSR is pending: what a node
+// does to an Event once seen can neither replace nor remove it.
 type attestEvents struct {
 	factory informers.SharedInformerFactory
-	ignored func() // counts an Event that carries nothing usable
+	ignored func()                // counts an Event that carries nothing usable
+	pending func(csr string) bool // the CSR exists, undecided
 
 	mu      sync.Mutex
 	entries map[types.UID]*eventEntry
@@ -41,14 +45,17 @@ type eventEntry struct {
 	// (for asking again, of any request under the name).
 	checked, signedBy string
 	ok, signed        bool
+	// gone: the Event left the watch while its CSR was pending; the entry
+	// goes when the CSR is decided or deleted (settled).
+	gone bool
 }
 
 // maxEventAttestationBytes bounds what an Event's attestation may take,
 // read back without its reason: a real one is under 1 KiB.
 const maxEventAttestationBytes = 4 << 10
 
-func newAttestEvents(client kubernetes.Interface, changed func(csr string), ignored func()) (*attestEvents, error) {
-	e := &attestEvents{ignored: ignored, entries: map[types.UID]*eventEntry{}, byCSR: map[string]map[types.UID]*eventEntry{}}
+func newAttestEvents(client kubernetes.Interface, pending func(csr string) bool, changed func(csr string), ignored func()) (*attestEvents, error) {
+	e := &attestEvents{ignored: ignored, pending: pending, entries: map[types.UID]*eventEntry{}, byCSR: map[string]map[types.UID]*eventEntry{}}
 	e.factory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(metav1.NamespaceDefault),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("reason", contract.EventReasonAttested).String()
@@ -68,15 +75,7 @@ func newAttestEvents(client kubernetes.Interface, changed func(csr string), igno
 				obj = d.Obj
 			}
 			if ev, ok := obj.(*corev1.Event); ok {
-				e.mu.Lock()
-				if en := e.entries[ev.UID]; en != nil {
-					delete(e.byCSR[en.att.CSR], ev.UID)
-					if len(e.byCSR[en.att.CSR]) == 0 {
-						delete(e.byCSR, en.att.CSR)
-					}
-				}
-				delete(e.entries, ev.UID)
-				e.mu.Unlock()
+				e.left(ev.UID)
 			}
 		},
 	})
@@ -108,6 +107,46 @@ func trimEvent(ev *corev1.Event) *corev1.Event {
 	return out
 }
 
+// left is an Event leaving the watch: its entry goes now unless its CSR
+// is pending, and then when the CSR is settled.
+func (e *attestEvents) left(uid types.UID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	en := e.entries[uid]
+	if en == nil {
+		return
+	}
+	if e.pending(en.att.CSR) {
+		en.gone = true
+		return
+	}
+	e.drop(uid, en)
+}
+
+// settled forgets the entries of Events about csr that left the watch:
+// the CSR is decided or deleted.
+func (e *attestEvents) settled(csr string) {
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for uid, en := range e.byCSR[csr] {
+		if en.gone {
+			e.drop(uid, en)
+		}
+	}
+}
+
+// drop forgets an entry; e.mu is held.
+func (e *attestEvents) drop(uid types.UID, en *eventEntry) {
+	delete(e.byCSR[en.att.CSR], uid)
+	if len(e.byCSR[en.att.CSR]) == 0 {
+		delete(e.byCSR, en.att.CSR)
+	}
+	delete(e.entries, uid)
+}
+
 // seen reads an Event once, as it was first seen, and hands its CSR to its
 // reconciler. An agent never changes its Events; anyone else may, so a
 // later version is not read: it can neither replace what the agent said
@@ -118,26 +157,24 @@ func (e *attestEvents) seen(obj any, changed func(csr string)) {
 		return
 	}
 	e.mu.Lock()
-	_, known := e.entries[ev.UID]
-	e.mu.Unlock()
-	if known {
+	if en := e.entries[ev.UID]; en != nil {
+		en.gone = false // back in the watch, as first seen
+		e.mu.Unlock()
 		return
 	}
+	e.mu.Unlock()
 	a, err := contract.EventAttestation(ev)
-	if err == nil {
-		en := &eventEntry{att: a}
-		e.mu.Lock()
-		e.entries[ev.UID] = en
-		if e.byCSR[a.CSR] == nil {
-			e.byCSR[a.CSR] = map[types.UID]*eventEntry{}
-		}
-		e.byCSR[a.CSR][ev.UID] = en
-		e.mu.Unlock()
-	}
 	if err != nil {
 		e.ignored()
 		return
 	}
+	e.mu.Lock()
+	if e.byCSR[a.CSR] == nil {
+		e.byCSR[a.CSR] = map[types.UID]*eventEntry{}
+	}
+	en := &eventEntry{att: a}
+	e.entries[ev.UID], e.byCSR[a.CSR][ev.UID] = en, en
+	e.mu.Unlock()
 	changed(ev.InvolvedObject.Name)
 }
 

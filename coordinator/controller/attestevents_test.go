@@ -146,3 +146,48 @@ func TestAttestationByEvent(t *testing.T) {
 		t.Errorf("the agent's signed rejection on its Node, and a copied approval on an Event: %s (%s), want Denied", c.Type, c.Message)
 	}
 }
+
+// An Event leaves the coordinator's watch when anyone who can name it
+// changes its reason, as if deleted. The agent's approval, once seen,
+// stays while its CSR is pending: what a node does to an Event after it
+// was first seen neither replaces nor removes what the agent said. Here
+// the CSR is held (the node's key is not enrolled yet) while the approval
+// arrives and its Event is taken out of the watch, then the node reports.
+func TestAttestationOutlivesItsEvent(t *testing.T) {
+	startCoordinator(t, "by-event-gone", ipamSettings)
+	c := register(t, "by-event-gone-c", "10.0.42.1")
+	thief := register(t, "by-event-gone-d", "10.0.42.2")
+	thief.publish(t, report{providerID: "talos://metal/" + thief.ip.String()})
+	c.csr(t, "by-event-gone-csr", []string{c.name}, []string{c.ip.String()})
+	csr, err := c.self.CertificatesV1().CertificateSigningRequests().Get(t.Context(), "by-event-gone-csr", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parsed, err := csrcheck.Parse(csr.Spec.Request)
+	if err != nil {
+		t.Fatal(err)
+	}
+	att := contract.Attestation{CSR: csr.Name, RequestSHA256: contract.RequestDigest(csr.Spec.Request), Verdict: contract.VerdictApprove, SANs: contract.RequestSANs(parsed)}
+	ev, err := contract.AttestationEvent(c.name, csr.Name, csr.UID, att.Sign(c.name, c.key), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, err := c.self.CoreV1().Events(ev.Namespace).Create(t.Context(), ev, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if cond, decided := condition(t, csr.Name); decided {
+		t.Fatalf("decided before the node's key was enrolled: %+v", cond)
+	}
+	created.Reason = "Renamed"
+	if _, err := thief.self.CoreV1().Events(created.Namespace).Update(t.Context(), created, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("another node changing the Event's reason: %v", err)
+	}
+	time.Sleep(2 * time.Second) // the coordinator's watch sees it go
+	c.publish(t, report{providerID: "talos://metal/" + c.ip.String()})
+	waitFor(t, 10*time.Second, "approved by the Event that left the watch", func() bool {
+		cond, _ := condition(t, csr.Name)
+		return cond.Type == certificatesv1.CertificateApproved
+	})
+}

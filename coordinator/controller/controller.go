@@ -270,6 +270,7 @@ func New(cfg Config) (*Coordinator, error) {
 		DeleteFunc: func(obj any) {
 			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 				c.forget("csr", key)
+				c.attestations.settled(key)
 				if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 					obj = d.Obj
 				}
@@ -286,8 +287,12 @@ func New(cfg Config) (*Coordinator, error) {
 	// Events' watch is not waited for: without the RBAC to list them (an
 	// image upgraded before its ClusterRole) nothing else stops, and the
 	// coordinator does not say it reads them until it does.
-	if c.attestations, err = newAttestEvents(cfg.Client, func(name string) {
-		if csr, err := c.csr(name); err == nil && pending(csr) {
+	pendingCSR := func(name string) bool {
+		csr, err := c.csr(name)
+		return err == nil && pending(csr)
+	}
+	if c.attestations, err = newAttestEvents(cfg.Client, pendingCSR, func(name string) {
+		if pendingCSR(name) {
 			c.csrQueue.Add(name)
 		}
 	}, c.m.AttestationEventsIgnored.Inc); err != nil {

@@ -41,6 +41,7 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 	csr, err := c.csr(name)
 	if apierrors.IsNotFound(err) {
 		c.forget("csr", name)
+		c.attestations.settled(name)
 		return nil
 	}
 	if err != nil {
@@ -375,9 +376,11 @@ func (c *Coordinator) kubeletAsked(node *corev1.Node) bool {
 	})
 }
 
-// handedOff forgets a decided or deleted CSR's review hand-off; its Node's
+// handedOff forgets a decided or deleted CSR's review hand-off and the
+// attestations of its Events that left the watch; its Node's
 // review may move on to the next one.
 func (c *Coordinator) handedOff(csr string) {
+	c.attestations.settled(csr)
 	if node := c.reviews.drop(csr); node != "" {
 		c.nodeQueue.Add(node)
 	}
