@@ -2,6 +2,7 @@ package controller
 
 import (
 	"crypto/ed25519"
+	"slices"
 	"strings"
 	"sync"
 
@@ -23,14 +24,17 @@ import (
 // stub of each, and each Event's attestation is read once, as first seen,
 // small or not at all (maxEventAttestationBytes), and verified once per
 // node, key and SANs: a forged Event costs one signature check, never one
-// per sync, and a later change to an Event is never read. An entry stays
-// after its Event leaves the watch (deleted, or its reason changed by
-// anyone who can name it) for as long as its CSR is pending: what a node
-// does to an Event once seen can neither replace nor remove it.
+// per sync, and a later change to an Event is never read. An approval of
+// a pending CSR's request stays after its Event leaves the watch (deleted,
+// or its reason changed by anyone who can name it), until the CSR is
+// settled (left): within this process's life, what a node does to an
+// Event once seen can neither replace nor remove it.
 type attestEvents struct {
 	factory informers.SharedInformerFactory
-	ignored func()                // counts an Event that carries nothing usable
-	pending func(csr string) bool // the CSR exists, undecided
+	ignored func() // counts an Event that carries nothing usable
+	// pending is the request of the CSR of that name, when it exists,
+	// undecided.
+	pending func(csr string) (request []byte, ok bool)
 
 	mu      sync.Mutex
 	entries map[types.UID]*eventEntry
@@ -54,7 +58,7 @@ type eventEntry struct {
 // read back without its reason: a real one is under 1 KiB.
 const maxEventAttestationBytes = 4 << 10
 
-func newAttestEvents(client kubernetes.Interface, pending func(csr string) bool, changed func(csr string), ignored func()) (*attestEvents, error) {
+func newAttestEvents(client kubernetes.Interface, pending func(csr string) ([]byte, bool), changed func(csr string), ignored func()) (*attestEvents, error) {
 	e := &attestEvents{ignored: ignored, pending: pending, entries: map[types.UID]*eventEntry{}, byCSR: map[string]map[types.UID]*eventEntry{}}
 	e.factory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(metav1.NamespaceDefault),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -107,20 +111,73 @@ func trimEvent(ev *corev1.Event) *corev1.Event {
 	return out
 }
 
-// left is an Event leaving the watch: its entry goes now unless its CSR
-// is pending, and then when the CSR is settled.
+// left is an Event leaving the watch. Its entry stays, gone, while its CSR
+// is pending and it is about the request there now (no other entry can
+// approve it) and no other entry carries the same signed approval; at
+// most maxGonePerCSR stay per CSR. Else it goes now.
 func (e *attestEvents) left(uid types.UID) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	en := e.entries[uid]
-	if en == nil {
+	if en == nil || en.gone {
 		return
 	}
-	if e.pending(en.att.CSR) {
-		en.gone = true
+	// pending reads the CSR informer under e.mu, so settled cannot run
+	// between that read and the mark: keep it under the lock.
+	request, pending := e.pending(en.att.CSR)
+	if !pending || !en.att.About(en.att.CSR, request) || e.copied(uid, en) {
+		e.drop(uid, en)
 		return
 	}
-	e.drop(uid, en)
+	en.gone = true
+	e.trimGone(en.att.CSR)
+}
+
+// maxGonePerCSR bounds the entries a pending CSR keeps after their Events
+// left the watch: as many as live Events about it would cost, and one
+// genuine approval of its request is all it needs.
+const maxGonePerCSR = 8
+
+// copied says another entry about the same CSR carries the same signed
+// approval (ed25519 signs one way: copies of a genuine one are equal);
+// e.mu is held.
+func (e *attestEvents) copied(uid types.UID, en *eventEntry) bool {
+	for other, o := range e.byCSR[en.att.CSR] {
+		if other != uid && o.att.Signature == en.att.Signature && o.att.RequestSHA256 == en.att.RequestSHA256 && slices.Equal(o.att.SANs, en.att.SANs) {
+			return true
+		}
+	}
+	return false
+}
+
+// trimGone drops gone entries about csr beyond maxGonePerCSR: those whose
+// signature failed first, then unchecked ones; never one that verified.
+// e.mu is held.
+func (e *attestEvents) trimGone(csr string) {
+	for {
+		var n int
+		var failed, unchecked types.UID
+		for uid, en := range e.byCSR[csr] {
+			if !en.gone {
+				continue
+			}
+			n++
+			switch {
+			case en.checked != "" && !en.ok:
+				failed = uid
+			case en.checked == "":
+				unchecked = uid
+			}
+		}
+		victim := failed
+		if victim == "" {
+			victim = unchecked
+		}
+		if n <= maxGonePerCSR || victim == "" {
+			return
+		}
+		e.drop(victim, e.entries[victim])
+	}
 }
 
 // settled forgets the entries of Events about csr that left the watch:

@@ -42,19 +42,36 @@ func TestTrimEventKeepsLittleOfWhatNodesWrite(t *testing.T) {
 func TestAttestationEntriesOutliveTheirEventWhilePending(t *testing.T) {
 	pub, key, _ := ed25519.GenerateKey(rand.Reader)
 	pendingCSRs := map[string]bool{}
-	e := &attestEvents{ignored: func() {}, pending: func(csr string) bool { return pendingCSRs[csr] },
-		entries: map[types.UID]*eventEntry{}, byCSR: map[string]map[types.UID]*eventEntry{}}
 	request := []byte("request")
+	e := &attestEvents{ignored: func() {}, pending: func(csr string) ([]byte, bool) { return request, pendingCSRs[csr] },
+		entries: map[types.UID]*eventEntry{}, byCSR: map[string]map[types.UID]*eventEntry{}}
 	sans := []string{"n1"}
-	post := func(csr string, uid types.UID) {
-		t.Helper()
+	genuine := func(csr string) contract.Attestation {
 		a := contract.Attestation{CSR: csr, RequestSHA256: contract.RequestDigest(request), Verdict: contract.VerdictApprove, SANs: sans}
-		ev, err := contract.AttestationEvent("n1", csr, "uid-"+types.UID(csr), a.Sign("n1", key), time.Now())
+		return a.Sign("n1", key)
+	}
+	postAtt := func(a contract.Attestation, uid types.UID) {
+		t.Helper()
+		ev, err := contract.AttestationEvent("n1", a.CSR, "uid-"+types.UID(a.CSR), a, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
 		ev.UID = uid
 		e.seen(trimEvent(ev), func(string) {})
+	}
+	post := func(csr string, uid types.UID) { t.Helper(); postAtt(genuine(csr), uid) }
+	left := func(uids ...types.UID) {
+		for _, uid := range uids {
+			e.left(uid)
+		}
+	}
+	gone := func(csr string) (n int) {
+		for _, en := range e.byCSR[csr] {
+			if en.gone {
+				n++
+			}
+		}
+		return n
 	}
 	approves := func(csr string) bool { return e.approval(csr, request, "n1", pub, sans) != nil }
 
@@ -98,5 +115,53 @@ func TestAttestationEntriesOutliveTheirEventWhilePending(t *testing.T) {
 	}
 	if len(e.entries) != 0 || len(e.byCSR) != 0 {
 		t.Fatalf("%d entries kept for Events about CSRs that are not pending", len(e.entries))
+	}
+
+	// A pending CSR keeps only what could approve its request, once, and
+	// never more than maxGonePerCSR: approvals of another request, copies
+	// of one already kept, and forgeries past the bound go as they leave;
+	// the verified approval is never the one dropped.
+	csr := "csr-flooded"
+	pendingCSRs[csr] = true
+	post(csr, "genuine")
+	if !approves(csr) { // checks it: verified
+		t.Fatal("the genuine approval does not approve")
+	}
+	left("genuine")
+	other := genuine(csr)
+	other.RequestSHA256 = contract.RequestDigest([]byte("another request"))
+	postAtt(other.Sign("n1", key), "other-request")
+	left("other-request")
+	for i := range 50 {
+		uid := types.UID(fmt.Sprintf("copy-%d", i))
+		post(csr, uid)
+		left(uid)
+		forged := genuine(csr)
+		forged.Signature = contract.Attestation{}.Sign(fmt.Sprintf("forger-%d", i), key).Signature
+		uid = types.UID(fmt.Sprintf("forged-%d", i))
+		postAtt(forged, uid)
+		if i%2 == 0 {
+			approves(csr) // checks the forgeries seen so far
+		}
+		left(uid)
+	}
+	if n := gone(csr); n > maxGonePerCSR {
+		t.Errorf("a pending CSR keeps %d entries of Events that left the watch, more than %d", n, maxGonePerCSR)
+	}
+	if e.entries["other-request"] != nil {
+		t.Error("an approval of another request stayed after its Event left")
+	}
+	for i := range 50 {
+		if e.entries[types.UID(fmt.Sprintf("copy-%d", i))] != nil {
+			t.Errorf("copy-%d of the kept approval stayed after its Event left", i)
+		}
+	}
+	if !approves(csr) || e.entries["genuine"] == nil {
+		t.Error("the verified approval was dropped among forgeries")
+	}
+	pendingCSRs[csr] = false
+	e.settled(csr)
+	if len(e.entries) != 0 {
+		t.Errorf("%d entries kept once the flooded CSR is settled", len(e.entries))
 	}
 }

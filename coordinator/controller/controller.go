@@ -287,12 +287,15 @@ func New(cfg Config) (*Coordinator, error) {
 	// Events' watch is not waited for: without the RBAC to list them (an
 	// image upgraded before its ClusterRole) nothing else stops, and the
 	// coordinator does not say it reads them until it does.
-	pendingCSR := func(name string) bool {
+	pendingCSR := func(name string) ([]byte, bool) {
 		csr, err := c.csr(name)
-		return err == nil && pending(csr)
+		if err != nil || !pending(csr) {
+			return nil, false
+		}
+		return csr.Spec.Request, true
 	}
 	if c.attestations, err = newAttestEvents(cfg.Client, pendingCSR, func(name string) {
-		if pendingCSR(name) {
+		if _, ok := pendingCSR(name); ok {
 			c.csrQueue.Add(name)
 		}
 	}, c.m.AttestationEventsIgnored.Inc); err != nil {
