@@ -55,9 +55,11 @@ type Input struct {
 	OnTimeout           config.TimeoutAction
 
 	// Review is the Node's nodeinit.io/csr-review; ReviewBusy says it names
-	// another CSR of this node that is still pending.
-	Review     string
-	ReviewBusy bool
+	// another CSR of this node that is still pending; ReviewAgain that it
+	// asks for this very request by its digest (an ask again).
+	Review      string
+	ReviewBusy  bool
+	ReviewAgain bool
 	// Attestation is the Node's nodeinit.io/csr-attestation, nil if absent or unreadable.
 	Attestation *contract.Attestation
 	// EnrolledKey is the agent key in the Node's record (nil: none), and
@@ -113,6 +115,7 @@ const (
 	CategoryAttested            Category = "attested"
 	CategoryAgentRejected       Category = "agent-rejected"
 	CategoryReview              Category = "review"
+	CategoryAskedAgain          Category = "asked-again"
 	CategoryTimeoutApproved     Category = "timeout-approved"
 	CategoryTimeoutPending      Category = "timeout-pending"
 	CategoryWaiting             Category = "wait"
@@ -255,6 +258,14 @@ func decideWithout(in Input, category Category, note string) Decision {
 		if in.OnTimeout == config.ApproveOnChecks {
 			return with(Decision{Action: Approve, Category: CategoryTimeoutApproved,
 				Reason: fmt.Sprintf("no attestation within %v; approved on the static checks alone, as the policy says", in.Timeout)})
+		}
+		if !in.ReviewAgain {
+			// The agent's answer may be lost to this replica (an Event
+			// removed, or taken out of the watch, before it started): ask
+			// once more, for this request, before leaving it pending. The
+			// ask is on the Node, so no replica asks a third time.
+			return with(Decision{Action: RequestReview, Category: CategoryAskedAgain,
+				Reason: fmt.Sprintf("no valid attestation within %v; asking the node's agent once more, for this request", in.Timeout)})
 		}
 		return with(Decision{Action: TimedOut, Category: CategoryTimeoutPending,
 			Reason: fmt.Sprintf("no valid attestation from the node's agent within %v; left pending (is nodeinit-agent running on %s?)", in.Timeout, in.Node.Name)})

@@ -87,7 +87,16 @@ func TestDecide(t *testing.T) {
 			in.Attestation = a
 			return in
 		}, Wait, ""},
-		{"no attestation by the timeout: stays pending", func() Input { in := base(good); in.ReviewRequested = now.Add(-2 * time.Minute); return in }, TimedOut, "no valid attestation"},
+		{"no attestation by the timeout: asked once more, for this request", func() Input {
+			in := base(good)
+			in.Review, in.ReviewRequested = good.Name, now.Add(-2*time.Minute)
+			return in
+		}, RequestReview, "once more"},
+		{"no attestation by the timeout of the ask again: stays pending", func() Input {
+			in := base(good)
+			in.Review, in.ReviewAgain, in.ReviewRequested = good.Name, true, now.Add(-2*time.Minute)
+			return in
+		}, TimedOut, "no valid attestation"},
 		{"no attestation by the timeout, approve policy", func() Input {
 			in := base(good)
 			in.ReviewRequested, in.OnTimeout = now.Add(-2*time.Minute), config.ApproveOnChecks
@@ -116,7 +125,7 @@ func TestDecide(t *testing.T) {
 		}, Wait, "enrolled agent key"},
 		{"attestation signed by another key, no timeout approval either", func() Input {
 			in := base(good)
-			in.ReviewRequested, in.OnTimeout = now.Add(-2*time.Minute), config.StayPending
+			in.ReviewRequested, in.OnTimeout, in.ReviewAgain = now.Add(-2*time.Minute), config.StayPending, true
 			in.Attestation = attest(good, contract.VerdictApprove, "ok")
 			in.EnrolledKey = otherPub
 			in.PublishedKey = contract.EncodeAgentKey(otherPub)

@@ -39,6 +39,24 @@ type attestEvents struct {
 	mu      sync.Mutex
 	entries map[types.UID]*eventEntry
 	byCSR   map[string]map[types.UID]*eventEntry // by the CSR each was about when first seen
+	// against is what each pending CSR's approval was last looked for
+	// with (approval): an entry leaving the watch unchecked is checked
+	// with it, so the one that verifies is known before any is dropped.
+	against map[string]checkAgainst
+}
+
+// checkAgainst is what an Event's approval of a CSR is verified against:
+// the requesting node, its enrolled key, the request and its SANs.
+type checkAgainst struct {
+	node    string
+	key     ed25519.PublicKey
+	request []byte
+	digest  string // of request
+	sans    []string
+}
+
+func (c checkAgainst) String() string {
+	return c.node + "\x00" + string(c.key) + "\x00" + c.digest + "\x00" + strings.Join(c.sans, "\x00")
 }
 
 // eventEntry is one Event's attestation, as first seen.
@@ -59,7 +77,7 @@ type eventEntry struct {
 const maxEventAttestationBytes = 4 << 10
 
 func newAttestEvents(client kubernetes.Interface, pending func(csr string) ([]byte, bool), changed func(csr string), ignored func()) (*attestEvents, error) {
-	e := &attestEvents{ignored: ignored, pending: pending, entries: map[types.UID]*eventEntry{}, byCSR: map[string]map[types.UID]*eventEntry{}}
+	e := &attestEvents{ignored: ignored, pending: pending, entries: map[types.UID]*eventEntry{}, byCSR: map[string]map[types.UID]*eventEntry{}, against: map[string]checkAgainst{}}
 	e.factory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(metav1.NamespaceDefault),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("reason", contract.EventReasonAttested).String()
@@ -113,8 +131,8 @@ func trimEvent(ev *corev1.Event) *corev1.Event {
 
 // left is an Event leaving the watch. Its entry stays, gone, while its CSR
 // is pending and it is about the request there now (no other entry can
-// approve it) and no other entry carries the same signed approval; at
-// most maxGonePerCSR stay per CSR. Else it goes now.
+// approve it) and no gone entry carries the same signed approval already;
+// at most maxGonePerCSR stay per CSR. Else it goes now.
 func (e *attestEvents) left(uid types.UID) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -122,15 +140,26 @@ func (e *attestEvents) left(uid types.UID) {
 	if en == nil || en.gone {
 		return
 	}
+	csr := en.att.CSR
 	// pending reads the CSR informer under e.mu, so settled cannot run
 	// between that read and the mark: keep it under the lock.
-	request, pending := e.pending(en.att.CSR)
-	if !pending || !en.att.About(en.att.CSR, request) || e.copied(uid, en) {
+	request, pending := e.pending(csr)
+	if !pending || !en.att.About(csr, request) {
+		e.drop(uid, en)
+		return
+	}
+	if c, ok := e.against[csr]; ok {
+		e.check(en, c)
+	}
+	if kept := e.copyOf(uid, en); kept != nil {
+		if kept.checked == "" {
+			kept.checked, kept.ok = en.checked, en.ok // the same signed content
+		}
 		e.drop(uid, en)
 		return
 	}
 	en.gone = true
-	e.trimGone(en.att.CSR)
+	e.trimGone(csr)
 }
 
 // maxGonePerCSR bounds the entries a pending CSR keeps after their Events
@@ -138,16 +167,17 @@ func (e *attestEvents) left(uid types.UID) {
 // genuine approval of its request is all it needs.
 const maxGonePerCSR = 8
 
-// copied says another entry about the same CSR carries the same signed
-// approval (ed25519 signs one way: copies of a genuine one are equal);
-// e.mu is held.
-func (e *attestEvents) copied(uid types.UID, en *eventEntry) bool {
+// copyOf is the gone entry about the same CSR that carries the same signed
+// approval, nil when none: ed25519 signs one way, and Verify takes one
+// encoding of a signature, so copies of a genuine one are equal. e.mu is
+// held.
+func (e *attestEvents) copyOf(uid types.UID, en *eventEntry) *eventEntry {
 	for other, o := range e.byCSR[en.att.CSR] {
-		if other != uid && o.att.Signature == en.att.Signature && o.att.RequestSHA256 == en.att.RequestSHA256 && slices.Equal(o.att.SANs, en.att.SANs) {
-			return true
+		if other != uid && o.gone && o.att.Signature == en.att.Signature && o.att.RequestSHA256 == en.att.RequestSHA256 && slices.Equal(o.att.SANs, en.att.SANs) {
+			return o
 		}
 	}
-	return false
+	return nil
 }
 
 // trimGone drops gone entries about csr beyond maxGonePerCSR: those whose
@@ -180,19 +210,32 @@ func (e *attestEvents) trimGone(csr string) {
 	}
 }
 
-// settled forgets the entries of Events about csr that left the watch:
-// the CSR is decided or deleted.
+// settled forgets, for a CSR decided or deleted, the entries of its Events
+// that left the watch, and what its approval was looked for with.
 func (e *attestEvents) settled(csr string) {
 	if e == nil {
 		return
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	delete(e.against, csr)
 	for uid, en := range e.byCSR[csr] {
 		if en.gone {
 			e.drop(uid, en)
 		}
 	}
+}
+
+// check verifies en against c once (approval.EventApproves) and says
+// whether it stands; e.mu is held.
+func (e *attestEvents) check(en *eventEntry, c checkAgainst) bool {
+	if against := c.String(); en.checked != against {
+		en.checked, en.ok = against, approval.EventApproves(en.att, en.att.CSR, c.request, c.node, c.key, c.sans) == nil
+		if !en.ok {
+			e.ignored()
+		}
+	}
+	return en.ok
 }
 
 // drop forgets an entry; e.mu is held.
@@ -247,21 +290,15 @@ func (e *attestEvents) approval(csr string, request []byte, node string, enrolle
 	if e == nil || enrolled == nil {
 		return nil
 	}
-	against := node + "\x00" + string(enrolled) + "\x00" + strings.Join(sans, "\x00")
-	for _, en := range e.about(csr) {
-		if !en.att.About(csr, request) {
-			continue
-		}
-		e.mu.Lock()
-		if en.checked != against {
-			en.checked, en.ok = against, approval.EventApproves(en.att, csr, request, node, enrolled, sans) == nil
-			if !en.ok {
-				defer e.ignored()
-			}
-		}
-		ok, a := en.ok, en.att
-		e.mu.Unlock()
-		if ok {
+	c := checkAgainst{node: node, key: enrolled, request: request, digest: contract.RequestDigest(request), sans: sans}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, pending := e.pending(csr); pending {
+		e.against[csr] = c
+	}
+	for _, en := range e.byCSR[csr] {
+		if en.att.About(csr, request) && e.check(en, c) {
+			a := en.att
 			return &a
 		}
 	}

@@ -44,7 +44,7 @@ func TestAttestationEntriesOutliveTheirEventWhilePending(t *testing.T) {
 	pendingCSRs := map[string]bool{}
 	request := []byte("request")
 	e := &attestEvents{ignored: func() {}, pending: func(csr string) ([]byte, bool) { return request, pendingCSRs[csr] },
-		entries: map[types.UID]*eventEntry{}, byCSR: map[string]map[types.UID]*eventEntry{}}
+		entries: map[types.UID]*eventEntry{}, byCSR: map[string]map[types.UID]*eventEntry{}, against: map[string]checkAgainst{}}
 	sans := []string{"n1"}
 	genuine := func(csr string) contract.Attestation {
 		a := contract.Attestation{CSR: csr, RequestSHA256: contract.RequestDigest(request), Verdict: contract.VerdictApprove, SANs: sans}
@@ -119,49 +119,72 @@ func TestAttestationEntriesOutliveTheirEventWhilePending(t *testing.T) {
 
 	// A pending CSR keeps only what could approve its request, once, and
 	// never more than maxGonePerCSR: approvals of another request, copies
-	// of one already kept, and forgeries past the bound go as they leave;
-	// the verified approval is never the one dropped.
-	csr := "csr-flooded"
-	pendingCSRs[csr] = true
-	post(csr, "genuine")
-	if !approves(csr) { // checks it: verified
-		t.Fatal("the genuine approval does not approve")
-	}
-	left("genuine")
-	other := genuine(csr)
-	other.RequestSHA256 = contract.RequestDigest([]byte("another request"))
-	postAtt(other.Sign("n1", key), "other-request")
-	left("other-request")
-	for i := range 50 {
-		uid := types.UID(fmt.Sprintf("copy-%d", i))
-		post(csr, uid)
-		left(uid)
-		forged := genuine(csr)
-		forged.Signature = contract.Attestation{}.Sign(fmt.Sprintf("forger-%d", i), key).Signature
-		uid = types.UID(fmt.Sprintf("forged-%d", i))
-		postAtt(forged, uid)
-		if i%2 == 0 {
-			approves(csr) // checks the forgeries seen so far
+	// of one kept, re-encodings of its signature and forgeries past the
+	// bound go as they leave; the verified approval is never the one
+	// dropped, whether it was checked before it left (with a live copy
+	// left behind) or only as it left.
+	flood := func(t *testing.T, csr string, checkDuring bool) {
+		t.Helper()
+		other := genuine(csr)
+		other.RequestSHA256 = contract.RequestDigest([]byte("another request"))
+		postAtt(other.Sign("n1", key), types.UID(csr+"-other-request"))
+		left(types.UID(csr + "-other-request"))
+		for i := range 50 {
+			uid := types.UID(fmt.Sprintf("%s-copy-%d", csr, i))
+			post(csr, uid)
+			left(uid)
+			reencoded := genuine(csr)
+			reencoded.Signature = reencoded.Signature[:i%80] + "\n" + reencoded.Signature[i%80:]
+			uid = types.UID(fmt.Sprintf("%s-reencoded-%d", csr, i))
+			postAtt(reencoded, uid)
+			left(uid)
+			forged := genuine(csr)
+			forged.Signature = contract.Attestation{}.Sign(fmt.Sprintf("forger-%d", i), key).Signature
+			uid = types.UID(fmt.Sprintf("%s-forged-%d", csr, i))
+			postAtt(forged, uid)
+			if checkDuring && i%2 == 0 {
+				approves(csr) // checks the forgeries seen so far
+			}
+			left(uid)
 		}
-		left(uid)
-	}
-	if n := gone(csr); n > maxGonePerCSR {
-		t.Errorf("a pending CSR keeps %d entries of Events that left the watch, more than %d", n, maxGonePerCSR)
-	}
-	if e.entries["other-request"] != nil {
-		t.Error("an approval of another request stayed after its Event left")
-	}
-	for i := range 50 {
-		if e.entries[types.UID(fmt.Sprintf("copy-%d", i))] != nil {
-			t.Errorf("copy-%d of the kept approval stayed after its Event left", i)
+		if n := gone(csr); n > maxGonePerCSR {
+			t.Errorf("a pending CSR keeps %d entries of Events that left the watch, more than %d", n, maxGonePerCSR)
+		}
+		if e.entries[types.UID(csr+"-other-request")] != nil {
+			t.Error("an approval of another request stayed after its Event left")
+		}
+		for i := range 50 {
+			if e.entries[types.UID(fmt.Sprintf("%s-copy-%d", csr, i))] != nil {
+				t.Errorf("copy %d of the kept approval stayed after its Event left", i)
+			}
+		}
+		if !approves(csr) {
+			t.Error("the verified approval was dropped among forgeries")
+		}
+		pendingCSRs[csr] = false
+		e.settled(csr)
+		if len(e.entries) != 0 || len(e.against) != 0 {
+			t.Errorf("%d entries kept once the flooded CSR is settled", len(e.entries))
 		}
 	}
-	if !approves(csr) || e.entries["genuine"] == nil {
-		t.Error("the verified approval was dropped among forgeries")
-	}
-	pendingCSRs[csr] = false
-	e.settled(csr)
-	if len(e.entries) != 0 {
-		t.Errorf("%d entries kept once the flooded CSR is settled", len(e.entries))
-	}
+	t.Run("checked, with a live copy", func(t *testing.T) {
+		csr := "csr-flooded"
+		pendingCSRs[csr] = true
+		post(csr, "genuine")
+		if !approves(csr) { // checks it: verified
+			t.Fatal("the genuine approval does not approve")
+		}
+		post(csr, "live-copy") // not checked: the genuine one approved first
+		left("genuine")
+		left("live-copy")
+		flood(t, csr, true)
+	})
+	t.Run("left before checked", func(t *testing.T) {
+		csr := "csr-unchecked"
+		pendingCSRs[csr] = true
+		approves(csr) // the CSR was looked at with its key enrolled, before any Event
+		post(csr, "genuine-unchecked")
+		left("genuine-unchecked")
+		flood(t, csr, false)
+	})
 }

@@ -191,3 +191,46 @@ func TestAttestationOutlivesItsEvent(t *testing.T) {
 		return cond.Type == certificatesv1.CertificateApproved
 	})
 }
+
+// An answer lost to the coordinator (an Event removed, or taken out of the
+// watch before this replica started, or an agent down at the ask) is not
+// the end: after the attestation timeout the coordinator asks once more,
+// for this request, and the agent's answer to that approves. Here nothing
+// answers the first ask.
+func TestAsksAgainAfterTheTimeout(t *testing.T) {
+	startCoordinator(t, "ask-again", ipamSettings) // attestationTimeout: 3s
+	n := register(t, "ask-again-n", "10.0.42.5")
+	n.publish(t, report{providerID: "talos://metal/" + n.ip.String()})
+	n.csr(t, "ask-again-csr", []string{n.name}, []string{n.ip.String()})
+	waitFor(t, 10*time.Second, "the review", func() bool {
+		return get(t, n.name).Annotations[contract.AnnotationCSRReview] == "ask-again-csr"
+	})
+	csr, err := n.self.CertificatesV1().CertificateSigningRequests().Get(t.Context(), "ask-again-csr", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := contract.Review{CSR: csr.Name, RequestSHA256: contract.RequestDigest(csr.Spec.Request)}.String()
+	waitFor(t, 10*time.Second, "the review asked again, for this request", func() bool {
+		node := get(t, n.name)
+		return node.Annotations[contract.AnnotationCSRReview] == again && node.Annotations[contract.AnnotationAttestBy] == contract.AttestByEventFor(again)
+	})
+	if evs := events(t, csr.Name, "AttestationTimeout"); len(evs) > 0 {
+		t.Fatalf("timed out at the first ask: %s", evs[0].Message)
+	}
+	parsed, err := csrcheck.Parse(csr.Spec.Request)
+	if err != nil {
+		t.Fatal(err)
+	}
+	att := contract.Attestation{CSR: csr.Name, RequestSHA256: contract.RequestDigest(csr.Spec.Request), Verdict: contract.VerdictApprove, SANs: contract.RequestSANs(parsed)}
+	ev, err := contract.AttestationEvent(n.name, csr.Name, csr.UID, att.Sign(n.name, n.key), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.self.CoreV1().Events(ev.Namespace).Create(t.Context(), ev, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "approved by the answer to the ask again", func() bool {
+		c, _ := condition(t, csr.Name)
+		return c.Type == certificatesv1.CertificateApproved
+	})
+}

@@ -667,11 +667,23 @@ func TestCSRApprovalAndDenial(t *testing.T) {
 	a.attest(t, "csr-a-stale", "")
 	waitApproved(t, "csr-a-stale", 10*time.Second)
 
-	// No attestation: pending, with an Event, under the default policy.
+	// No attestation: asked once more, for this request, then pending with
+	// an Event, under the default policy; never asked a third time.
 	b.csr(t, "csr-b-silent", []string{"csr-b"}, []string{"10.0.4.2"})
-	waitFor(t, 10*time.Second, "AttestationTimeout Event", func() bool { return len(events(t, "csr-b-silent", "AttestationTimeout")) > 0 })
+	waitFor(t, 20*time.Second, "AttestationTimeout Event", func() bool { return len(events(t, "csr-b-silent", "AttestationTimeout")) > 0 })
+	if len(events(t, "csr-b-silent", "AttestationAskedAgain")) == 0 {
+		t.Error("timed out without asking again")
+	}
 	if c, decided := condition(t, "csr-b-silent"); decided {
 		t.Errorf("an unattested CSR was decided: %+v", c)
+	}
+	asked := get(t, "csr-b").Annotations[contract.AnnotationCSRReview]
+	if r, _ := contract.ParseReview(asked); r.CSR != "csr-b-silent" || r.RequestSHA256 == "" {
+		t.Errorf("the review after the timeouts is %q, want an ask again for csr-b-silent's request", asked)
+	}
+	time.Sleep(4 * time.Second) // beyond another attestationTimeout (3s)
+	if now := get(t, "csr-b").Annotations[contract.AnnotationCSRReview]; now != asked {
+		t.Errorf("asked a third time: %q after %q", now, asked)
 	}
 }
 

@@ -31,6 +31,7 @@ var heldReasons = map[approval.Category]string{
 	approval.CategoryAgentKeyChanged:     "AgentKeyChanged",
 	approval.CategoryAddressClaimed:      "AddressClaimedByOtherNode",
 	approval.CategoryAttestationInvalid:  "AttestationIgnored",
+	approval.CategoryAskedAgain:          "AttestationAskedAgain",
 }
 
 // reviewRecheck is when a CSR waiting for its Node's sync to ask for its
@@ -67,7 +68,8 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 		// identity without a Node, such as the bootstrap token mints for
 		// any name, does not turn the wait on.
 		c.servingCSRs.Store(true)
-		if c.reviews.set(nodeName, approval.WantOf(csr.Name, csr.CreationTimestamp.Time, d)) {
+		again := d.Category == approval.CategoryAskedAgain && c.reviews.askAgain(csr.Name, csr.UID)
+		if c.reviews.set(nodeName, approval.WantOf(csr.Name, csr.CreationTimestamp.Time, d)) || again {
 			// The hand-off changed: the Node's sync, the one writer of
 			// csr-review, asks for (or moves on from) this CSR's review.
 			c.nodeQueue.Add(nodeName)
@@ -118,6 +120,7 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 	in.Node = &csrcheck.Node{Name: self.Name, Addresses: self.Status.Addresses}
 	if review, err := contract.ParseReview(self.Annotations[contract.AnnotationCSRReview]); err == nil {
 		in.Review = review.CSR
+		in.ReviewAgain = review.CSR == csr.Name && review.RequestSHA256 == contract.RequestDigest(csr.Spec.Request)
 	}
 	if in.Review == csr.Name && in.ReviewRequested.IsZero() {
 		// Asked before this replica led: the timeout starts now (syncCSR
@@ -331,11 +334,18 @@ func (c *Coordinator) review(node *corev1.Node) nodestate.Review {
 			}
 		}
 	}
-	if len(attested) > 0 {
-		if csr, err := c.csr(name); err == nil {
-			if digest := contract.RequestDigest(csr.Spec.Request); !slices.Contains(attested, digest) {
-				r.Ask.RequestSHA256 = digest
-			}
+	if csr, err := c.csr(name); err == nil {
+		digest := contract.RequestDigest(csr.Spec.Request)
+		switch {
+		case current.CSR == name && current.RequestSHA256 == digest:
+			// Asked again for this request already (by any replica): the
+			// ask stays, and the attestation timeout after it is the last.
+			r.Ask.RequestSHA256 = digest
+		case c.reviews.again(name, csr.UID):
+			// No answer within the timeout (approval.CategoryAskedAgain).
+			r.Ask.RequestSHA256 = digest
+		case len(attested) > 0 && !slices.Contains(attested, digest):
+			r.Ask.RequestSHA256 = digest
 		}
 	}
 	if contract.Uninitialized(node) {

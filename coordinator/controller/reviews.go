@@ -19,6 +19,9 @@ type reviews struct {
 	byNode   map[string]map[string]approval.Want
 	nodeOf   map[string]string // CSR name → its requester's Node
 	askedFor map[string]asked  // CSR name → when its review was asked, and of which object
+	// askAgainFor: the CSR objects whose review is asked again, for their
+	// request, after a timeout without an answer.
+	askAgainFor map[string]types.UID
 }
 
 // asked is when the review of one CSR object was asked: a CSR deleted and
@@ -29,7 +32,7 @@ type asked struct {
 }
 
 func newReviews() *reviews {
-	return &reviews{byNode: map[string]map[string]approval.Want{}, nodeOf: map[string]string{}, askedFor: map[string]asked{}}
+	return &reviews{byNode: map[string]map[string]approval.Want{}, nodeOf: map[string]string{}, askedFor: map[string]asked{}, askAgainFor: map[string]types.UID{}}
 }
 
 // asked records that the review of CSR csr, object uid, was asked for at t
@@ -49,6 +52,28 @@ func (r *reviews) askedAt(csr string, uid types.UID) time.Time {
 		return a.at
 	}
 	return time.Time{}
+}
+
+// askAgain records that CSR csr, object uid, is to be asked about again,
+// and reports whether that is new. The timeout starts over now: a sync
+// that reads the ask again on the Node before the write's own clock
+// (patched) starts must not time it out at once.
+func (r *reviews) askAgain(csr string, uid types.UID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.askAgainFor[csr] == uid {
+		return false
+	}
+	r.askAgainFor[csr] = uid
+	r.askedFor[csr] = asked{uid: uid, at: time.Now()}
+	return true
+}
+
+// again says CSR csr, object uid, is to be asked about again.
+func (r *reviews) again(csr string, uid types.UID) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.askAgainFor[csr] == uid
 }
 
 // gone forgets a deleted CSR and returns its Node's name ("" when none).
@@ -87,6 +112,7 @@ func (r *reviews) drop(csr string) (node string) {
 }
 
 func (r *reviews) dropLocked(csr string) string {
+	delete(r.askAgainFor, csr)
 	node, ok := r.nodeOf[csr]
 	if !ok {
 		return ""

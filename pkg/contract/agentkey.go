@@ -85,8 +85,11 @@ func (a Attestation) Verify(node string, enrolled ed25519.PublicKey, sans []stri
 	if a.Signature == "" {
 		return ErrUnsigned
 	}
+	// One encoding per signature (Sign's): a re-encoded copy of a genuine
+	// signature (line breaks, other trailing bits) is malformed, so copies
+	// of one attestation are equal as text.
 	sig, err := base64.StdEncoding.DecodeString(a.Signature)
-	if err != nil || len(sig) != ed25519.SignatureSize {
+	if err != nil || len(sig) != ed25519.SignatureSize || base64.StdEncoding.EncodeToString(sig) != a.Signature {
 		return errors.New("the attestation's signature is malformed")
 	}
 	if !slices.Equal(a.SANs, sans) {

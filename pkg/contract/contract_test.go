@@ -234,6 +234,8 @@ func TestNodeMaySetLabel(t *testing.T) {
 	}
 }
 
+const base64Alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
 func TestAttestationSignature(t *testing.T) {
 	pub, key, _ := ed25519.GenerateKey(rand.Reader)
 	otherPub, _, _ := ed25519.GenerateKey(rand.Reader)
@@ -260,6 +262,17 @@ func TestAttestationSignature(t *testing.T) {
 		"another request":                     {func() Attestation { b := a; b.RequestSHA256 = RequestDigest([]byte("x")); return b }(), "n1", pub, sans},
 		"unsigned (the kubelet credential's)": {func() Attestation { b := a; b.Signature = ""; return b }(), "n1", pub, sans},
 		"garbage signature":                   {func() Attestation { b := a; b.Signature = "!!"; return b }(), "n1", pub, sans},
+		// Re-encodings of the genuine signature: equal bytes, other text.
+		"the signature with a line break": {func() Attestation { b := a; b.Signature = a.Signature[:40] + "\n" + a.Signature[40:]; return b }(), "n1", pub, sans},
+		"the signature with a CR LF":      {func() Attestation { b := a; b.Signature = a.Signature + "\r\n"; return b }(), "n1", pub, sans},
+		"the signature with other trailing bits": {func() Attestation {
+			b := a
+			// 64 bytes encode to 86 characters and "==": the last one
+			// carries 2 bits and 4 unused ones, which decoding ignores.
+			last := strings.IndexByte(base64Alphabet, a.Signature[85])
+			b.Signature = a.Signature[:85] + string(base64Alphabet[last^1]) + a.Signature[86:]
+			return b
+		}(), "n1", pub, sans},
 	} {
 		if err := c.a.Verify(c.node, c.pub, c.sans); err == nil {
 			t.Errorf("%s: verified", name)
