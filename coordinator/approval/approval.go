@@ -55,8 +55,9 @@ type Input struct {
 	OnTimeout           config.TimeoutAction
 
 	// Review is the Node's nodeinit.io/csr-review; ReviewBusy says it names
-	// another CSR of this node that is still pending; ReviewAgain that it
-	// asks for this very request by its digest (an ask again).
+	// another CSR of this node that is still pending; ReviewAgain that this
+	// CSR was asked about again already (the review asks for this very
+	// request by its digest, or this replica decided to ask again).
 	Review      string
 	ReviewBusy  bool
 	ReviewAgain bool
@@ -93,6 +94,10 @@ type Decision struct {
 	// SANs are the approved request's SANs (contract.RequestSANs), for the
 	// record: the request is not parsed again to write it.
 	SANs []string
+	// AskAgain: the review request is an ask again, for this request,
+	// after a timeout without a valid attestation (the category may say
+	// why the attestation there was not valid).
+	AskAgain bool
 }
 
 // Category says why a decision was taken: the controller matches these,
@@ -259,12 +264,13 @@ func decideWithout(in Input, category Category, note string) Decision {
 			return with(Decision{Action: Approve, Category: CategoryTimeoutApproved,
 				Reason: fmt.Sprintf("no attestation within %v; approved on the static checks alone, as the policy says", in.Timeout)})
 		}
-		if !in.ReviewAgain {
+		if !in.ReviewAgain && in.Review == in.CSR.Name {
 			// The agent's answer may be lost to this replica (an Event
 			// removed, or taken out of the watch, before it started): ask
-			// once more, for this request, before leaving it pending. The
-			// ask is on the Node, so no replica asks a third time.
-			return with(Decision{Action: RequestReview, Category: CategoryAskedAgain,
+			// once more, for this request, while its review is this CSR's,
+			// before leaving it pending. The ask is on the Node, so another
+			// replica does not ask a third time while it stays there.
+			return with(Decision{Action: RequestReview, Category: CategoryAskedAgain, AskAgain: true,
 				Reason: fmt.Sprintf("no valid attestation within %v; asking the node's agent once more, for this request", in.Timeout)})
 		}
 		return with(Decision{Action: TimedOut, Category: CategoryTimeoutPending,

@@ -92,6 +92,19 @@ func TestDecide(t *testing.T) {
 			in.Review, in.ReviewRequested = good.Name, now.Add(-2*time.Minute)
 			return in
 		}, RequestReview, "once more"},
+		{"no attestation by the timeout, the review on another CSR now: stays pending, not asked again", func() Input {
+			in := base(good)
+			in.Review, in.ReviewRequested = "csr-newer", now.Add(-2*time.Minute)
+			return in
+		}, TimedOut, "no valid attestation"},
+		{"an ignored attestation by the timeout: asked once more too", func() Input {
+			in := base(good)
+			in.Review, in.ReviewRequested = good.Name, now.Add(-2*time.Minute)
+			a := *attest(good, contract.VerdictApprove, "forged")
+			a.Signature = ""
+			in.Attestation = &a
+			return in
+		}, RequestReview, "once more"},
 		{"no attestation by the timeout of the ask again: stays pending", func() Input {
 			in := base(good)
 			in.Review, in.ReviewAgain, in.ReviewRequested = good.Name, true, now.Add(-2*time.Minute)
@@ -223,6 +236,9 @@ func TestDecide(t *testing.T) {
 			}
 			if d.Action == Wait && d.After <= 0 {
 				t.Fatalf("wait without a delay: %+v", d)
+			}
+			if d.AskAgain != strings.Contains(d.Reason, "once more") {
+				t.Fatalf("an ask again not marked so (or marked without one): %+v", d)
 			}
 		})
 	}

@@ -152,8 +152,8 @@ func (e *attestEvents) left(uid types.UID) {
 		e.check(en, c)
 	}
 	if kept := e.copyOf(uid, en); kept != nil {
-		if kept.checked == "" {
-			kept.checked, kept.ok = en.checked, en.ok // the same signed content
+		if c, ok := e.against[csr]; kept.checked == "" || ok && en.checked == c.String() {
+			kept.checked, kept.ok = en.checked, en.ok // the same signed content, checked since
 		}
 		e.drop(uid, en)
 		return
@@ -291,13 +291,35 @@ func (e *attestEvents) approval(csr string, request []byte, node string, enrolle
 		return nil
 	}
 	c := checkAgainst{node: node, key: enrolled, request: request, digest: contract.RequestDigest(request), sans: sans}
+	against := c.String()
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if _, pending := e.pending(csr); pending {
 		e.against[csr] = c
 	}
+	var about []*eventEntry
 	for _, en := range e.byCSR[csr] {
-		if en.att.About(csr, request) && e.check(en, c) {
+		if en.att.About(csr, request) {
+			about = append(about, en)
+		}
+	}
+	e.mu.Unlock()
+	// Signatures are checked outside the lock: a node may create any
+	// number of Events about its own CSR, and the Events' handler and the
+	// other workers need not wait for them.
+	for _, en := range about {
+		e.mu.Lock()
+		checked, ok := en.checked == against, en.ok
+		e.mu.Unlock()
+		if !checked {
+			ok = approval.EventApproves(en.att, csr, request, node, enrolled, sans) == nil
+			e.mu.Lock()
+			en.checked, en.ok = against, ok
+			e.mu.Unlock()
+			if !ok {
+				e.ignored()
+			}
+		}
+		if ok {
 			a := en.att
 			return &a
 		}

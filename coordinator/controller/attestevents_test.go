@@ -234,3 +234,52 @@ func TestAsksAgainAfterTheTimeout(t *testing.T) {
 		return c.Type == certificatesv1.CertificateApproved
 	})
 }
+
+// The ask again is the last ask: a timed-out CSR is never asked about a
+// third time, even when its Node's review moved on to the kubelet's next
+// CSR and that one timed out too (the two would take turns for good), and
+// an attestation the coordinator ignores (unsigned, written with the
+// kubelet's credential) neither keeps the CSR from asking again nor from
+// timing out.
+func TestAsksAgainOnlyOnce(t *testing.T) {
+	startCoordinator(t, "ask-once", ipamSettings) // attestationTimeout: 3s
+	n := register(t, "ask-once-n", "10.0.42.7")
+	n.publish(t, report{providerID: "talos://metal/" + n.ip.String()})
+	timedOut := func(csr string) {
+		t.Helper()
+		waitFor(t, 20*time.Second, csr+" timed out", func() bool { return len(events(t, csr, "AttestationTimeout")) > 0 })
+		if len(events(t, csr, "AttestationAskedAgain")) == 0 {
+			t.Errorf("%s timed out without asking again", csr)
+		}
+	}
+	n.csr(t, "ask-once-a", []string{n.name}, []string{n.ip.String()})
+	timedOut("ask-once-a")
+	n.csr(t, "ask-once-b", []string{n.name}, []string{n.ip.String()})
+	waitFor(t, 10*time.Second, "the review of the next CSR", func() bool {
+		r, _ := contract.ParseReview(get(t, n.name).Annotations[contract.AnnotationCSRReview])
+		return r.CSR == "ask-once-b"
+	})
+	// An unsigned attestation of b's request on the Node: ignored.
+	b, err := n.self.CertificatesV1().CertificateSigningRequests().Get(t.Context(), "ask-once-b", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unsigned, err := contract.EncodeAttestation(contract.Attestation{CSR: b.Name, RequestSHA256: contract.RequestDigest(b.Spec.Request), Verdict: contract.VerdictApprove})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.patch(t, map[string]any{"metadata": map[string]any{"annotations": map[string]string{contract.AnnotationCSRAttestation: unsigned}}}, "")
+	timedOut("ask-once-b")
+	deadline := time.Now().Add(8 * time.Second) // beyond two more timeouts
+	for time.Now().Before(deadline) {
+		if r, _ := contract.ParseReview(get(t, n.name).Annotations[contract.AnnotationCSRReview]); r.CSR != "ask-once-b" {
+			t.Fatalf("after both timed out, the review went on to %q", r.CSR)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, csr := range []string{"ask-once-a", "ask-once-b"} {
+		if c, decided := condition(t, csr); decided {
+			t.Errorf("%s decided: %+v", csr, c)
+		}
+	}
+}

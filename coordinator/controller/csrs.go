@@ -68,14 +68,18 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 		// identity without a Node, such as the bootstrap token mints for
 		// any name, does not turn the wait on.
 		c.servingCSRs.Store(true)
-		again := d.Category == approval.CategoryAskedAgain && c.reviews.askAgain(csr.Name, csr.UID)
+		again := d.AskAgain && c.reviews.askAgain(csr.Name, csr.UID)
 		if c.reviews.set(nodeName, approval.WantOf(csr.Name, csr.CreationTimestamp.Time, d)) || again {
 			// The hand-off changed: the Node's sync, the one writer of
 			// csr-review, asks for (or moves on from) this CSR's review.
 			c.nodeQueue.Add(nodeName)
 		}
 	}
-	if reason, ok := heldReasons[d.Category]; ok {
+	reason, ok := heldReasons[d.Category]
+	if d.AskAgain {
+		reason, ok = heldReasons[approval.CategoryAskedAgain], true
+	}
+	if ok {
 		c.say(csr, "csr", name, corev1.EventTypeWarning, reason, d.Reason)
 	}
 	switch d.Action {
@@ -122,6 +126,7 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 		in.Review = review.CSR
 		in.ReviewAgain = review.CSR == csr.Name && review.RequestSHA256 == contract.RequestDigest(csr.Spec.Request)
 	}
+	in.ReviewAgain = in.ReviewAgain || c.reviews.again(csr.Name, csr.UID)
 	if in.Review == csr.Name && in.ReviewRequested.IsZero() {
 		// Asked before this replica led: the timeout starts now (syncCSR
 		// remembers it).
