@@ -303,9 +303,9 @@ func (e *attestEvents) approval(csr string, request []byte, node string, enrolle
 		}
 	}
 	e.mu.Unlock()
-	// Signatures are checked outside the lock: a node may create any
-	// number of Events about its own CSR, and the Events' handler and the
-	// other workers need not wait for them.
+	// Here signatures are checked outside the lock: a node may create any
+	// number of live Events about its own CSR, and the Events' handler
+	// need not wait for them (left checks one, the leaving one, under it).
 	for _, en := range about {
 		e.mu.Lock()
 		checked, ok := en.checked == against, en.ok

@@ -179,6 +179,25 @@ func TestAttestationEntriesOutliveTheirEventWhilePending(t *testing.T) {
 		left("live-copy")
 		flood(t, csr, true)
 	})
+	t.Run("failed under an earlier key, then re-enrolled", func(t *testing.T) {
+		csr := "csr-reenrolled"
+		pendingCSRs[csr] = true
+		oldPub, _, _ := ed25519.GenerateKey(rand.Reader)
+		post(csr, "before-reenrol")
+		if e.approval(csr, request, "n1", oldPub, sans) != nil { // fails: signed with the key enrolled next
+			t.Fatal("approved under a key that did not sign it")
+		}
+		left("before-reenrol")
+		if !approves(csr) { // the key enrolled now: the entry kept is checked again, and verifies
+			t.Fatal("the genuine approval, failed under the earlier key, does not approve under the enrolled one")
+		}
+		post(csr, "copy-after-reenrol")
+		left("copy-after-reenrol") // a copy of the one kept: dropped
+		if e.entries["copy-after-reenrol"] != nil || e.entries["before-reenrol"] == nil || !e.entries["before-reenrol"].ok {
+			t.Fatal("after the re-enrolment, the copy stayed or the verified entry did not")
+		}
+		flood(t, csr, false)
+	})
 	t.Run("left before checked", func(t *testing.T) {
 		csr := "csr-unchecked"
 		pendingCSRs[csr] = true

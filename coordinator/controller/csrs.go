@@ -347,7 +347,7 @@ func (c *Coordinator) review(node *corev1.Node) nodestate.Review {
 			// ask stays, and the attestation timeout after it is the last.
 			r.Ask.RequestSHA256 = digest
 		case c.reviews.again(name, csr.UID):
-			// No answer within the timeout (approval.CategoryAskedAgain).
+			// No answer within the timeout (approval.Decision.AskAgain).
 			r.Ask.RequestSHA256 = digest
 		case len(attested) > 0 && !slices.Contains(attested, digest):
 			r.Ask.RequestSHA256 = digest
