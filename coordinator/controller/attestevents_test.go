@@ -159,25 +159,9 @@ func TestAttestationOutlivesItsEvent(t *testing.T) {
 	thief := register(t, "by-event-gone-d", "10.0.42.2")
 	thief.publish(t, report{providerID: "talos://metal/" + thief.ip.String()})
 	c.csr(t, "by-event-gone-csr", []string{c.name}, []string{c.ip.String()})
-	csr, err := c.self.CertificatesV1().CertificateSigningRequests().Get(t.Context(), "by-event-gone-csr", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	parsed, err := csrcheck.Parse(csr.Spec.Request)
-	if err != nil {
-		t.Fatal(err)
-	}
-	att := contract.Attestation{CSR: csr.Name, RequestSHA256: contract.RequestDigest(csr.Spec.Request), Verdict: contract.VerdictApprove, SANs: contract.RequestSANs(parsed)}
-	ev, err := contract.AttestationEvent(c.name, csr.Name, csr.UID, att.Sign(c.name, c.key), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	created, err := c.self.CoreV1().Events(ev.Namespace).Create(t.Context(), ev, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	created := c.approveByEvent(t, "by-event-gone-csr")
 	time.Sleep(2 * time.Second)
-	if cond, decided := condition(t, csr.Name); decided {
+	if cond, decided := condition(t, "by-event-gone-csr"); decided {
 		t.Fatalf("decided before the node's key was enrolled: %+v", cond)
 	}
 	created.Reason = "Renamed"
@@ -186,10 +170,7 @@ func TestAttestationOutlivesItsEvent(t *testing.T) {
 	}
 	time.Sleep(2 * time.Second) // the coordinator's watch sees it go
 	c.publish(t, report{providerID: "talos://metal/" + c.ip.String()})
-	waitFor(t, 10*time.Second, "approved by the Event that left the watch", func() bool {
-		cond, _ := condition(t, csr.Name)
-		return cond.Type == certificatesv1.CertificateApproved
-	})
+	waitApproved(t, "by-event-gone-csr", 10*time.Second) // by the Event that left the watch
 }
 
 // An answer lost to the coordinator (an Event removed, or taken out of the
@@ -217,6 +198,18 @@ func TestAsksAgainAfterTheTimeout(t *testing.T) {
 	if evs := events(t, csr.Name, "AttestationTimeout"); len(evs) > 0 {
 		t.Fatalf("timed out at the first ask: %s", evs[0].Message)
 	}
+	n.approveByEvent(t, csr.Name)
+	waitApproved(t, csr.Name, 10*time.Second) // by the answer to the ask again
+}
+
+// approveByEvent plays the node's agent: it approves the CSR name, as it
+// is now, with an Event, and returns the Event created.
+func (n *simNode) approveByEvent(t *testing.T, name string) *corev1.Event {
+	t.Helper()
+	csr, err := n.self.CertificatesV1().CertificateSigningRequests().Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	parsed, err := csrcheck.Parse(csr.Spec.Request)
 	if err != nil {
 		t.Fatal(err)
@@ -226,13 +219,11 @@ func TestAsksAgainAfterTheTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.self.CoreV1().Events(ev.Namespace).Create(t.Context(), ev, metav1.CreateOptions{}); err != nil {
+	created, err := n.self.CoreV1().Events(ev.Namespace).Create(t.Context(), ev, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "approved by the answer to the ask again", func() bool {
-		c, _ := condition(t, csr.Name)
-		return c.Type == certificatesv1.CertificateApproved
-	})
+	return created
 }
 
 // The ask again is the last ask: a timed-out CSR is never asked about a
