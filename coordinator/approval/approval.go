@@ -55,9 +55,9 @@ type Input struct {
 	OnTimeout           config.TimeoutAction
 
 	// Review is the Node's nodeinit.io/csr-review; ReviewBusy says it names
-	// another CSR of this node that is still pending; ReviewAgain that this
-	// CSR was asked about again already (the review asks for this very
-	// request by its digest, or this replica decided to ask again).
+	// another CSR of this node that is still pending; ReviewAgain that it
+	// asks for this very request by its digest: the ask again is written
+	// (until it is, a timeout asks again, not out).
 	Review      string
 	ReviewBusy  bool
 	ReviewAgain bool

@@ -126,7 +126,6 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 		in.Review = review.CSR
 		in.ReviewAgain = review.CSR == csr.Name && review.RequestSHA256 == contract.RequestDigest(csr.Spec.Request)
 	}
-	in.ReviewAgain = in.ReviewAgain || c.reviews.again(csr.Name, csr.UID)
 	if in.Review == csr.Name && in.ReviewRequested.IsZero() {
 		// Asked before this replica led: the timeout starts now (syncCSR
 		// remembers it).
