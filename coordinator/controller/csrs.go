@@ -339,16 +339,15 @@ func (c *Coordinator) review(node *corev1.Node) nodestate.Review {
 		}
 	}
 	if csr, err := c.csr(name); err == nil {
+		// Ask by digest when asked so for this request already (by any
+		// replica: the ask stays, and the attestation timeout after it is
+		// the last), when no answer came within the timeout
+		// (approval.Decision.AskAgain), or when what was answered is another
+		// request.
 		digest := contract.RequestDigest(csr.Spec.Request)
-		switch {
-		case current.CSR == name && current.RequestSHA256 == digest:
-			// Asked again for this request already (by any replica): the
-			// ask stays, and the attestation timeout after it is the last.
-			r.Ask.RequestSHA256 = digest
-		case c.reviews.again(name, csr.UID):
-			// No answer within the timeout (approval.Decision.AskAgain).
-			r.Ask.RequestSHA256 = digest
-		case len(attested) > 0 && !slices.Contains(attested, digest):
+		if (current.CSR == name && current.RequestSHA256 == digest) ||
+			c.reviews.again(name, csr.UID) ||
+			(len(attested) > 0 && !slices.Contains(attested, digest)) {
 			r.Ask.RequestSHA256 = digest
 		}
 	}
