@@ -27,7 +27,9 @@ const (
 	// RequestReview writes nodeinit.io/csr-review: <csr> on the Node.
 	RequestReview Action = "RequestReview"
 	// Wait requeues after Decision.After (the attestation may still come,
-	// an address may become stable).
+	// an address may become stable). A CSR that waits keeps its review
+	// (WantOf): every wait is for the attestation, now or once the
+	// addresses settle.
 	Wait Action = "Wait"
 	// Hold leaves the CSR pending with an Event until something changes
 	// (an admin re-enrols a key, the flood subsides, a claim is released);
@@ -128,12 +130,6 @@ const (
 
 // CheckFailed is the category of a denial by the named check.
 func CheckFailed(check string) Category { return Category("check:" + check) }
-
-// WaitsOnAddresses: the CSR waits for addresses to settle or to be freed,
-// or for its review to be asked (the Node's sync hands it on).
-func (c Category) WaitsOnAddresses() bool {
-	return c == CategoryAddressNotSettled || c == CategoryAddressClaimed || c == CategoryWaiting
-}
 
 // claimRecheck is how often a CSR waiting on an address claim is rechecked.
 const claimRecheck = 5 * time.Second

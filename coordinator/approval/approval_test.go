@@ -248,6 +248,74 @@ func TestDecide(t *testing.T) {
 // as the attestation's reason or SANs reaches the CSR's condition and Event
 // bounded, on one line, and quoted: it cannot forge a line of the
 // coordinator's own.
+// TestIgnoredAttestationChangesNoDecision: an attestation that is not
+// signed by the enrolled key, whoever wrote it, decides nothing. Whatever
+// the review's state, the CSR's decision with it is the decision without
+// it (action, requeue, ask again, and whether the CSR keeps its review);
+// only the reason and category say that it was ignored.
+func TestIgnoredAttestationChangesNoDecision(t *testing.T) {
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	nodeA := &csrcheck.Node{Name: "node-a", Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}, {Type: corev1.NodeHostName, Address: "node-a"}}}
+	facts := csrcheck.Facts{
+		Claims: map[netip.Addr]string{netip.MustParseAddr("10.0.0.1"): "node-a"},
+		Seen:   map[netip.Addr]time.Duration{netip.MustParseAddr("10.0.0.1"): time.Minute},
+		Names:  map[string]string{"node-a": "node-a"},
+	}
+	policy := csrcheck.Policy{NodeNetworks: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, ClusterDomain: "cluster.local", MinStable: 3 * time.Second}
+	pub, _, _ := ed25519.GenerateKey(rand.Reader)
+	_, otherKey, _ := ed25519.GenerateKey(rand.Reader)
+	good := request(t, "csr-good", []string{"node-a"}, "10.0.0.1")
+	parsed, err := csrcheck.Parse(good.PEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	approve := contract.Attestation{CSR: good.Name, RequestSHA256: contract.RequestDigest(good.PEM), Verdict: contract.VerdictApprove, Reason: "ok", SANs: contract.RequestSANs(parsed)}
+	forgeries := map[string]struct {
+		att       contract.Attestation
+		published string
+	}{
+		"unsigned":                {approve, contract.EncodeAgentKey(pub)},
+		"signed with another key": {approve.Sign("node-a", otherKey), contract.EncodeAgentKey(pub)},
+		"a rejection, unsigned":   {contract.Attestation{CSR: good.Name, RequestSHA256: approve.RequestSHA256, Verdict: contract.VerdictReject, Reason: "no"}, contract.EncodeAgentKey(pub)},
+		"the node publishes a key that does not parse": {approve.Sign("node-a", otherKey), "ed25519:not-a-key"},
+	}
+	asked := map[string]time.Time{"never": {}, "within the timeout": now.Add(-10 * time.Second), "past the timeout": now.Add(-2 * time.Minute)}
+	reviews := map[string]string{"none": "", "this CSR": good.Name, "another CSR": "csr-other"}
+	n := 0
+	for fname, f := range forgeries {
+		for aname, at := range asked {
+			for rname, review := range reviews {
+				for _, busy := range []bool{false, true} {
+					for _, again := range []bool{false, true} {
+						for _, onTimeout := range []config.TimeoutAction{config.StayPending, config.ApproveOnChecks} {
+							in := Input{CSR: good, Created: now.Add(-3 * time.Minute), ReviewRequested: at, Node: nodeA, Facts: facts, Policy: policy,
+								AttestationRequired: true, Timeout: time.Minute, OnTimeout: onTimeout, Now: now, EnrolledKey: pub, PublishedKey: f.published,
+								Review: review, ReviewBusy: busy && review == "csr-other", ReviewAgain: again && review == good.Name, Renewals: config.RenewSameNames}
+							without := Decide(in)
+							att := f.att
+							in.Attestation = &att
+							with := Decide(in)
+							n++
+							wantW, gotW := WantOf(good.Name, in.Created, without), WantOf(good.Name, in.Created, with)
+							if with.Action != without.Action || with.After != without.After || with.AskAgain != without.AskAgain || gotW.Review != wantW.Review {
+								t.Errorf("%s attestation, asked %s, review on %s (busy %v, again %v, %s): decided %s after %v (ask again %v, keeps the review %v, %s), without it %s after %v (ask again %v, keeps the review %v, %s)",
+									fname, aname, rname, in.ReviewBusy, in.ReviewAgain, onTimeout,
+									with.Action, with.After, with.AskAgain, gotW.Review, with.Category, without.Action, without.After, without.AskAgain, wantW.Review, without.Category)
+							}
+							if with.Category != CategoryAttestationInvalid {
+								t.Errorf("%s attestation, asked %s, review on %s: category %q, want %q (the Event says it was ignored)", fname, aname, rname, with.Category, CategoryAttestationInvalid)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if n != 4*3*3*2*2*2 {
+		t.Fatalf("%d cases", n)
+	}
+}
+
 func TestNodeTextInReasons(t *testing.T) {
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	nodeA := &csrcheck.Node{Name: "node-a", Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}}}

@@ -13,17 +13,20 @@ type Want struct {
 	CSR     string
 	Created time.Time
 	// Review: the decision asks for the agent's attestation
-	// (RequestReview), or waits with the review asked or about to be
-	// (Category.WaitsOnAddresses: the attestation is then ready when the
-	// addresses are). Whether the ask is a first one or an ask again is
-	// decided when it is written, from the Node's attestation.
+	// (RequestReview), or waits, which is always with the review asked or
+	// about to be (for the attestation, or for addresses to settle: the
+	// attestation is then ready when they are). Decided from the action
+	// alone, never the category, which also says what was ignored on the
+	// way (an attestation not signed by the enrolled key changes no
+	// hand-off). Whether the ask is a first one or an ask again is decided
+	// when it is written, from the Node's attestation.
 	Review bool
 }
 
 // WantOf is the hand-off a decision makes for its CSR.
 func WantOf(csr string, created time.Time, d Decision) Want {
 	return Want{CSR: csr, Created: created,
-		Review: d.Action == RequestReview || d.Action == Wait && d.Category.WaitsOnAddresses()}
+		Review: d.Action == RequestReview || d.Action == Wait}
 }
 
 // Handoff names the CSR a Node's csr-review should name now, "" when none,
