@@ -598,21 +598,24 @@ func TestAttacks(t *testing.T) {
 		thief.status(internal("10.0.7.2"), hostname("mallory"))
 		thief.report(nil, thiefKey.Public().(ed25519.PublicKey))
 		thief.csr("mallory-reinstalled", []string{"mallory"}, "10.0.7.2")
-		until(t, 20*time.Second, "review request", func() bool {
-			return getNode(t, "mallory").Annotations[contract.AnnotationCSRReview] == "mallory-reinstalled"
-		})
-		thief.attest("mallory-reinstalled", thiefKey)
+		// Held from the published key alone, before any attestation:
+		// nothing signed with that key counts.
 		if msg := heldWith(t, "mallory-reinstalled", "AgentKeyChanged"); !strings.Contains(msg, "kubectl patch noderecord mallory") {
 			t.Errorf("AgentKeyChanged %q does not name the re-enrol command", msg)
 		}
 		if nodeRecord(t, "mallory").Spec.AgentKey != contract.EncodeAgentKey(mallory.key.Public().(ed25519.PublicKey)) {
 			t.Error("the enrolled key changed")
 		}
-		// The admin's command, as the Event gives it, re-enrols; then it is approved.
+		// The admin's command, as the Event gives it, re-enrols; then the
+		// agent is asked, and its attestation with that key approves.
 		patch := fmt.Sprintf(`{"spec":{"agentKey":%q}}`, contract.EncodeAgentKey(thiefKey.Public().(ed25519.PublicKey)))
 		if _, err := dynamic.NewForConfigOrDie(cluster.Admin()).Resource(records.GVR).Patch(t.Context(), "mallory", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		until(t, 20*time.Second, "review request", func() bool {
+			return getNode(t, "mallory").Annotations[contract.AnnotationCSRReview] == "mallory-reinstalled"
+		})
+		thief.attest("mallory-reinstalled", thiefKey)
 		issued(t, "mallory-reinstalled")
 	})
 

@@ -203,21 +203,32 @@ func decideChecked(in Input, sans []string) Decision {
 			Reason: "no agent key is enrolled for this node (its agent does not publish one, the node is not initialized yet, or this Node object is not the first of its name: " +
 				"then the key waits in its NodeRecord's spec.pendingAgentKey, and once checked against the agent's log it is enrolled with: " + EnrolCommand(in.Node.Name) + ")"}
 	}
-	if a := in.Attestation; a != nil && a.CSR == in.CSR.Name {
-		err := a.Verify(csrcheck.NodeName(in.CSR.Username), in.EnrolledKey, sans)
-		switch {
-		case err != nil && in.PublishedKey != "" && in.PublishedKey != contract.EncodeAgentKey(in.EnrolledKey):
-			published, perr := contract.DecodeAgentKey(in.PublishedKey)
-			if perr != nil {
-				return decideWithout(in, CategoryAttestationInvalid, fmt.Sprintf("ignored an attestation not signed by the enrolled agent key (%v); the node publishes an unreadable key", err))
-			}
-			// The command copies the key from the record, where only the
-			// coordinator writes: nothing in an Event (which any node can
-			// forge) is pasted into the enrolment. The key shown is for
-			// comparing with the agent's log on the node.
+	a := in.Attestation
+	if a != nil && a.CSR != in.CSR.Name {
+		a = nil
+	}
+	var err error
+	if a != nil {
+		err = a.Verify(csrcheck.NodeName(in.CSR.Username), in.EnrolledKey, sans)
+	}
+	if (a == nil || err != nil) && in.PublishedKey != "" && in.PublishedKey != contract.EncodeAgentKey(in.EnrolledKey) {
+		// Decided from the published key alone: an attestation the
+		// enrolled key did not sign changes no decision, this one included.
+		// The command copies the key from the record, where only the
+		// coordinator writes: nothing in an Event (which any node can
+		// forge) is pasted into the enrolment. The key shown is for
+		// comparing with the agent's log on the node.
+		if published, perr := contract.DecodeAgentKey(in.PublishedKey); perr == nil {
 			return Decision{Action: Hold, Category: CategoryAgentKeyChanged,
-				Reason: fmt.Sprintf("the node's agent now publishes key %s, not the enrolled one (%v). If the node was reinstalled, "+
-					"compare it with the public-key the agent logs at start on the node, then enrol the key the coordinator recorded: %s", contract.EncodeAgentKey(published), err, EnrolCommand(in.Node.Name))}
+				Reason: fmt.Sprintf("the node's agent now publishes key %s, not the enrolled one. If the node was reinstalled, "+
+					"compare it with the public-key the agent logs at start on the node, then enrol the key the coordinator recorded: %s", contract.EncodeAgentKey(published), EnrolCommand(in.Node.Name))}
+		}
+		if err != nil {
+			return decideWithout(in, CategoryAttestationInvalid, fmt.Sprintf("ignored an attestation not signed by the enrolled agent key (%v); the node publishes an unreadable key", err))
+		}
+	}
+	if a != nil {
+		switch {
 		case err != nil:
 			// Whoever wrote it does not hold the agent key: it changes nothing.
 			return decideWithout(in, CategoryAttestationInvalid, fmt.Sprintf("ignored an attestation not signed by the enrolled agent key (%v)", err))

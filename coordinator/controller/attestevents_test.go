@@ -3,6 +3,7 @@ package controller_test
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"strings"
 	"testing"
 	"time"
 
@@ -273,4 +274,58 @@ func TestAsksAgainOnlyOnce(t *testing.T) {
 			t.Errorf("%s decided: %+v", csr, c)
 		}
 	}
+}
+
+// TestUnsignedAttestationAsksNothing: an attestation on the Node that the
+// enrolled key did not sign changes no ask. One of another request under
+// the CSR's name, unsigned or signed with another key, leaves the review
+// in its plain form (an ask by digest restarts the attestation clock and
+// makes the next timeout final); the agent's own signed one of another
+// request asks by digest.
+func TestUnsignedAttestationAsksNothing(t *testing.T) {
+	startCoordinator(t, "unsigned-ask", strings.Replace(ipamSettings, "attestationTimeout: 3s", "attestationTimeout: 60s", 1))
+	n := register(t, "unsigned-ask-n", "10.0.42.9")
+	n.publish(t, report{providerID: "talos://metal/" + n.ip.String()})
+	n.csr(t, "unsigned-ask-a", []string{n.name}, []string{n.ip.String()})
+	review := func() contract.Review {
+		r, _ := contract.ParseReview(get(t, n.name).Annotations[contract.AnnotationCSRReview])
+		return r
+	}
+	waitFor(t, 10*time.Second, "the review of the CSR", func() bool { return review().CSR == "unsigned-ask-a" })
+	csr, err := n.self.CertificatesV1().CertificateSigningRequests().Get(t.Context(), "unsigned-ask-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parsed, err := csrcheck.Parse(csr.Spec.Request)
+	if err != nil {
+		t.Fatal(err)
+	}
+	earlier := contract.Attestation{CSR: csr.Name, RequestSHA256: contract.RequestDigest([]byte("an earlier request")), Verdict: contract.VerdictApprove, SANs: contract.RequestSANs(parsed)}
+	_, otherKey, _ := ed25519.GenerateKey(rand.Reader)
+	for _, forged := range []struct {
+		name string
+		att  contract.Attestation
+	}{
+		{"unsigned", earlier},
+		{"signed with another key", earlier.Sign(n.name, otherKey)},
+	} {
+		v, err := contract.EncodeAttestation(forged.att)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.patch(t, map[string]any{"metadata": map[string]any{"annotations": map[string]string{contract.AnnotationCSRAttestation: v}}}, "")
+		deadline := time.Now().Add(2 * time.Second)
+		for time.Now().Before(deadline) {
+			if r := review(); r.CSR != csr.Name || r.RequestSHA256 != "" {
+				t.Fatalf("%s attestation of another request: the review became %q", forged.name, r)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	// The agent's own, of the earlier request: asked again by digest.
+	n.attest(t, csr.Name, earlier.RequestSHA256)
+	waitFor(t, 10*time.Second, "the ask by digest", func() bool {
+		r := review()
+		return r.CSR == csr.Name && r.RequestSHA256 == contract.RequestDigest(csr.Spec.Request)
+	})
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -327,15 +328,18 @@ func (c *Coordinator) review(node *corev1.Node) nodestate.Review {
 	// deleted and created again): ask again, for the request now under the
 	// name. Decided from the attestation and the CSR themselves, so the ask
 	// stays the same however the CSR's decision moves meanwhile.
+	// Only what the enrolled key signed counts, on the Node as on Events:
+	// anything else changes no ask.
 	var attested []string // the requests under this name the agent answered for
-	if att, err := contract.DecodeAttestation(node.Annotations[contract.AnnotationCSRAttestation]); err == nil && att.CSR == name {
-		attested = append(attested, att.RequestSHA256)
-	}
-	if c.attestations.has(name) {
-		if rec, _ := c.records.Get(node.Name); rec != nil && rec.Spec.NodeUID == string(node.UID) && rec.Spec.AgentKey != "" {
-			if key, err := contract.DecodeAgentKey(rec.Spec.AgentKey); err == nil {
-				attested = append(attested, c.attestations.digests(name, node.Name, key)...)
-			}
+	att, err := contract.DecodeAttestation(node.Annotations[contract.AnnotationCSRAttestation])
+	onNode, byEvent := err == nil && att.CSR == name, c.attestations.has(name)
+	if onNode || byEvent {
+		key := c.enrolledKey(node)
+		if onNode && key != nil && att.Verify(node.Name, key, att.SANs) == nil {
+			attested = append(attested, att.RequestSHA256)
+		}
+		if byEvent {
+			attested = append(attested, c.attestations.digests(name, node.Name, key)...)
 		}
 	}
 	if csr, err := c.csr(name); err == nil {
@@ -355,6 +359,20 @@ func (c *Coordinator) review(node *corev1.Node) nodestate.Review {
 		r.Serving = c.servingUnderReview(node.Name, name)
 	}
 	return r
+}
+
+// enrolledKey is the agent key enrolled in node's record, nil when none is
+// (or the record is another Node object's).
+func (c *Coordinator) enrolledKey(node *corev1.Node) ed25519.PublicKey {
+	rec, _ := c.records.Get(node.Name)
+	if rec == nil || rec.Spec.NodeUID != string(node.UID) || rec.Spec.AgentKey == "" {
+		return nil
+	}
+	key, err := contract.DecodeAgentKey(rec.Spec.AgentKey)
+	if err != nil {
+		return nil
+	}
+	return key
 }
 
 // noteServing turns the joins' wait on when the NodeRecord obj names a

@@ -34,10 +34,11 @@ type refusedID struct {
 // coordinator asks again (an admin may have changed the policy).
 const refusalRecheck = 10 * time.Minute
 
-// providerIDAlone says whether the API server would take patch without its
-// spec.providerID (a dry run): only then is the refusal the providerID's.
-// A refusal of anything else (RBAC, a policy on a granted label) is
-// retried as it is, with backoff, and blamed on nothing.
+// providerIDAlone says whether the API server, now, takes patch without its
+// spec.providerID and still refuses it with it (two dry runs): only then is
+// the refusal the providerID's. A refusal of anything else (RBAC, a policy
+// on a granted label), or one that no longer holds (a policy removed since),
+// is retried as it is, with backoff, and blamed on nothing.
 func (c *Coordinator) providerIDAlone(ctx context.Context, name string, patch []byte) bool {
 	var p map[string]any
 	if err := json.Unmarshal(patch, &p); err != nil {
@@ -52,11 +53,19 @@ func (c *Coordinator) providerIDAlone(ctx context.Context, name string, patch []
 	if err != nil {
 		return false
 	}
-	_, err = c.client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, without, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: FieldManager})
-	if err != nil {
-		c.log.Debug("the initializing patch without its providerID is refused too (dry run): the refusal is not the providerID's alone", "node", name, "err", err)
+	dryRun := func(p []byte) error {
+		_, err := c.client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, p, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: FieldManager})
+		return err
 	}
-	return err == nil
+	if err := dryRun(without); err != nil {
+		c.log.Debug("the initializing patch without its providerID is refused too (dry run): the refusal is not the providerID's alone", "node", name, "err", err)
+		return false
+	}
+	if err := dryRun(patch); !refusedByAPIServer(err) {
+		c.log.Debug("the initializing patch is taken now (dry run): the refusal no longer holds", "node", name, "err", err)
+		return false
+	}
+	return true
 }
 
 // refusedByAPIServer says whether err is the API server refusing what a

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/controller"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testcluster"
 )
 
@@ -98,5 +99,28 @@ func TestOtherRefusalIsNotBlamedOnTheProviderID(t *testing.T) {
 	waitFor(t, 60*time.Second, n.name+" initialized", func() bool { return initialized(get(t, n.name)) })
 	if id := get(t, n.name).Spec.ProviderID; id != "talos://metal/10.0.9.42" {
 		t.Errorf("providerID %q, want the one the report asks for", id)
+	}
+}
+
+// TestRefusalThatNoLongerHoldsIsNotBlamedOnTheProviderID: a refusal is the
+// providerID's alone only while the API server still refuses the patch
+// with it and takes it without. Seen flaking in
+// TestOtherRefusalIsNotBlamedOnTheProviderID: the policy refusing the pod
+// CIDRs was removed between a refused patch and its dry run without the
+// providerID, which then passed, and the providerID was left out for
+// refusalRecheck (10 min).
+func TestRefusalThatNoLongerHoldsIsNotBlamedOnTheProviderID(t *testing.T) {
+	c := startCoordinator(t, "pid-no-longer", ipamSettings)
+	n := register(t, "pid-no-longer", "10.0.9.43") // no report: the coordinator leaves it be
+	label(t, n.name)
+	patch := []byte(`{"spec":{"providerID":"talos://metal/10.0.9.43","podCIDRs":["10.99.1.0/24"],"podCIDR":"10.99.1.0/24"}}`)
+	if controller.ProviderIDAlone(c.Coordinator, t.Context(), n.name, patch) {
+		t.Error("no policy refuses the patch (any more): blamed on the providerID all the same")
+	}
+	refuseCoordinator(t, "test-no-coordinator-provider-id-2",
+		`!has(object.spec.providerID) || (has(oldObject.spec.providerID) && oldObject.spec.providerID == object.spec.providerID)`,
+		"this cluster sets providerIDs itself", `{"spec":{"providerID":"talos://metal/probe"}}`)
+	if !controller.ProviderIDAlone(c.Coordinator, t.Context(), n.name, patch) {
+		t.Error("a policy refuses the providerID alone: not blamed on it")
 	}
 }
