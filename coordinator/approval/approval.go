@@ -27,8 +27,8 @@ const (
 	// RequestReview writes nodeinit.io/csr-review: <csr> on the Node.
 	RequestReview Action = "RequestReview"
 	// Wait requeues after Decision.After (the attestation may still come,
-	// an address may become stable). A CSR that waits keeps its review
-	// (WantOf): every wait is for the attestation, now or once the
+	// the node's own address may become stable). A CSR that waits keeps its
+	// review (WantOf): every wait is for the attestation, now or once the
 	// addresses settle.
 	Wait Action = "Wait"
 	// Hold leaves the CSR pending with an Event until something changes
@@ -169,11 +169,12 @@ func Decide(in Input) Decision {
 		if after <= 0 {
 			after = claimRecheck
 		}
-		cat := CategoryAddressNotSettled
 		if v.Conflict {
-			cat = CategoryAddressClaimed
+			// Another Node holds a SAN for as long as it chooses: held,
+			// rechecked, and the review free for the node's newer CSR.
+			return Decision{Action: Hold, After: after, Reason: v.Reason(), Category: CategoryAddressClaimed}
 		}
-		return Decision{Action: Wait, After: after, Reason: v.Reason(), Category: cat}
+		return Decision{Action: Wait, After: after, Reason: v.Reason(), Category: CategoryAddressNotSettled}
 	}
 	sans := contract.RequestSANs(v.Parsed)
 	d := decideChecked(in, sans)

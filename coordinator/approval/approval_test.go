@@ -214,11 +214,11 @@ func TestDecide(t *testing.T) {
 			in.Facts.Seen = map[netip.Addr]time.Duration{netip.MustParseAddr("10.0.0.1"): time.Second}
 			return in
 		}, Wait, "less than 3s"},
-		{"address claimed by another node first: wait, never deny the honest node", func() Input {
+		{"address claimed by another node first: held and rechecked, never deny the honest node", func() Input {
 			in := base(good)
 			in.Facts.Claims = map[netip.Addr]string{netip.MustParseAddr("10.0.0.1"): "node-b"}
 			return in
-		}, Wait, "recorded as Node node-b's"},
+		}, Hold, "recorded as Node node-b's"},
 		{"another node's name", func() Input { return base(request(t, "csr-n", []string{"node-a", "node-b"})) }, Deny, "node-b"},
 		{"wildcard", func() Input { return base(request(t, "csr-w", []string{"*.node-a"})) }, Deny, "wildcard"},
 		{"upper-case KUBERNETES", func() Input { return base(request(t, "csr-k", []string{"node-a", "KUBERNETES"})) }, Deny, "KUBERNETES"},
@@ -314,6 +314,46 @@ func TestIgnoredAttestationChangesNoDecision(t *testing.T) {
 	}
 	if n != len(forgeries)*3*3*2*2*2 {
 		t.Fatalf("%d cases", n)
+	}
+}
+
+// TestAClaimOfAnotherNodeGivesTheReviewAway: a CSR whose SANs another Node
+// holds (its claim came first) waits for as long as that Node chooses, so
+// it does not keep the node's review from the kubelet's newer CSR; one
+// whose own addresses are not settled yet keeps it (the attestation is then
+// ready when they are).
+func TestAClaimOfAnotherNodeGivesTheReviewAway(t *testing.T) {
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	nodeA := &csrcheck.Node{Name: "node-a", Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}, {Type: corev1.NodeHostName, Address: "node-a"}}}
+	policy := csrcheck.Policy{NodeNetworks: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, ClusterDomain: "cluster.local", MinStable: 3 * time.Second}
+	pub, _, _ := ed25519.GenerateKey(rand.Reader)
+	older := request(t, "csr-older", []string{"node-a"}, "10.0.0.1")
+	for _, tc := range []struct {
+		name   string
+		facts  csrcheck.Facts
+		action Action
+		keeps  bool
+	}{
+		{"claimed by another node", csrcheck.Facts{Claims: map[netip.Addr]string{netip.MustParseAddr("10.0.0.1"): "node-b"},
+			Seen: map[netip.Addr]time.Duration{netip.MustParseAddr("10.0.0.1"): time.Minute}, Names: map[string]string{"node-a": "node-a"}}, Hold, false},
+		{"its own address not settled yet", csrcheck.Facts{Claims: map[netip.Addr]string{netip.MustParseAddr("10.0.0.1"): "node-a"},
+			Seen: map[netip.Addr]time.Duration{netip.MustParseAddr("10.0.0.1"): time.Second}, Names: map[string]string{"node-a": "node-a"}}, Wait, true},
+	} {
+		in := Input{CSR: older, Created: now.Add(-time.Minute), ReviewRequested: now.Add(-10 * time.Second), Node: nodeA, Facts: tc.facts, Policy: policy,
+			AttestationRequired: true, Timeout: time.Minute, OnTimeout: config.StayPending, Now: now, EnrolledKey: pub, PublishedKey: contract.EncodeAgentKey(pub),
+			Review: older.Name, Renewals: config.RenewSameNames}
+		d := Decide(in)
+		if d.Action != tc.action || d.After <= 0 {
+			t.Errorf("%s: %s after %v (%s), want %s with a recheck", tc.name, d.Action, d.After, d.Reason, tc.action)
+		}
+		wants := []Want{WantOf(older.Name, in.Created, d), {CSR: "csr-newer", Created: now, Review: true}}
+		want := "csr-newer"
+		if tc.keeps {
+			want = older.Name
+		}
+		if got := Handoff(older.Name, wants); got != want {
+			t.Errorf("%s: the review goes to %q, want %q", tc.name, got, want)
+		}
 	}
 }
 
