@@ -218,7 +218,7 @@ func TestDecide(t *testing.T) {
 			in := base(good)
 			in.Facts.Claims = map[netip.Addr]string{netip.MustParseAddr("10.0.0.1"): "node-b"}
 			return in
-		}, Hold, "recorded as Node node-b's"},
+		}, Hold, "held by Node node-b"},
 		{"another node's name", func() Input { return base(request(t, "csr-n", []string{"node-a", "node-b"})) }, Deny, "node-b"},
 		{"wildcard", func() Input { return base(request(t, "csr-w", []string{"*.node-a"})) }, Deny, "wildcard"},
 		{"upper-case KUBERNETES", func() Input { return base(request(t, "csr-k", []string{"node-a", "KUBERNETES"})) }, Deny, "KUBERNETES"},
@@ -244,10 +244,6 @@ func TestDecide(t *testing.T) {
 	}
 }
 
-// TestNodeTextInReasons: whatever an agent (or a thief with its key) writes
-// as the attestation's reason or SANs reaches the CSR's condition and Event
-// bounded, on one line, and quoted: it cannot forge a line of the
-// coordinator's own.
 // TestIgnoredAttestationChangesNoDecision: an attestation that is not
 // signed by the enrolled key, whoever wrote it, decides nothing. Whatever
 // the review's state, the CSR's decision with it is the decision without
@@ -357,6 +353,10 @@ func TestAClaimOfAnotherNodeGivesTheReviewAway(t *testing.T) {
 	}
 }
 
+// TestNodeTextInReasons: whatever an agent (or a thief with its key) writes
+// as the attestation's reason or SANs reaches the CSR's condition and Event
+// bounded, on one line, and quoted: it cannot forge a line of the
+// coordinator's own.
 func TestNodeTextInReasons(t *testing.T) {
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	nodeA := &csrcheck.Node{Name: "node-a", Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}}}

@@ -33,7 +33,8 @@ func WantOf(csr string, created time.Time, d Decision) Want {
 // from the wants of the Node's pending CSRs and the CSR its annotation
 // names (current). The CSR under review stays under review while it wants
 // it; only then does the newest other one (by creation, then name: every
-// sync agrees) get its turn, and only if it wants it.
+// sync agrees) get its turn, and only if it wants it and is newer than the
+// one under review.
 func Handoff(current string, wants []Want) string {
 	wants = slices.Clone(wants)
 	slices.SortFunc(wants, func(a, b Want) int {
@@ -47,7 +48,10 @@ func Handoff(current string, wants []Want) string {
 		}
 		return strings.Compare(b.CSR, a.CSR)
 	})
-	for _, w := range wants {
+	for i, w := range wants {
+		if i > 0 && wants[0].CSR == current && !newer(w, wants[0]) {
+			break // the kubelet moved on from it: not back to an older one
+		}
 		if w.Review {
 			return w.CSR
 		}
@@ -56,4 +60,12 @@ func Handoff(current string, wants []Want) string {
 		}
 	}
 	return ""
+}
+
+// newer orders wants as Handoff does: by creation, then by name.
+func newer(a, b Want) bool {
+	if !a.Created.Equal(b.Created) {
+		return a.Created.After(b.Created)
+	}
+	return a.CSR > b.CSR
 }

@@ -25,6 +25,7 @@ func TestHandoff(t *testing.T) {
 		{name: "one not wanting", wants: []approval.Want{old("a", false)}, want: ""},
 		{name: "the one under review keeps it over a newer one", current: "a", wants: []approval.Want{old("a", true), newer("b", true)}, want: "a"},
 		{name: "the one under review no longer wants it: the newest next", current: "a", wants: []approval.Want{old("a", false), newer("b", true)}, want: "b"},
+		{name: "the one under review no longer wants it: an older one does not take it (the kubelet moved on from it)", current: "b", wants: []approval.Want{old("a", true), newer("b", false)}, want: ""},
 		{name: "decided (gone from the pending): the newest next", current: "gone", wants: []approval.Want{old("a", true), newer("b", true)}, want: "b"},
 		{name: "only the newest is considered after the current", current: "gone", wants: []approval.Want{old("a", true), newer("b", false)}, want: ""},
 		{name: "ties on creation by name, descending", wants: []approval.Want{old("a", true), old("b", true)}, want: "b"},

@@ -712,11 +712,32 @@ func TestFirstClaimKeepsItsAddress(t *testing.T) {
 	}
 	b.csr(t, "own-b-shared", []string{"own-b"}, []string{"10.0.5.1"})
 	waitFor(t, 10*time.Second, "AddressClaimedByOtherNode Event", func() bool { return len(events(t, "own-b-shared", "AddressClaimedByOtherNode")) > 0 })
-	if msg := events(t, "own-b-shared", "AddressClaimedByOtherNode")[0].Message; !strings.Contains(msg, "recorded as Node own-a's address") {
+	if msg := events(t, "own-b-shared", "AddressClaimedByOtherNode")[0].Message; !strings.Contains(msg, "held by Node own-a") {
 		t.Errorf("Event %q does not name the holder", msg)
 	}
 	if c, decided := condition(t, "own-b-shared"); decided {
 		t.Errorf("the later claimant's CSR was decided: %+v", c)
+	}
+}
+
+// TestAnEarlierListerHoldsTheCSR: an address another Node has listed since
+// before this one did, with no record naming it yet (that Node waits to be
+// initialized), is that Node's. The later lister's CSR for it is held with
+// an Event naming the holder, as for a recorded claim, not left waiting
+// (with the node's review) for as long as the other Node keeps listing it.
+func TestAnEarlierListerHoldsTheCSR(t *testing.T) {
+	register(t, "lister-first", "10.0.5.21") // never reports: it waits, uninitialized, without a record
+	startCoordinator(t, "lister", ipamSettings)
+	late := register(t, "lister-late", "10.0.5.22")
+	late.publish(t, report{providerID: "talos://metal/10.0.5.22", externalIPs: []string{"10.0.5.21"}})
+	waitFor(t, 10*time.Second, "AddressHeldByOtherNode Event", func() bool { return len(events(t, "lister-late", "AddressHeldByOtherNode")) > 0 })
+	late.csr(t, "lister-late-serving", []string{"lister-late"}, []string{"10.0.5.21"})
+	waitFor(t, 10*time.Second, "AddressClaimedByOtherNode Event", func() bool { return len(events(t, "lister-late-serving", "AddressClaimedByOtherNode")) > 0 })
+	if msg := events(t, "lister-late-serving", "AddressClaimedByOtherNode")[0].Message; !strings.Contains(msg, "held by Node lister-first") {
+		t.Errorf("Event %q does not name the holder", msg)
+	}
+	if c, decided := condition(t, "lister-late-serving"); decided {
+		t.Errorf("the later lister's CSR was decided: %+v", c)
 	}
 }
 

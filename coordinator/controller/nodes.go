@@ -382,17 +382,26 @@ const claimRetry = 10 * time.Second
 func (c *Coordinator) otherOwners(node string, current []netip.Addr) map[netip.Addr]string {
 	out := map[netip.Addr]string{}
 	for _, ip := range current {
-		owner := c.holder(node, ip)
-		if owner == "" {
-			if o := c.observer.earlier(ip, node); records.Bound(c.inventory, o, ip) == nil {
-				owner = o
-			}
-		}
-		if owner != "" && owner != node {
+		if owner := c.claimant(node, ip); owner != "" && owner != node {
 			out[ip] = owner
 		}
 	}
 	return out
+}
+
+// claimant is the Node that holds ip as far as node is concerned: the one
+// whose record has it (holder), or else another that has listed it
+// continuously since before node did and that the inventory entitles to
+// it ("" when none). The Node sync records no address another holds, and
+// the CSR check holds a SAN another holds: both ask here.
+func (c *Coordinator) claimant(node string, ip netip.Addr) string {
+	if owner := c.holder(node, ip); owner != "" {
+		return owner
+	}
+	if o := c.observer.earlier(ip, node); o != "" && records.Bound(c.inventory, o, ip) == nil {
+		return o
+	}
+	return ""
 }
 
 // holder is the Node that holds ip by the coordinator's records: the one

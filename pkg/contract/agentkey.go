@@ -35,6 +35,10 @@ func DecodeAgentKey(s string) (ed25519.PublicKey, error) {
 	if len(b) != ed25519.PublicKeySize {
 		return nil, fmt.Errorf("agent key: %d bytes, want %d", len(b), ed25519.PublicKeySize)
 	}
+	if base64.StdEncoding.EncodeToString(b) != raw {
+		// One key, one spelling (EncodeAgentKey's): keys compare as strings.
+		return nil, errors.New("agent key: not in canonical base64 (line breaks, or unused bits set)")
+	}
 	return ed25519.PublicKey(b), nil
 }
 

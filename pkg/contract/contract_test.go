@@ -281,7 +281,15 @@ func TestAttestationSignature(t *testing.T) {
 	if _, err := DecodeAgentKey(EncodeAgentKey(pub)); err != nil {
 		t.Error(err)
 	}
-	for _, bad := range []string{"", "ed25519:", "rsa:AAAA", "ed25519:!!", "ed25519:AAAA"} {
+	// A key has one spelling, Encode's: the enrolled key spelled otherwise
+	// (line breaks, other unused trailing bits) is no key, so no string
+	// comparison of keys can tell it apart from itself.
+	canonical := EncodeAgentKey(pub)
+	b64 := strings.TrimPrefix(canonical, "ed25519:") // 32 bytes: 43 characters and "="; the last carries 2 unused bits
+	last := strings.IndexByte(base64Alphabet, b64[42])
+	for _, bad := range []string{"", "ed25519:", "rsa:AAAA", "ed25519:!!", "ed25519:AAAA",
+		"ed25519:" + b64[:20] + "\n" + b64[20:], "ed25519:" + b64[:20] + "\r\n" + b64[20:],
+		"ed25519:" + b64[:42] + string(base64Alphabet[last^1]) + "="} {
 		if _, err := DecodeAgentKey(bad); err == nil {
 			t.Errorf("agent key %q accepted", bad)
 		}

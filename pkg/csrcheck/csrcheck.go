@@ -100,9 +100,10 @@ type Facts struct {
 	// Reserved ranges: service CIDRs, pod pools, allocated pod CIDRs, the
 	// API server's endpoints.
 	Reserved []Reserved
-	// Claims maps an address to the Node the coordinator recorded it for
-	// (or the Node carving from a node prefix that holds it)
-	// first (its NodeRecord).
+	// Claims maps an address to the Node that holds it: the one the
+	// coordinator recorded it for first (its NodeRecord), or the Node
+	// carving from a node prefix that holds it, or else another Node that
+	// has listed it since before the requester did.
 	Claims map[netip.Addr]string
 	// Seen is how long the coordinator has observed each of the requesting
 	// Node's addresses continuously.
@@ -744,7 +745,7 @@ func CheckIP(ip netip.Addr, node string, nodeIPs []netip.Addr, facts Facts, poli
 	case owner == "":
 		return retryError{msg: fmt.Sprintf("IP SAN %s is not yet recorded as Node %s's address", ip, node)}
 	case owner != node:
-		return retryError{msg: fmt.Sprintf("IP SAN %s is recorded as Node %s's address; it stays pending while %s holds it", ip, owner, owner), conflict: true}
+		return retryError{msg: fmt.Sprintf("IP SAN %s is held by Node %s (recorded as its address, or listed by it first); it stays pending while %s holds it", ip, owner, owner), conflict: true}
 	}
 	if seen := facts.Seen[ip]; seen < policy.MinStable {
 		return retryError{msg: fmt.Sprintf("IP SAN %s has been on Node %s for %v, less than %v", ip, node, seen.Round(time.Millisecond), policy.MinStable),

@@ -188,7 +188,7 @@ func TestCheck(t *testing.T) {
 			return r
 		}, want: Deny, check: "usages", inReason: "server auth"},
 		{name: "IP recorded for another node stays pending", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a"}, ips: []string{"2001:db8::a"}}) },
-			facts: &Facts{Claims: map[netip.Addr]string{netip.MustParseAddr("2001:db8::a"): "node-b"}}, want: Retry, check: "ip-addresses", inReason: "recorded as Node node-b's address"},
+			facts: &Facts{Claims: map[netip.Addr]string{netip.MustParseAddr("2001:db8::a"): "node-b"}}, want: Retry, check: "ip-addresses", inReason: "held by Node node-b"},
 		// Class 9: an honest node whose address falls inside another
 		// node's carved pod segment waits; it is not denied for it.
 		{name: "IP inside another node's pod CIDR stays pending", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a"}, ips: []string{"2001:db8::a"}}) },
