@@ -244,6 +244,19 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// nodeAFixture is node-a with its one address recorded and settled, and the
+// policy the tests below decide under.
+func nodeAFixture() (*csrcheck.Node, csrcheck.Facts, csrcheck.Policy) {
+	node := &csrcheck.Node{Name: "node-a", Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}, {Type: corev1.NodeHostName, Address: "node-a"}}}
+	facts := csrcheck.Facts{
+		Claims: map[netip.Addr]string{netip.MustParseAddr("10.0.0.1"): "node-a"},
+		Seen:   map[netip.Addr]time.Duration{netip.MustParseAddr("10.0.0.1"): time.Minute},
+		Names:  map[string]string{"node-a": "node-a"},
+	}
+	policy := csrcheck.Policy{NodeNetworks: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, ClusterDomain: "cluster.local", MinStable: 3 * time.Second}
+	return node, facts, policy
+}
+
 // TestIgnoredAttestationChangesNoDecision: an attestation that is not
 // signed by the enrolled key, whoever wrote it, decides nothing. Whatever
 // the review's state, the CSR's decision with it is the decision without
@@ -251,13 +264,7 @@ func TestDecide(t *testing.T) {
 // only the reason and category say that it was ignored.
 func TestIgnoredAttestationChangesNoDecision(t *testing.T) {
 	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
-	nodeA := &csrcheck.Node{Name: "node-a", Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}, {Type: corev1.NodeHostName, Address: "node-a"}}}
-	facts := csrcheck.Facts{
-		Claims: map[netip.Addr]string{netip.MustParseAddr("10.0.0.1"): "node-a"},
-		Seen:   map[netip.Addr]time.Duration{netip.MustParseAddr("10.0.0.1"): time.Minute},
-		Names:  map[string]string{"node-a": "node-a"},
-	}
-	policy := csrcheck.Policy{NodeNetworks: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, ClusterDomain: "cluster.local", MinStable: 3 * time.Second}
+	nodeA, facts, policy := nodeAFixture()
 	pub, _, _ := ed25519.GenerateKey(rand.Reader)
 	_, otherKey, _ := ed25519.GenerateKey(rand.Reader)
 	good := request(t, "csr-good", []string{"node-a"}, "10.0.0.1")
@@ -320,8 +327,7 @@ func TestIgnoredAttestationChangesNoDecision(t *testing.T) {
 // ready when they are).
 func TestAClaimOfAnotherNodeGivesTheReviewAway(t *testing.T) {
 	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
-	nodeA := &csrcheck.Node{Name: "node-a", Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}, {Type: corev1.NodeHostName, Address: "node-a"}}}
-	policy := csrcheck.Policy{NodeNetworks: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, ClusterDomain: "cluster.local", MinStable: 3 * time.Second}
+	nodeA, _, policy := nodeAFixture()
 	pub, _, _ := ed25519.GenerateKey(rand.Reader)
 	older := request(t, "csr-older", []string{"node-a"}, "10.0.0.1")
 	for _, tc := range []struct {
@@ -359,13 +365,7 @@ func TestAClaimOfAnotherNodeGivesTheReviewAway(t *testing.T) {
 // coordinator's own.
 func TestNodeTextInReasons(t *testing.T) {
 	now := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
-	nodeA := &csrcheck.Node{Name: "node-a", Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}}}
-	facts := csrcheck.Facts{
-		Claims: map[netip.Addr]string{netip.MustParseAddr("10.0.0.1"): "node-a"},
-		Seen:   map[netip.Addr]time.Duration{netip.MustParseAddr("10.0.0.1"): time.Minute},
-		Names:  map[string]string{"node-a": "node-a"},
-	}
-	policy := csrcheck.Policy{NodeNetworks: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, ClusterDomain: "cluster.local", MinStable: 3 * time.Second}
+	nodeA, facts, policy := nodeAFixture()
 	pub, key, _ := ed25519.GenerateKey(rand.Reader)
 	good := request(t, "csr-good", []string{"node-a"}, "10.0.0.1")
 	parsed, err := csrcheck.Parse(good.PEM)
