@@ -33,8 +33,8 @@ func WantOf(csr string, created time.Time, d Decision) Want {
 // from the wants of the Node's pending CSRs and the CSR its annotation
 // names (current). The CSR under review stays under review while it wants
 // it; only then does the newest other one (by creation, then name: every
-// sync agrees) get its turn, and only if it wants it and is newer than the
-// one under review.
+// sync agrees) get its turn, and only if it wants it and, while the one
+// under review is pending, is newer than it.
 func Handoff(current string, wants []Want) string {
 	wants = slices.Clone(wants)
 	slices.SortFunc(wants, func(a, b Want) int {
