@@ -727,12 +727,15 @@ func TestFirstClaimKeepsItsAddress(t *testing.T) {
 // (with the node's review) for as long as the other Node keeps listing it.
 func TestAnEarlierListerHoldsTheCSR(t *testing.T) {
 	register(t, "lister-first", "10.0.5.21") // never reports: it waits, uninitialized, without a record
-	startCoordinator(t, "lister", ipamSettings)
+	c := startCoordinator(t, "lister", ipamSettings)
+	// Leading, so it has seen lister-first list the address before
+	// lister-late does (an initial list would see both at once).
+	waitFor(t, 20*time.Second, "leading", func() bool { return c.Ready() == nil })
 	late := register(t, "lister-late", "10.0.5.22")
 	late.publish(t, report{providerID: "talos://metal/10.0.5.22", externalIPs: []string{"10.0.5.21"}})
-	waitFor(t, 10*time.Second, "AddressHeldByOtherNode Event", func() bool { return len(events(t, "lister-late", "AddressHeldByOtherNode")) > 0 })
+	waitFor(t, 20*time.Second, "AddressHeldByOtherNode Event", func() bool { return len(events(t, "lister-late", "AddressHeldByOtherNode")) > 0 })
 	late.csr(t, "lister-late-serving", []string{"lister-late"}, []string{"10.0.5.21"})
-	waitFor(t, 10*time.Second, "AddressClaimedByOtherNode Event", func() bool { return len(events(t, "lister-late-serving", "AddressClaimedByOtherNode")) > 0 })
+	waitFor(t, 20*time.Second, "AddressClaimedByOtherNode Event", func() bool { return len(events(t, "lister-late-serving", "AddressClaimedByOtherNode")) > 0 })
 	if msg := events(t, "lister-late-serving", "AddressClaimedByOtherNode")[0].Message; !strings.Contains(msg, "held by Node lister-first") {
 		t.Errorf("Event %q does not name the holder", msg)
 	}

@@ -319,7 +319,7 @@ func (c *Coordinator) certDuration(csr *certificatesv1.CertificateSigningRequest
 // the record keeps of it when the Node is initialized with the review.
 func (c *Coordinator) review(node *corev1.Node) nodestate.Review {
 	current, _ := contract.ParseReview(node.Annotations[contract.AnnotationCSRReview])
-	name := approval.Handoff(current.CSR, c.reviews.wants(node.Name))
+	name := approval.Handoff(current.CSR, c.unsynced(node.Name, current.CSR, c.reviews.wants(node.Name)))
 	r := nodestate.Review{Ask: contract.Review{CSR: name}, ByEvent: c.attestations.synced()}
 	if name == "" {
 		return r
@@ -359,6 +359,22 @@ func (c *Coordinator) review(node *corev1.Node) nodestate.Review {
 		r.Serving = c.servingUnderReview(node.Name, name)
 	}
 	return r
+}
+
+// unsynced adds to a node's wants the CSR its review names when this
+// replica has not decided it yet (it has just started or led) and it is
+// still pending and the node's: it keeps the review until its own decision
+// says otherwise, so a Node sync that runs first does not hand it back to
+// an older CSR the kubelet has left.
+func (c *Coordinator) unsynced(node, current string, wants []approval.Want) []approval.Want {
+	if current == "" || slices.ContainsFunc(wants, func(w approval.Want) bool { return w.CSR == current }) {
+		return wants
+	}
+	csr, err := c.csr(current)
+	if err != nil || !pending(csr) || csrcheck.NodeName(csr.Spec.Username) != node {
+		return wants
+	}
+	return append(slices.Clone(wants), approval.Want{CSR: csr.Name, Created: csr.CreationTimestamp.Time, Review: true})
 }
 
 // enrolledKey is the agent key enrolled in node's record, nil when none is
