@@ -18,12 +18,10 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck/csrtest"
 )
 
-// A Node's record names, at its initialization, only a CSR its own kubelet
-// made: when the CSR its review hand-off names is, by the time of the sync,
-// another node's (deleted and made again under the name by another
-// identity, before the delete reached the hand-off), the record names no
-// certificate rather than the other node's SANs.
-func TestRecordNamesOnlyTheNodesOwnCSR(t *testing.T) {
+// reviewCoordinator is a Coordinator with just what review() reads: its
+// hand-offs and a CSR cache over store.
+func reviewCoordinator(t *testing.T) (*Coordinator, cache.Indexer) {
+	t.Helper()
 	settings, err := config.Parse([]byte("{}"))
 	if err != nil {
 		t.Fatal(err)
@@ -33,6 +31,16 @@ func TestRecordNamesOnlyTheNodesOwnCSR(t *testing.T) {
 		reviews: newReviews(), settings: settings, requests: &requests{parsed: map[types.UID]csrcheck.Request{}},
 		ownCSRs: cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), store, cache.MutationCacheOptions{TTL: time.Minute}),
 	}
+	return c, store
+}
+
+// A Node's record names, at its initialization, only a CSR its own kubelet
+// made: when the CSR its review hand-off names is, by the time of the sync,
+// another node's (deleted and made again under the name by another
+// identity, before the delete reached the hand-off), the record names no
+// certificate rather than the other node's SANs.
+func TestRecordNamesOnlyTheNodesOwnCSR(t *testing.T) {
+	c, store := reviewCoordinator(t)
 	csrOf := func(name, requester string) *certificatesv1.CertificateSigningRequest {
 		return &certificatesv1.CertificateSigningRequest{
 			ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name + "-" + requester), ResourceVersion: "1"},
@@ -65,15 +73,7 @@ func TestRecordNamesOnlyTheNodesOwnCSR(t *testing.T) {
 // says otherwise: a Node sync that runs first does not move the review back
 // to an older CSR the kubelet has left.
 func TestReviewStaysWithAPendingCSRNotYetSynced(t *testing.T) {
-	settings, err := config.Parse([]byte("{}"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-	c := &Coordinator{
-		reviews: newReviews(), settings: settings, requests: &requests{parsed: map[types.UID]csrcheck.Request{}},
-		ownCSRs: cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), store, cache.MutationCacheOptions{TTL: time.Minute}),
-	}
+	c, store := reviewCoordinator(t)
 	now := time.Now()
 	csrOf := func(name, requester string, created time.Time) *certificatesv1.CertificateSigningRequest {
 		return &certificatesv1.CertificateSigningRequest{
