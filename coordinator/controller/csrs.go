@@ -170,9 +170,7 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 				}
 			}
 		}
-		if rec.Spec.AgentKey != "" {
-			in.EnrolledKey, _ = contract.DecodeAgentKey(rec.Spec.AgentKey)
-		}
+		in.EnrolledKey = enrolledKey(rec, self.UID)
 		// An agent approves by Event when the coordinator says it reads
 		// them: one that may stand for the approval (approval.EventApproves)
 		// comes first; the Node's annotation carries the rest.
@@ -334,7 +332,8 @@ func (c *Coordinator) review(node *corev1.Node) nodestate.Review {
 	att, err := contract.DecodeAttestation(node.Annotations[contract.AnnotationCSRAttestation])
 	onNode, byEvent := err == nil && att.CSR == name, c.attestations.has(name)
 	if onNode || byEvent {
-		key := c.enrolledKey(node)
+		rec, _ := c.records.Get(node.Name)
+		key := enrolledKey(rec, node.UID)
 		if onNode && key != nil && att.Verify(node.Name, key, att.SANs) == nil {
 			attested = append(attested, att.RequestSHA256)
 		}
@@ -377,11 +376,10 @@ func (c *Coordinator) unsynced(node, current string, wants []approval.Want) []ap
 	return append(slices.Clone(wants), approval.Want{CSR: csr.Name, Created: csr.CreationTimestamp.Time, Review: true})
 }
 
-// enrolledKey is the agent key enrolled in node's record, nil when none is
-// (or the record is another Node object's).
-func (c *Coordinator) enrolledKey(node *corev1.Node) ed25519.PublicKey {
-	rec, _ := c.records.Get(node.Name)
-	if rec == nil || rec.Spec.NodeUID != string(node.UID) || rec.Spec.AgentKey == "" {
+// enrolledKey is the agent key rec enrols for the Node object uid, nil
+// when it enrols none (or rec is another object's, or nil).
+func enrolledKey(rec *records.Record, uid types.UID) ed25519.PublicKey {
+	if rec == nil || rec.Spec.NodeUID != string(uid) || rec.Spec.AgentKey == "" {
 		return nil
 	}
 	key, err := contract.DecodeAgentKey(rec.Spec.AgentKey)
