@@ -1,8 +1,8 @@
 package controller
 
 import (
-	"maps"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -16,38 +16,50 @@ import (
 // removes again (or an agent reverts) starts over. Serving CSRs are
 // decided on addresses stable for csr.minAddressAge, never on one snapshot.
 // Standbys observe too, so a new leader does not start blind.
+//
+// It holds an entry for every Node of the cluster, so it keeps them small:
+// slices, not maps, for the few addresses each Node lists (at most max)
+// and the Nodes listing each address (usually one).
 type observer struct {
 	max   int
 	mu    sync.Mutex
-	nodes map[string]*observed
-	byIP  map[netip.Addr]map[string]time.Time // who lists each address, since when
+	nodes map[string]observed
+	byIP  map[netip.Addr][]lister // who lists each address, since when
 }
 
+// observed is one Node object's addresses, in its order.
 type observed struct {
 	uid   types.UID
-	since map[netip.Addr]time.Time
-	order []netip.Addr
+	addrs []listed
+}
+
+type listed struct {
+	ip    netip.Addr
+	since time.Time
+}
+
+type lister struct {
+	name  string
+	since time.Time
 }
 
 func newObserver(max int) *observer {
-	return &observer{max: max, nodes: map[string]*observed{}, byIP: map[netip.Addr]map[string]time.Time{}}
+	return &observer{max: max, nodes: map[string]observed{}, byIP: map[netip.Addr][]lister{}}
 }
 
-func (o *observer) index(name string, n *observed, add bool) {
-	if n == nil {
-		return
+func (o *observer) index(name string, n observed) {
+	for _, a := range n.addrs {
+		o.byIP[a.ip] = append(o.byIP[a.ip], lister{name: name, since: a.since})
 	}
-	for ip, t := range n.since {
-		if add {
-			if o.byIP[ip] == nil {
-				o.byIP[ip] = map[string]time.Time{}
-			}
-			o.byIP[ip][name] = t
-		} else if m := o.byIP[ip]; m != nil {
-			delete(m, name)
-			if len(m) == 0 {
-				delete(o.byIP, ip)
-			}
+}
+
+func (o *observer) unindex(name string, n observed) {
+	for _, a := range n.addrs {
+		l := slices.DeleteFunc(o.byIP[a.ip], func(l lister) bool { return l.name == name })
+		if len(l) == 0 {
+			delete(o.byIP, a.ip)
+		} else {
+			o.byIP[a.ip] = l
 		}
 	}
 }
@@ -58,15 +70,19 @@ func (o *observer) index(name string, n *observed, add bool) {
 func (o *observer) earlier(ip netip.Addr, self string) string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	m := o.byIP[ip]
-	mine, listed := m[self]
+	l := o.byIP[ip]
+	var mine time.Time
+	i := slices.IndexFunc(l, func(l lister) bool { return l.name == self })
+	if i >= 0 {
+		mine = l[i].since
+	}
 	best, bestAt := "", time.Time{}
-	for name, t := range m {
-		if name == self || (listed && t.After(mine)) {
+	for _, other := range l {
+		if other.name == self || (i >= 0 && other.since.After(mine)) {
 			continue
 		}
-		if best == "" || t.Before(bestAt) || (t.Equal(bestAt) && name < best) {
-			best, bestAt = name, t
+		if best == "" || other.since.Before(bestAt) || (other.since.Equal(bestAt) && other.name < best) {
+			best, bestAt = other.name, other.since
 		}
 	}
 	return best
@@ -78,52 +94,61 @@ func (o *observer) observe(node *corev1.Node, now time.Time) (added, removed []n
 	cur := nodestate.Addresses(node, o.max)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	prev := o.nodes[node.Name]
-	if prev != nil && prev.uid != node.UID {
-		removed = append(removed, prev.order...)
-		prev = nil
+	old, had := o.nodes[node.Name]
+	prev := old
+	if had && prev.uid != node.UID {
+		for _, a := range prev.addrs {
+			removed = append(removed, a.ip)
+		}
+		prev = observed{}
 	}
-	next := &observed{uid: node.UID, since: map[netip.Addr]time.Time{}, order: cur}
+	if had && prev.uid == node.UID && slices.EqualFunc(prev.addrs, cur, func(a listed, ip netip.Addr) bool { return a.ip == ip }) {
+		return nil, nil // the same addresses, in the same order: nothing to re-index
+	}
+	next := observed{uid: node.UID, addrs: make([]listed, 0, len(cur))}
 	for _, ip := range cur {
 		if t, ok := prev.get(ip); ok {
-			next.since[ip] = t
+			next.addrs = append(next.addrs, listed{ip: ip, since: t})
 		} else {
-			next.since[ip] = now
+			next.addrs = append(next.addrs, listed{ip: ip, since: now})
 			added = append(added, ip)
 		}
 	}
-	if prev != nil {
-		for _, ip := range prev.order {
-			if _, still := next.since[ip]; !still {
-				removed = append(removed, ip)
-			}
+	for _, a := range prev.addrs {
+		if _, still := next.get(a.ip); !still {
+			removed = append(removed, a.ip)
 		}
 	}
-	o.index(node.Name, o.nodes[node.Name], false)
+	o.unindex(node.Name, old)
 	o.nodes[node.Name] = next
-	o.index(node.Name, next, true)
+	o.index(node.Name, next)
 	return added, removed
 }
 
-func (n *observed) get(ip netip.Addr) (time.Time, bool) {
-	if n == nil {
-		return time.Time{}, false
+func (n observed) get(ip netip.Addr) (time.Time, bool) {
+	for _, a := range n.addrs {
+		if a.ip == ip {
+			return a.since, true
+		}
 	}
-	t, ok := n.since[ip]
-	return t, ok
+	return time.Time{}, false
 }
 
 // forget drops a deleted Node and returns the addresses it held.
 func (o *observer) forget(name string) []netip.Addr {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	n := o.nodes[name]
-	o.index(name, n, false)
-	delete(o.nodes, name)
-	if n == nil {
+	n, had := o.nodes[name]
+	if !had {
 		return nil
 	}
-	return n.order
+	o.unindex(name, n)
+	delete(o.nodes, name)
+	out := make([]netip.Addr, 0, len(n.addrs))
+	for _, a := range n.addrs {
+		out = append(out, a.ip)
+	}
+	return out
 }
 
 // firstSeen is since when each of the Node object's addresses has been
@@ -132,8 +157,10 @@ func (o *observer) firstSeen(name string, uid types.UID) map[netip.Addr]time.Tim
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	out := map[netip.Addr]time.Time{}
-	if n := o.nodes[name]; n != nil && n.uid == uid {
-		maps.Copy(out, n.since)
+	if n, had := o.nodes[name]; had && n.uid == uid {
+		for _, a := range n.addrs {
+			out[a.ip] = a.since
+		}
 	}
 	return out
 }
@@ -143,9 +170,9 @@ func (o *observer) seen(name string, uid types.UID, now time.Time) map[netip.Add
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	out := map[netip.Addr]time.Duration{}
-	if n := o.nodes[name]; n != nil && n.uid == uid {
-		for ip, t := range n.since {
-			out[ip] = now.Sub(t)
+	if n, had := o.nodes[name]; had && n.uid == uid {
+		for _, a := range n.addrs {
+			out[a.ip] = now.Sub(a.since)
 		}
 	}
 	return out

@@ -1,7 +1,9 @@
 package controller
 
 import (
+	"fmt"
 	"net/netip"
+	"runtime"
 	"testing"
 	"time"
 
@@ -50,4 +52,35 @@ func TestObserverContinuity(t *testing.T) {
 	if len(removed) != 2 || o.seen("n", "u2", t0.Add(5*time.Second))[a] != 0 {
 		t.Fatalf("re-created node: removed %v", removed)
 	}
+}
+
+// BenchmarkObserverHeld is what the observer keeps per Node on a cluster
+// of 5,000, each listing an IPv4 and an IPv6 address: it holds an entry
+// for every Node, leader or standby (make bench-scale's coordinator RSS).
+func BenchmarkObserverHeld(b *testing.B) {
+	const nodes = 5000
+	list := make([]*corev1.Node, nodes)
+	for i := range list {
+		list[i] = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-%05d", i), UID: types.UID(fmt.Sprintf("uid-%05d", i))},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{
+				{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("10.%d.%d.%d", i>>16, (i>>8)&255, i&255)},
+				{Type: corev1.NodeInternalIP, Address: fmt.Sprintf("2001:db8:%x::1", i)},
+			}}}
+	}
+	now := time.Now()
+	var held float64
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		o := newObserver(16)
+		for _, n := range list {
+			o.observe(n, now)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		held = float64(after.HeapAlloc-before.HeapAlloc) / nodes
+		runtime.KeepAlive(o)
+	}
+	b.ReportMetric(held, "heap-B/node")
 }
