@@ -239,14 +239,14 @@ func New(cfg Config) (*Coordinator, error) {
 	})
 	c.ownNodes = cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), nodeInf.Informer().GetStore(),
 		cache.MutationCacheOptions{Indexer: c.nodeIndex, TTL: time.Minute, MaxCacheSize: 10000})
-	c.handle(nodeInf.Informer(), cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.nodeChanged(obj) },
-		UpdateFunc: func(_, obj any) { c.nodeChanged(obj) },
+	c.handle(nodeInf.Informer(), cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc:    func(obj any, firstList bool) { c.nodeChanged(obj, firstList) },
+		UpdateFunc: func(_, obj any) { c.nodeChanged(obj, false) },
 		DeleteFunc: func(obj any) {
 			if n, ok := obj.(*corev1.Node); ok {
 				obj = cache.DeletedFinalStateUnknown{Key: n.Name, Obj: n}
 			}
-			c.nodeChanged(obj)
+			c.nodeChanged(obj, false)
 		},
 	})
 	// CSRs are node-written: keep no more of each in memory than a
@@ -396,7 +396,10 @@ func nodeIndexers(maxAddrs int) cache.Indexers {
 	}
 }
 
-func (c *Coordinator) nodeChanged(obj any) {
+// nodeChanged is an informer event about a Node; firstList is true for
+// the Nodes of the informer's first list, whose addresses were listed since
+// some time before this process began, in no order it can know.
+func (c *Coordinator) nodeChanged(obj any, firstList bool) {
 	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 	if err != nil {
 		return
@@ -404,7 +407,7 @@ func (c *Coordinator) nodeChanged(obj any) {
 	var added, removed []netip.Addr
 	switch o := obj.(type) {
 	case *corev1.Node:
-		added, removed = c.observer.observe(o, time.Now())
+		added, removed = c.observer.observe(o, time.Now(), firstList)
 	case cache.DeletedFinalStateUnknown:
 		removed = c.observer.forget(key)
 	}

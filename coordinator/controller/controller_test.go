@@ -744,6 +744,48 @@ func TestAnEarlierListerHoldsTheCSR(t *testing.T) {
 	}
 }
 
+// TestListersOfTheFirstListAreContested: two Nodes list one address that
+// no record holds when the coordinator starts. Its first list cannot say
+// which of them listed it first (it sees both at once, in name order), so
+// neither is taken for the first lister: the address is held against both,
+// and neither's record claims it. A node choosing a name that sorts first
+// must not win an address by a coordinator's restart.
+func TestListersOfTheFirstListAreContested(t *testing.T) {
+	a := register(t, "first-list-a", "10.0.5.41")
+	b := register(t, "first-list-b", "10.0.5.42")
+	for _, n := range []*simNode{a, b} {
+		n.publish(t, report{providerID: "talos://metal/" + n.ip.String(), externalIPs: []string{"10.0.5.43"}})
+	}
+	startCoordinator(t, "first-list", ipamSettings)
+	for self, other := range map[string]string{"first-list-a": "first-list-b", "first-list-b": "first-list-a"} {
+		waitFor(t, 20*time.Second, self+": AddressHeldByOtherNode Event", func() bool { return len(events(t, self, "AddressHeldByOtherNode")) > 0 })
+		if msg := events(t, self, "AddressHeldByOtherNode")[0].Message; !strings.Contains(msg, "10.0.5.43: Node "+other) {
+			t.Errorf("%s: Event %q does not name %s", self, msg, other)
+		}
+		waitFor(t, 20*time.Second, self+" initialized", func() bool { return initialized(get(t, self)) })
+		if claims := recordedClaims(t, self); slices.Contains(claims, "10.0.5.43") {
+			t.Errorf("%s's record claims the contested address: %v", self, claims)
+		}
+	}
+}
+
+func recordedClaims(t testing.TB, name string) []string {
+	t.Helper()
+	u, err := dynamic.NewForConfigOrDie(cluster.Admin()).Resource(records.GVR).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := records.FromUnstructured(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, c := range r.Spec.Addresses {
+		out = append(out, c.IP)
+	}
+	return out
+}
+
 // A coordinator whose first lists are refused (here: its RBAC is not bound
 // yet, as after an API-server restart) says so on /readyz, keeps probing,
 // and is ready within a probe of the lists being allowed, instead of sitting

@@ -17,6 +17,13 @@ import (
 // decided on addresses stable for csr.minAddressAge, never on one snapshot.
 // Standbys observe too, so a new leader does not start blind.
 //
+// Which of two Nodes listed an address first is known only when the
+// observer saw one of them begin to: the Nodes of its first list had been
+// listing theirs for some unknown time already. Two of those listing one
+// address each count as the other's earlier lister (the address is held
+// against both), never by the order the list happened to come in, which a
+// node could steer with its name.
+//
 // It holds an entry for every Node of the cluster, so it keeps them small:
 // slices, not maps, for the few addresses each Node lists (at most max)
 // and the Nodes listing each address (usually one).
@@ -36,11 +43,21 @@ type observed struct {
 type listed struct {
 	ip    netip.Addr
 	since time.Time
+	// seenToBegin: observed after the first list, so since is when the
+	// Node began to list ip, not merely when this process first saw it.
+	seenToBegin bool
 }
 
 type lister struct {
-	name  string
-	since time.Time
+	name string
+	from time.Time // since when it has listed the address; zero when not known (first list)
+}
+
+func (a listed) from() time.Time {
+	if a.seenToBegin {
+		return a.since
+	}
+	return time.Time{}
 }
 
 func newObserver(max int) *observer {
@@ -49,7 +66,7 @@ func newObserver(max int) *observer {
 
 func (o *observer) index(name string, n observed) {
 	for _, a := range n.addrs {
-		o.byIP[a.ip] = append(o.byIP[a.ip], lister{name: name, since: a.since})
+		o.byIP[a.ip] = append(o.byIP[a.ip], lister{name: name, from: a.from()})
 	}
 }
 
@@ -65,8 +82,10 @@ func (o *observer) unindex(name string, n observed) {
 }
 
 // earlier returns another Node that has listed ip continuously since no
-// later than self has (the earliest such, then by name), "" when none has:
-// an address two Nodes list is the first lister's until one is recorded.
+// later than self has, as far as the observer knows (the earliest such,
+// then by name), "" when none has: an address two Nodes list is the first
+// lister's until one is recorded. Two Nodes of the first list are each
+// other's earlier lister.
 func (o *observer) earlier(ip netip.Addr, self string) string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -74,23 +93,25 @@ func (o *observer) earlier(ip netip.Addr, self string) string {
 	var mine time.Time
 	i := slices.IndexFunc(l, func(l lister) bool { return l.name == self })
 	if i >= 0 {
-		mine = l[i].since
+		mine = l[i].from
 	}
 	best, bestAt := "", time.Time{}
 	for _, other := range l {
-		if other.name == self || (i >= 0 && other.since.After(mine)) {
+		if other.name == self || (i >= 0 && other.from.After(mine)) {
 			continue
 		}
-		if best == "" || other.since.Before(bestAt) || (other.since.Equal(bestAt) && other.name < best) {
-			best, bestAt = other.name, other.since
+		if best == "" || other.from.Before(bestAt) || (other.from.Equal(bestAt) && other.name < best) {
+			best, bestAt = other.name, other.from
 		}
 	}
 	return best
 }
 
 // observe records node's addresses at now and returns those added and
-// removed since the last observation.
-func (o *observer) observe(node *corev1.Node, now time.Time) (added, removed []netip.Addr) {
+// removed since the last observation. firstList: node comes from the
+// informer's first list, so its addresses were listed before now, since
+// a time the observer cannot know.
+func (o *observer) observe(node *corev1.Node, now time.Time, firstList bool) (added, removed []netip.Addr) {
 	cur := nodestate.Addresses(node, o.max)
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -107,10 +128,10 @@ func (o *observer) observe(node *corev1.Node, now time.Time) (added, removed []n
 	}
 	next := observed{uid: node.UID, addrs: make([]listed, 0, len(cur))}
 	for _, ip := range cur {
-		if t, ok := prev.get(ip); ok {
-			next.addrs = append(next.addrs, listed{ip: ip, since: t})
+		if a, ok := prev.get(ip); ok {
+			next.addrs = append(next.addrs, a)
 		} else {
-			next.addrs = append(next.addrs, listed{ip: ip, since: now})
+			next.addrs = append(next.addrs, listed{ip: ip, since: now, seenToBegin: !firstList})
 			added = append(added, ip)
 		}
 	}
@@ -125,13 +146,13 @@ func (o *observer) observe(node *corev1.Node, now time.Time) (added, removed []n
 	return added, removed
 }
 
-func (n observed) get(ip netip.Addr) (time.Time, bool) {
+func (n observed) get(ip netip.Addr) (listed, bool) {
 	for _, a := range n.addrs {
 		if a.ip == ip {
-			return a.since, true
+			return a, true
 		}
 	}
-	return time.Time{}, false
+	return listed{}, false
 }
 
 // forget drops a deleted Node and returns the addresses it held.

@@ -23,23 +23,23 @@ func TestObserverContinuity(t *testing.T) {
 		return n
 	}
 	a, b := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.96.0.1")
-	o.observe(node("1", "10.0.0.1"), t0)
+	o.observe(node("1", "10.0.0.1"), t0, false)
 	// A forged address appears, is reverted, and re-forged: it starts over.
-	o.observe(node("1", "10.0.0.1", "10.96.0.1"), t0.Add(time.Second))
-	o.observe(node("1", "10.0.0.1"), t0.Add(1100*time.Millisecond))
-	o.observe(node("1", "10.0.0.1", "10.96.0.1"), t0.Add(2*time.Second))
+	o.observe(node("1", "10.0.0.1", "10.96.0.1"), t0.Add(time.Second), false)
+	o.observe(node("1", "10.0.0.1"), t0.Add(1100*time.Millisecond), false)
+	o.observe(node("1", "10.0.0.1", "10.96.0.1"), t0.Add(2*time.Second), false)
 	seen := o.seen("n", "u1", t0.Add(3*time.Second))
 	if seen[a] != 3*time.Second || seen[b] != time.Second {
 		t.Fatalf("seen %v; want 10.0.0.1 for 3s and 10.96.0.1 for 1s (since its re-forging)", seen)
 	}
 	// The cap: a third address is not held.
-	added, _ := o.observe(node("1", "10.0.0.1", "10.96.0.1", "10.0.0.3"), t0.Add(4*time.Second))
+	added, _ := o.observe(node("1", "10.0.0.1", "10.96.0.1", "10.0.0.3"), t0.Add(4*time.Second), false)
 	if len(added) != 0 || len(o.seen("n", "u1", t0)) != 2 {
 		t.Fatalf("over the cap: added %v", added)
 	}
 	// Another Node listing an address later does not hold it; earlier does.
 	other := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "m", UID: "m1"}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}}}}
-	o.observe(other, t0.Add(4*time.Second))
+	o.observe(other, t0.Add(4*time.Second), false)
 	if got := o.earlier(a, "m"); got != "n" {
 		t.Errorf("earlier lister of 10.0.0.1 for m: %q, want n", got)
 	}
@@ -48,9 +48,55 @@ func TestObserverContinuity(t *testing.T) {
 	}
 	o.forget("m")
 	// A re-created Node starts over and the old addresses are released.
-	_, removed := o.observe(node("2", "10.0.0.1"), t0.Add(5*time.Second))
+	_, removed := o.observe(node("2", "10.0.0.1"), t0.Add(5*time.Second), false)
 	if len(removed) != 2 || o.seen("n", "u2", t0.Add(5*time.Second))[a] != 0 {
 		t.Fatalf("re-created node: removed %v", removed)
+	}
+}
+
+// Which Node listed an address first counts only when the observer saw it
+// begin to: two Nodes of the first list hold it against each other, in
+// whatever order the list came and whatever their names; one seen to begin
+// later never holds it against one of the first list.
+func TestFirstListOrderIsNotKnown(t *testing.T) {
+	t0 := time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)
+	ip := netip.MustParseAddr("10.0.0.9")
+	lists := func(name string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name)},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip.String()}}}}
+	}
+	type seen struct {
+		name      string
+		firstList bool
+	}
+	for _, tc := range []struct {
+		order []seen
+		want  map[string]string // earlier(ip, name)
+	}{
+		{[]seen{{"a", true}, {"b", true}}, map[string]string{"a": "b", "b": "a"}},
+		{[]seen{{"b", true}, {"a", true}}, map[string]string{"a": "b", "b": "a"}},
+		{[]seen{{"a", true}, {"b", true}, {"c", true}}, map[string]string{"a": "b", "b": "a", "c": "a"}},
+		{[]seen{{"z", true}, {"a", false}}, map[string]string{"a": "z", "z": ""}},
+		{[]seen{{"a", true}, {"z", false}}, map[string]string{"z": "a", "a": ""}},
+		{[]seen{{"z", false}, {"a", false}}, map[string]string{"a": "z", "z": ""}},
+		{[]seen{{"a", false}, {"z", false}}, map[string]string{"z": "a", "a": ""}},
+	} {
+		o := newObserver(4)
+		for i, s := range tc.order {
+			o.observe(lists(s.name), t0.Add(time.Duration(i)*time.Second), s.firstList)
+		}
+		for name, want := range tc.want {
+			if got := o.earlier(ip, name); got != want {
+				t.Errorf("seen %v: earlier lister for %s is %q, want %q", tc.order, name, got, want)
+			}
+		}
+		// An update of a first-list Node keeps its order unknown.
+		o.observe(lists(tc.order[0].name), t0.Add(time.Minute), false)
+		for name, want := range tc.want {
+			if got := o.earlier(ip, name); got != want {
+				t.Errorf("seen %v, then %s again: earlier lister for %s is %q, want %q", tc.order, tc.order[0].name, name, got, want)
+			}
+		}
 	}
 }
 
@@ -75,7 +121,7 @@ func BenchmarkObserverHeld(b *testing.B) {
 		runtime.ReadMemStats(&before)
 		o := newObserver(16)
 		for _, n := range list {
-			o.observe(n, now)
+			o.observe(n, now, true)
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)
