@@ -20,7 +20,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -339,18 +338,14 @@ func (c *Coordinator) recordChanged(old, obj any) {
 		c.enqueueCSR(o)
 	}
 	released := map[string]bool{}
-	if u, ok := old.(*unstructured.Unstructured); ok {
-		if r, err := records.FromUnstructured(u); err == nil {
-			for _, a := range r.Spec.Addresses {
-				released[a.IP] = true
-			}
+	if r, err := records.Decoded(old); err == nil {
+		for _, a := range r.Spec.Addresses {
+			released[a.IP] = true
 		}
 	}
-	if u, ok := obj.(*unstructured.Unstructured); ok {
-		if r, err := records.FromUnstructured(u); err == nil {
-			for _, a := range r.Spec.Addresses {
-				delete(released, a.IP)
-			}
+	if r, err := records.Decoded(obj); err == nil {
+		for _, a := range r.Spec.Addresses {
+			delete(released, a.IP)
 		}
 	}
 	if len(released) > 0 {

@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/approval"
@@ -395,12 +394,10 @@ func enrolledKey(rec *records.Record, uid types.UID) ed25519.PublicKey {
 // starts leading after kube-controller-manager deleted the issued CSRs
 // (an hour after issuing) learns from its records that kubelets ask.
 func (c *Coordinator) noteServing(obj any) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok || c.servingCSRs.Load() {
+	if c.servingCSRs.Load() {
 		return
 	}
-	until, _, _ := unstructured.NestedString(u.Object, "spec", "serving", "validUntil")
-	if t, err := time.Parse(time.RFC3339, until); err == nil && time.Now().Before(t) {
+	if r, err := records.Decoded(obj); err == nil && r.Spec.Serving != nil && time.Now().Before(r.Spec.Serving.ValidUntil) {
 		c.servingCSRs.Store(true)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
@@ -33,23 +35,64 @@ type Store struct {
 
 	mu      sync.Mutex
 	written map[string]*Record // own writes the informer has not caught up with
-	cache   map[string]*Record // decoded informer objects, by name (checked against resourceVersion)
+}
+
+// Cached is a NodeRecord as the informer keeps it: decoded once, as it
+// arrives (the informer's transform), instead of the generic map the
+// dynamic client reads, which every lookup would decode again. A cluster
+// has one record per Node, so this is most of what the store holds.
+type Cached struct {
+	metav1.ObjectMeta // name, resourceVersion and UID only
+	Record            *Record
+	Err               error // the object is not a record this version reads (Record is nil)
+}
+
+// GetObjectKind: a Cached object is never encoded.
+func (c *Cached) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject copies the record too.
+func (c *Cached) DeepCopyObject() runtime.Object {
+	out := &Cached{ObjectMeta: *c.ObjectMeta.DeepCopy(), Err: c.Err}
+	if c.Record != nil {
+		out.Record = clone(c.Record)
+	}
+	return out
+}
+
+// cached is the informer's transform: a record decoded once (Cached).
+func cached(obj any) (any, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil // a Cached already, or a tombstone
+	}
+	c := &Cached{ObjectMeta: metav1.ObjectMeta{Name: u.GetName(), ResourceVersion: u.GetResourceVersion(), UID: u.GetUID()}}
+	c.Record, c.Err = FromUnstructured(u)
+	return c, nil
+}
+
+// Decoded is the record an informer object (or its tombstone) holds.
+func Decoded(obj any) (*Record, error) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	switch o := obj.(type) {
+	case *Cached:
+		return o.Record, o.Err
+	case *unstructured.Unstructured:
+		return FromUnstructured(o)
+	}
+	return nil, fmt.Errorf("not a NodeRecord: %T", obj)
 }
 
 // NewStore builds the store; its informer starts with the caller's factory
 // lifecycle (Informer().Run).
 func NewStore(client dynamic.Interface) *Store {
-	s := &Store{client: client.Resource(GVR), written: map[string]*Record{}, cache: map[string]*Record{}}
+	s := &Store{client: client.Resource(GVR), written: map[string]*Record{}}
 	spec := func(obj any) *Spec {
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok {
-			return nil
+		if r, err := Decoded(obj); err == nil {
+			return &r.Spec
 		}
-		r, err := FromUnstructured(u)
-		if err != nil {
-			return nil
-		}
-		return &r.Spec
+		return nil
 	}
 	s.informer = dynamicinformer.NewFilteredDynamicInformer(client, GVR, "", 0, cache.Indexers{
 		byClaim: func(obj any) ([]string, error) {
@@ -77,7 +120,7 @@ func NewStore(client dynamic.Interface) *Store {
 			return keys, nil
 		},
 	}, nil).Informer()
-	_ = s.informer.SetTransform(trim)
+	_ = s.informer.SetTransform(cached)
 	_, _ = s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    s.caughtUp,
 		UpdateFunc: func(_, obj any) { s.caughtUp(obj) },
@@ -85,10 +128,9 @@ func NewStore(client dynamic.Interface) *Store {
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj
 			}
-			if u, ok := obj.(*unstructured.Unstructured); ok {
+			if c, ok := obj.(*Cached); ok {
 				s.mu.Lock()
-				delete(s.written, u.GetName())
-				delete(s.cache, u.GetName())
+				delete(s.written, c.Name)
 				s.mu.Unlock()
 			}
 		},
@@ -99,24 +141,15 @@ func NewStore(client dynamic.Interface) *Store {
 // Informer is the NodeRecord informer (start it, and wait for its sync).
 func (s *Store) Informer() cache.SharedIndexInformer { return s.informer }
 
-// trim keeps no managed fields in the cache: every record has the
-// coordinator's entry, and no read needs it.
-func trim(obj any) (any, error) {
-	if u, ok := obj.(*unstructured.Unstructured); ok {
-		unstructured.RemoveNestedField(u.Object, "metadata", "managedFields")
-	}
-	return obj, nil
-}
-
 func (s *Store) caughtUp(obj any) {
-	u, ok := obj.(*unstructured.Unstructured)
+	c, ok := obj.(*Cached)
 	if !ok {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if w := s.written[u.GetName()]; w != nil && !newer(w.ResourceVersion, u.GetResourceVersion()) {
-		delete(s.written, u.GetName())
+	if w := s.written[c.Name]; w != nil && !newer(w.ResourceVersion, c.ResourceVersion) {
+		delete(s.written, c.Name)
 	}
 }
 
@@ -140,7 +173,7 @@ func (s *Store) Get(name string) (*Record, error) {
 	}
 	s.mu.Lock()
 	w := s.written[name]
-	if w != nil && exists && !newer(w.ResourceVersion, obj.(*unstructured.Unstructured).GetResourceVersion()) {
+	if w != nil && exists && !newer(w.ResourceVersion, obj.(*Cached).ResourceVersion) {
 		// The cache caught up (or an admin wrote since): it wins, even
 		// before the informer's own handler has run.
 		delete(s.written, name)
@@ -153,7 +186,7 @@ func (s *Store) Get(name string) (*Record, error) {
 	if !exists {
 		return nil, nil
 	}
-	r, err := s.decoded(obj.(*unstructured.Unstructured))
+	r, err := Decoded(obj)
 	if err != nil {
 		return nil, err
 	}
@@ -190,13 +223,11 @@ func (s *Store) each(index, key string, f func(name string, spec *Spec)) {
 	s.mu.Unlock()
 	objs, _ := s.informer.GetIndexer().ByIndex(index, key)
 	for _, o := range objs {
-		u := o.(*unstructured.Unstructured)
-		if overlay[u.GetName()] {
+		c := o.(*Cached)
+		if overlay[c.Name] || c.Record == nil {
 			continue
 		}
-		if r, err := s.decoded(u); err == nil {
-			f(r.Name, &r.Spec)
-		}
+		f(c.Name, &c.Record.Spec)
 	}
 }
 
@@ -214,24 +245,6 @@ func (s *Store) Near(p netip.Prefix) []Holding {
 		}
 		return !a.Is6() || key64(a) != key
 	})
-}
-
-// decoded reads a cached object, decoding each resourceVersion once.
-func (s *Store) decoded(u *unstructured.Unstructured) (*Record, error) {
-	s.mu.Lock()
-	if d, ok := s.cache[u.GetName()]; ok && d.ResourceVersion == u.GetResourceVersion() {
-		s.mu.Unlock()
-		return d, nil
-	}
-	s.mu.Unlock()
-	r, err := FromUnstructured(u)
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	s.cache[u.GetName()] = r
-	s.mu.Unlock()
-	return r, nil
 }
 
 // clone deep-copies a record: readers never share slices with the store.
