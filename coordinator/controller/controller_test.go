@@ -786,6 +786,35 @@ func recordedClaims(t testing.TB, name string) []string {
 	return out
 }
 
+// TestADecoyDoesNotHideAnEntitledEarlierLister: where the inventory binds
+// an address's network, only a Node it entitles can be its earlier lister.
+// A decoy the inventory does not entitle, listing the address before
+// either, must not hide the entitled Node that listed it first from the
+// entitled one that listed it later.
+func TestADecoyDoesNotHideAnEntitledEarlierLister(t *testing.T) {
+	c := startCoordinator(t, "decoy", ipamSettings+`
+inventory:
+- nodes: ["bound-*"]
+  networks: [10.0.6.0/24]
+`)
+	waitFor(t, 20*time.Second, "leading", func() bool { return c.Ready() == nil })
+	// Neither reports: they wait, uninitialized, without records.
+	register(t, "aaa-decoy", "10.0.6.7")
+	time.Sleep(100 * time.Millisecond)
+	register(t, "bound-first", "10.0.6.7")
+	time.Sleep(100 * time.Millisecond)
+	second := register(t, "bound-second", "10.0.5.53")
+	second.publish(t, report{providerID: "talos://metal/10.0.5.53", externalIPs: []string{"10.0.6.7"}})
+	waitFor(t, 20*time.Second, "AddressHeldByOtherNode Event", func() bool { return len(events(t, "bound-second", "AddressHeldByOtherNode")) > 0 })
+	if msg := events(t, "bound-second", "AddressHeldByOtherNode")[0].Message; !strings.Contains(msg, "10.0.6.7: Node bound-first") {
+		t.Errorf("Event %q does not name bound-first", msg)
+	}
+	waitFor(t, 20*time.Second, "bound-second initialized", func() bool { return initialized(get(t, "bound-second")) })
+	if claims := recordedClaims(t, "bound-second"); slices.Contains(claims, "10.0.6.7") {
+		t.Errorf("the later lister's record claims the address: %v", claims)
+	}
+}
+
 // A coordinator whose first lists are refused (here: its RBAC is not bound
 // yet, as after an API-server restart) says so on /readyz, keeps probing,
 // and is ready within a probe of the lists being allowed, instead of sitting

@@ -398,10 +398,9 @@ func (c *Coordinator) claimant(node string, ip netip.Addr) string {
 	if owner := c.holder(node, ip); owner != "" {
 		return owner
 	}
-	if o := c.observer.earlier(ip, node); o != "" && records.Bound(c.inventory, o, ip) == nil {
-		return o
-	}
-	return ""
+	// Only a Node the inventory entitles to ip can be its earlier lister:
+	// one it does not entitle must not hide one it does.
+	return c.observer.earlier(ip, node, func(o string) bool { return records.Bound(c.inventory, o, ip) == nil })
 }
 
 // holder is the Node that holds ip by the coordinator's records: the one

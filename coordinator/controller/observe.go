@@ -17,9 +17,11 @@ import (
 // decided on addresses stable for csr.minAddressAge, never on one snapshot.
 // Standbys observe too, so a new leader does not start blind.
 //
-// Which of two Nodes listed an address first is known only when the
+// Which of two Nodes listed an address first is known, at best, when the
 // observer saw one of them begin to: the Nodes of its first list had been
-// listing theirs for some unknown time already. Two of those listing one
+// listing theirs for some unknown time already. (A relist after a watch
+// gap still delivers the Nodes that began during the gap in the list's
+// order: SECURITY.md, "Still open".) Two of those listing one
 // address each count as the other's earlier lister (the address is held
 // against both), never by the order the list happened to come in, which a
 // node could steer with its name.
@@ -81,12 +83,12 @@ func (o *observer) unindex(name string, n observed) {
 	}
 }
 
-// earlier returns another Node that has listed ip continuously since no
-// later than self has, as far as the observer knows (the earliest such,
-// then by name), "" when none has: an address two Nodes list is the first
-// lister's until one is recorded. Two Nodes of the first list are each
-// other's earlier lister.
-func (o *observer) earlier(ip netip.Addr, self string) string {
+// earlier returns another Node that may hold ip (eligible) and has listed
+// it continuously since no later than self has, as far as the observer
+// knows (the earliest such, then by name), "" when none has: an address two
+// Nodes list is the first lister's until one is recorded. Two Nodes of the
+// first list are each other's earlier lister.
+func (o *observer) earlier(ip netip.Addr, self string, eligible func(node string) bool) string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	l := o.byIP[ip]
@@ -97,7 +99,7 @@ func (o *observer) earlier(ip netip.Addr, self string) string {
 	}
 	best, bestAt := "", time.Time{}
 	for _, other := range l {
-		if other.name == self || (i >= 0 && other.from.After(mine)) {
+		if other.name == self || (i >= 0 && other.from.After(mine)) || !eligible(other.name) {
 			continue
 		}
 		if best == "" || other.from.Before(bestAt) || (other.from.Equal(bestAt) && other.name < best) {
@@ -123,7 +125,7 @@ func (o *observer) observe(node *corev1.Node, now time.Time, firstList bool) (ad
 		}
 		prev = observed{}
 	}
-	if had && prev.uid == node.UID && slices.EqualFunc(prev.addrs, cur, func(a listed, ip netip.Addr) bool { return a.ip == ip }) {
+	if had && old.uid == node.UID && slices.EqualFunc(old.addrs, cur, func(a listed, ip netip.Addr) bool { return a.ip == ip }) {
 		return nil, nil // the same addresses, in the same order: nothing to re-index
 	}
 	next := observed{uid: node.UID, addrs: make([]listed, 0, len(cur))}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,10 +41,10 @@ func TestObserverContinuity(t *testing.T) {
 	// Another Node listing an address later does not hold it; earlier does.
 	other := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "m", UID: "m1"}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}}}}
 	o.observe(other, t0.Add(4*time.Second), false)
-	if got := o.earlier(a, "m"); got != "n" {
+	if got := o.earlier(a, "m", anyNode); got != "n" {
 		t.Errorf("earlier lister of 10.0.0.1 for m: %q, want n", got)
 	}
-	if got := o.earlier(a, "n"); got != "" {
+	if got := o.earlier(a, "n", anyNode); got != "" {
 		t.Errorf("a later lister holds n's address: %q", got)
 	}
 	o.forget("m")
@@ -86,17 +87,50 @@ func TestFirstListOrderIsNotKnown(t *testing.T) {
 			o.observe(lists(s.name), t0.Add(time.Duration(i)*time.Second), s.firstList)
 		}
 		for name, want := range tc.want {
-			if got := o.earlier(ip, name); got != want {
+			if got := o.earlier(ip, name, anyNode); got != want {
 				t.Errorf("seen %v: earlier lister for %s is %q, want %q", tc.order, name, got, want)
 			}
 		}
 		// An update of a first-list Node keeps its order unknown.
 		o.observe(lists(tc.order[0].name), t0.Add(time.Minute), false)
 		for name, want := range tc.want {
-			if got := o.earlier(ip, name); got != want {
+			if got := o.earlier(ip, name, anyNode); got != want {
 				t.Errorf("seen %v, then %s again: earlier lister for %s is %q, want %q", tc.order, tc.order[0].name, name, got, want)
 			}
 		}
+	}
+}
+
+func anyNode(string) bool { return true }
+
+// Only an eligible Node (the inventory entitles it) is an earlier lister:
+// an ineligible one listing first hides neither the eligible Node that
+// listed next nor the order among the rest.
+func TestEarlierListerIsEligible(t *testing.T) {
+	t0 := time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)
+	ip := netip.MustParseAddr("10.0.6.7")
+	o := newObserver(4)
+	for i, name := range []string{"aaa-decoy", "bound-first", "bound-second"} {
+		o.observe(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name)},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip.String()}}}}, t0.Add(time.Duration(i)*time.Second), false)
+	}
+	bound := func(n string) bool { return strings.HasPrefix(n, "bound-") }
+	for self, want := range map[string]string{"bound-second": "bound-first", "bound-first": "", "aaa-decoy": ""} {
+		if got := o.earlier(ip, self, bound); got != want {
+			t.Errorf("earlier lister for %s: %q, want %q", self, got, want)
+		}
+	}
+}
+
+// A Node re-created as an object without a UID (as fakes make) and
+// without addresses releases the earlier object's, as any other.
+func TestObserverReleasesWithoutUID(t *testing.T) {
+	o := newObserver(4)
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", UID: "u1"}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}}}}
+	o.observe(n, time.Now(), false)
+	_, removed := o.observe(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}, time.Now(), false)
+	if len(removed) != 1 || o.earlier(netip.MustParseAddr("10.0.0.1"), "m", anyNode) != "" {
+		t.Errorf("removed %v; the address still listed by n: %q", removed, o.earlier(netip.MustParseAddr("10.0.0.1"), "m", anyNode))
 	}
 }
 
