@@ -207,3 +207,35 @@ func TestAttestationEntriesOutliveTheirEventWhilePending(t *testing.T) {
 		flood(t, csr, false)
 	})
 }
+
+// An Event checked by approval and, at the same time, as it leaves the
+// watch is counted once as ignored.
+func TestIgnoredEventCountedOnce(t *testing.T) {
+	pub, _, _ := ed25519.GenerateKey(rand.Reader)
+	_, other, _ := ed25519.GenerateKey(rand.Reader)
+	request := []byte("request")
+	ignored := 0
+	e := &attestEvents{ignored: func() { ignored++ }, pending: func(string) ([]byte, bool) { return request, true },
+		entries: map[types.UID]*eventEntry{}, byCSR: map[string]map[types.UID]*eventEntry{}, against: map[string]checkAgainst{}}
+	forged := contract.Attestation{CSR: "csr-x", RequestSHA256: contract.RequestDigest(request), Verdict: contract.VerdictApprove, SANs: []string{"n1"}}.Sign("n1", other)
+	ev, err := contract.AttestationEvent("n1", "csr-x", "uid-x", forged, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.UID = "ev-1"
+	e.seen(trimEvent(ev), func(string) {})
+	calls := 0
+	e.verify = func(a contract.Attestation, csr string, request []byte, node string, key ed25519.PublicKey, sans []string) error {
+		calls++
+		if calls == 1 {
+			e.left("ev-1") // the Event leaves while approval checks it, outside the lock
+		}
+		return fmt.Errorf("not signed by the enrolled key")
+	}
+	if a := e.approval("csr-x", request, "n1", pub, []string{"n1"}); a != nil {
+		t.Fatal("a forged Event approves")
+	}
+	if calls != 2 || ignored != 1 {
+		t.Errorf("checked %d times, counted %d times as ignored; want 2 checks (approval, left) counted once", calls, ignored)
+	}
+}
