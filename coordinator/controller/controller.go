@@ -338,15 +338,11 @@ func (c *Coordinator) recordChanged(old, obj any) {
 		c.enqueueCSR(o)
 	}
 	released := map[string]bool{}
-	if r, err := records.Decoded(old); err == nil {
-		for _, a := range r.Spec.Addresses {
-			released[a.IP] = true
-		}
+	for _, ip := range records.Claimed(old) {
+		released[ip] = true
 	}
-	if r, err := records.Decoded(obj); err == nil {
-		for _, a := range r.Spec.Addresses {
-			delete(released, a.IP)
-		}
+	for _, ip := range records.Claimed(obj) {
+		delete(released, ip)
 	}
 	if len(released) > 0 {
 		c.log.Debug("record released addresses", "record", key, "released", released)

@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -812,6 +813,60 @@ inventory:
 	waitFor(t, 20*time.Second, "bound-second initialized", func() bool { return initialized(get(t, "bound-second")) })
 	if claims := recordedClaims(t, "bound-second"); slices.Contains(claims, "10.0.6.7") {
 		t.Errorf("the later lister's record claims the address: %v", claims)
+	}
+}
+
+// TestAnUnreadableRecordStillHolds: an admin's edit the API server accepts
+// but the coordinator cannot read (a date in lower case: the schema's
+// date-time check lower-cases before it checks, Go's RFC 3339 parser does
+// not) must not free what the record holds: here the node prefix another
+// Node lists an address in.
+func TestAnUnreadableRecordStillHolds(t *testing.T) {
+	first := startCoordinator(t, "unreadable", ipamSettings)
+	a := register(t, "garbled-a", "10.0.5.71")
+	a.publish(t, report{providerID: "talos://metal/10.0.5.71", externalIPs: []string{"2001:db8:5:1::a"}, prefixes: []string{"2001:db8:5:1::/64"}})
+	waitFor(t, 20*time.Second, "garbled-a initialized", func() bool { return initialized(get(t, "garbled-a")) })
+	editSince(t, "garbled-a", strings.ToLower)
+	t.Cleanup(func() { editSince(t, "garbled-a", strings.ToUpper) }) // for the tests after this one
+	u, err := dynamic.NewForConfigOrDie(cluster.Admin()).Resource(records.GVR).Get(t.Context(), "garbled-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := records.FromUnstructured(u); err == nil {
+		t.Fatal("the edited record still reads: the test edits nothing the coordinator cannot read")
+	}
+	time.Sleep(time.Second) // the coordinator's informer has the edit
+	b := register(t, "garbled-b", "10.0.5.72")
+	b.publish(t, report{providerID: "talos://metal/10.0.5.72", externalIPs: []string{"2001:db8:5:1::b"}})
+	waitFor(t, 20*time.Second, "garbled-b initialized", func() bool { return initialized(get(t, "garbled-b")) })
+	if claims := recordedClaims(t, "garbled-b"); slices.Contains(claims, "2001:db8:5:1::b") {
+		t.Errorf("garbled-b's record claims an address inside garbled-a's node prefix: %v", claims)
+	}
+	// A new leader starts all the same: one record it cannot read does not
+	// stop its fresh list of records at leader start.
+	first.stop()
+	next := startCoordinator(t, "unreadable-next", ipamSettings)
+	waitFor(t, 20*time.Second, "the next coordinator leading", func() bool { return next.Ready() == nil })
+}
+
+// editSince rewrites the dates of a record's claims, as an admin's
+// kubectl edit would.
+func editSince(t testing.TB, name string, edit func(string) string) {
+	t.Helper()
+	recs := dynamic.NewForConfigOrDie(cluster.Admin()).Resource(records.GVR)
+	u, err := recs.Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs, _, _ := unstructured.NestedSlice(u.Object, "spec", "addresses")
+	for _, c := range addrs {
+		c.(map[string]any)["since"] = edit(c.(map[string]any)["since"].(string))
+	}
+	if err := unstructured.SetNestedSlice(u.Object, addrs, "spec", "addresses"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := recs.Update(context.Background(), u, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("the API server refused the edited record: %v", err)
 	}
 }
 

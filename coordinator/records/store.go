@@ -45,6 +45,12 @@ type Cached struct {
 	metav1.ObjectMeta // name, resourceVersion and UID only
 	Record            *Record
 	Err               error // the object is not a record this version reads (Record is nil)
+	// Holds, when Err, is what the object still says it holds, read
+	// leniently: its claimed addresses (dated as earliest) and its node
+	// prefix. A record the coordinator cannot read (an admin's edit the
+	// API server accepted) keeps holding them until it is fixed: it
+	// never frees them for another Node.
+	Holds *Spec
 }
 
 // GetObjectKind: a Cached object is never encoded.
@@ -56,6 +62,9 @@ func (c *Cached) DeepCopyObject() runtime.Object {
 	if c.Record != nil {
 		out.Record = clone(c.Record)
 	}
+	if c.Holds != nil {
+		out.Holds = &Spec{Addresses: slices.Clone(c.Holds.Addresses), Prefix: c.Holds.Prefix}
+	}
 	return out
 }
 
@@ -66,8 +75,55 @@ func cached(obj any) (any, error) {
 		return obj, nil // a Cached already, or a tombstone
 	}
 	c := &Cached{ObjectMeta: metav1.ObjectMeta{Name: u.GetName(), ResourceVersion: u.GetResourceVersion(), UID: u.GetUID()}}
-	c.Record, c.Err = FromUnstructured(u)
+	if c.Record, c.Err = FromUnstructured(u); c.Err != nil {
+		c.Holds = holds(u)
+	}
 	return c, nil
+}
+
+// holds reads what an unreadable record holds: every string spec.addresses[].ip
+// and spec.prefix, as claims since the zero time (earlier than any other).
+func holds(u *unstructured.Unstructured) *Spec {
+	h := &Spec{}
+	h.Prefix, _, _ = unstructured.NestedString(u.Object, "spec", "prefix")
+	addrs, _, _ := unstructured.NestedSlice(u.Object, "spec", "addresses")
+	for _, a := range addrs {
+		if m, ok := a.(map[string]any); ok {
+			if ip, ok := m["ip"].(string); ok {
+				h.Addresses = append(h.Addresses, Claim{IP: ip})
+			}
+		}
+	}
+	return h
+}
+
+// Claimed is the addresses an informer object (or its tombstone) holds:
+// its record's claims, or what an unreadable one still names (Holds).
+func Claimed(obj any) []string {
+	spec := held(obj)
+	if spec == nil {
+		return nil
+	}
+	out := make([]string, 0, len(spec.Addresses))
+	for _, a := range spec.Addresses {
+		out = append(out, a.IP)
+	}
+	return out
+}
+
+// held is what an informer object (or its tombstone) holds: its record's
+// spec, or what an unreadable one still names (Holds); nil when neither.
+func held(obj any) *Spec {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if c, ok := obj.(*Cached); ok && c.Record == nil {
+		return c.Holds
+	}
+	if r, err := Decoded(obj); err == nil {
+		return &r.Spec
+	}
+	return nil
 }
 
 // Decoded is the record an informer object (or its tombstone) holds.
@@ -88,12 +144,7 @@ func Decoded(obj any) (*Record, error) {
 // lifecycle (Informer().Run).
 func NewStore(client dynamic.Interface) *Store {
 	s := &Store{client: client.Resource(GVR), written: map[string]*Record{}}
-	spec := func(obj any) *Spec {
-		if r, err := Decoded(obj); err == nil {
-			return &r.Spec
-		}
-		return nil
-	}
+	spec := held
 	s.informer = dynamicinformer.NewFilteredDynamicInformer(client, GVR, "", 0, cache.Indexers{
 		byClaim: func(obj any) ([]string, error) {
 			var keys []string
@@ -224,10 +275,9 @@ func (s *Store) each(index, key string, f func(name string, spec *Spec)) {
 	objs, _ := s.informer.GetIndexer().ByIndex(index, key)
 	for _, o := range objs {
 		c := o.(*Cached)
-		if overlay[c.Name] || c.Record == nil {
-			continue
+		if sp := held(c); sp != nil && !overlay[c.Name] {
+			f(c.Name, sp)
 		}
-		f(c.Name, &c.Record.Spec)
 	}
 }
 
@@ -292,24 +342,25 @@ func (s *Store) Put(ctx context.Context, r *Record) (*Record, error) {
 
 // List reads every record from the API server, in pages: a fresh list, not
 // this replica's cache (a new leader decides from what the previous one
-// last wrote).
-func (s *Store) List(ctx context.Context) ([]*Record, error) {
-	var out []*Record
+// last wrote). A record it cannot read is not in it but in unreadable,
+// with the reason: one bad record must not stop a leader from starting.
+func (s *Store) List(ctx context.Context) (recs []*Record, unreadable []error, err error) {
 	opts := metav1.ListOptions{Limit: 500}
 	for {
 		list, err := s.client.List(ctx, opts)
 		if err != nil {
-			return nil, fmt.Errorf("listing NodeRecords: %w", err)
+			return nil, nil, fmt.Errorf("listing NodeRecords: %w", err)
 		}
 		for i := range list.Items {
 			r, err := FromUnstructured(&list.Items[i])
 			if err != nil {
-				return nil, err
+				unreadable = append(unreadable, err)
+				continue
 			}
-			out = append(out, r)
+			recs = append(recs, r)
 		}
 		if list.GetContinue() == "" {
-			return out, nil
+			return recs, unreadable, nil
 		}
 		opts.Continue = list.GetContinue()
 	}

@@ -73,6 +73,24 @@ func TestCachedKeepsTheRecordOnly(t *testing.T) {
 	if r, err := Decoded(out); err == nil || r != nil {
 		t.Errorf("an unreadable record decoded: %+v", r)
 	}
+	// One the API server accepts (its date-time check lower-cases first)
+	// still holds its addresses and node prefix, as earliest.
+	lower := u.DeepCopy()
+	lower.Object["spec"].(map[string]any)["addresses"] = []any{map[string]any{"ip": "2001:db8:5:1::a", "since": "2026-11-27t08:00:00z"}}
+	lower.Object["spec"].(map[string]any)["prefix"] = "2001:db8:5:1::/64"
+	out, _ = cached(lower)
+	if _, err := Decoded(out); err == nil {
+		t.Fatal("a lower-case date read: the case tests nothing")
+	}
+	if h := held(out); h == nil || h.Prefix != "2001:db8:5:1::/64" || len(h.Addresses) != 1 || !h.Addresses[0].Since.IsZero() {
+		t.Errorf("an unreadable record holds %+v", h)
+	}
+	if got := Claimed(cache.DeletedFinalStateUnknown{Key: "n", Obj: out}); len(got) != 1 || got[0] != "2001:db8:5:1::a" {
+		t.Errorf("Claimed = %v", got)
+	}
+	if cp := out.(*Cached).DeepCopyObject().(*Cached); cp.Holds == nil || cp.Holds.Prefix != "2001:db8:5:1::/64" {
+		t.Errorf("DeepCopyObject dropped Holds: %+v", cp)
+	}
 }
 
 // BenchmarkCachedRecordHeld is what the informer holds per NodeRecord,
