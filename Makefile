@@ -55,9 +55,11 @@ fuzz: ## run every fuzz target from its seed corpus, ~10 s of inputs each (FUZZT
 	$(GO) test -run '^$$' -fuzz '^FuzzPrefixOwnership$$' -fuzztime $(or $(FUZZTIME),25000x) ./coordinator/records
 	$(GO) test -run '^$$' -fuzz '^FuzzNodeText$$' -fuzztime $(or $(FUZZTIME),190000x) ./pkg/contract
 
-bench-units: kube-tools ## component benchmarks that print figures: allocator, agent binary size and RSS
+bench-units: kube-tools ## component benchmarks that print figures: allocator, agent binary size and RSS, coordinator memory per Node and per NodeRecord
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/ipam
 	$(KT) $(GO) test -run '^$$' -bench Footprint -benchtime 1x ./agent
+	$(KT) $(GO) test -run '^$$' -bench 'ObserverHeld' -benchtime 3x ./coordinator/controller
+	$(GO) test -run '^$$' -bench 'CachedRecordHeld' -benchtime 3x ./coordinator/records
 
 QUIET ?= 60s
 bench: kube-tools ## join storm of N nodes on a real control plane: latencies, writes per node, CPU, floor (N=100 QUIET=60s)
