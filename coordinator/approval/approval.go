@@ -78,6 +78,9 @@ type Input struct {
 	// NotAdopted: the Node was initialized before the coordinator kept
 	// records and adoptExisting is off; the coordinator leaves it alone.
 	NotAdopted bool
+	// RecordUnreadable is why the Node's NodeRecord cannot be read (nil:
+	// it can, or there is none): nothing is decided from it.
+	RecordUnreadable error
 
 	// Pending counts pending serving CSRs (each Node at most twice);
 	// MaxPending is the flood guard's limit.
@@ -108,6 +111,7 @@ type Category string
 
 const (
 	CategoryNotAdopted          Category = "not-adopted"
+	CategoryRecordUnreadable    Category = "record-unreadable"
 	CategoryCheck               Category = "check"
 	CategoryNodeUnknown         Category = "node-unknown"
 	CategoryAddressNotSettled   Category = "address-not-settled"
@@ -134,6 +138,10 @@ func CheckFailed(check string) Category { return Category("check:" + check) }
 // claimRecheck is how often a CSR waiting on an address claim is rechecked.
 const claimRecheck = 5 * time.Second
 
+// recordRecheck is when a CSR held for its Node's unreadable record is
+// looked at again (besides when the record changes).
+const recordRecheck = 30 * time.Second
+
 // notAdoptedRecheck is how often a CSR of a Node left alone is looked at
 // again (the admin may adopt it).
 const notAdoptedRecheck = time.Minute
@@ -150,6 +158,13 @@ func Decide(in Input) Decision {
 		return Decision{Action: Hold, Category: CategoryNotAdopted, After: notAdoptedRecheck,
 			Reason: fmt.Sprintf("Node %s was initialized before nodeinit-coordinator kept records of it, and adoptExisting is off: the coordinator leaves it alone, its serving CSRs too. "+
 				"Set adoptExisting: true in the coordinator's configuration to adopt such Nodes (their next CSR is checked and approved as usual), or approve this one by hand: kubectl certificate approve %s", in.Node.Name, in.CSR.Name)}
+	}
+	if v.Decision != csrcheck.Deny && in.RecordUnreadable != nil && in.Node != nil {
+		// Its claims, enrolled key and last certificate are in it: what
+		// the checks refuse is still denied, nothing else is decided.
+		return Decision{Action: Hold, Category: CategoryRecordUnreadable, After: recordRecheck,
+			Reason: fmt.Sprintf("Node %s's NodeRecord cannot be read (%s), so nothing is approved for it: its claims, enrolled agent key and last certificate are there. "+
+				"Fix the record (kubectl edit noderecord %s); until then it still holds the addresses and prefix it names", in.Node.Name, contract.NodeText(in.RecordUnreadable.Error()), in.Node.Name)}
 	}
 	switch v.Decision {
 	case csrcheck.Deny:

@@ -73,6 +73,24 @@ func TestDecide(t *testing.T) {
 			in.Attestation = attest(good, contract.VerdictApprove, "ok")
 			return in
 		}, Approve, "attested"},
+		{"the Node's record cannot be read: held, whatever the attestation", func() Input {
+			in := base(good)
+			in.Attestation = attest(good, contract.VerdictApprove, "ok")
+			in.RecordUnreadable = fmt.Errorf("NodeRecord node-a: parsing time \"2026-11-27t08:00:00z\"")
+			return in
+		}, Hold, "NodeRecord node-a"},
+		{"the Node's record cannot be read, no key: held for the record, not for enrolment", func() Input {
+			in := base(good)
+			in.EnrolledKey = nil
+			in.RecordUnreadable = fmt.Errorf("NodeRecord node-a: unreadable")
+			return in
+		}, Hold, "kubectl edit noderecord node-a"},
+		{"the Node's record cannot be read, attestation not required: held", func() Input {
+			in := base(good)
+			in.AttestationRequired = false
+			in.RecordUnreadable = fmt.Errorf("NodeRecord node-a: unreadable")
+			return in
+		}, Hold, "cannot be read"},
 		{"agent rejection denies with its reason", func() Input {
 			in := base(good)
 			in.Attestation = attest(good, contract.VerdictReject, "IP SAN 10.9.9.9 is not on this node's interfaces")

@@ -337,6 +337,11 @@ func (c *Coordinator) recordChanged(old, obj any) {
 	for _, o := range objs {
 		c.enqueueCSR(o)
 	}
+	if _, err := records.Decoded(old); err != nil && obj != nil {
+		// Fixed, or changed again: its Node's sync, which failed on it,
+		// need not wait for its backoff.
+		c.nodeQueue.Add(key)
+	}
 	released := map[string]bool{}
 	for _, ip := range records.Claimed(old) {
 		released[ip] = true

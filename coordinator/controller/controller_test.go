@@ -477,7 +477,8 @@ func hasTaint(node *corev1.Node, want corev1.Taint) bool {
 }
 
 // recordedGrants reads the NodeRecord's grants as an admin would.
-func recordedGrants(t testing.TB, name string) (labels, taints []string) {
+// recordOf reads a Node's NodeRecord from the API server.
+func recordOf(t testing.TB, name string) *records.Record {
 	t.Helper()
 	u, err := dynamic.NewForConfigOrDie(cluster.Admin()).Resource(records.GVR).Get(t.Context(), name, metav1.GetOptions{})
 	if err != nil {
@@ -487,6 +488,12 @@ func recordedGrants(t testing.TB, name string) (labels, taints []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return r
+}
+
+func recordedGrants(t testing.TB, name string) (labels, taints []string) {
+	t.Helper()
+	r := recordOf(t, name)
 	return r.Spec.GrantedLabels, r.Spec.GrantedTaints
 }
 
@@ -772,16 +779,8 @@ func TestListersOfTheFirstListAreContested(t *testing.T) {
 
 func recordedClaims(t testing.TB, name string) []string {
 	t.Helper()
-	u, err := dynamic.NewForConfigOrDie(cluster.Admin()).Resource(records.GVR).Get(t.Context(), name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := records.FromUnstructured(u)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []string
-	for _, c := range r.Spec.Addresses {
+	for _, c := range recordOf(t, name).Spec.Addresses {
 		out = append(out, c.IP)
 	}
 	return out
@@ -841,6 +840,17 @@ func TestAnUnreadableRecordStillHolds(t *testing.T) {
 	waitFor(t, 20*time.Second, "garbled-b initialized", func() bool { return initialized(get(t, "garbled-b")) })
 	if claims := recordedClaims(t, "garbled-b"); slices.Contains(claims, "2001:db8:5:1::b") {
 		t.Errorf("garbled-b's record claims an address inside garbled-a's node prefix: %v", claims)
+	}
+	// garbled-a's own CSR is held for its record: nothing is decided from
+	// a record that cannot be read (not "no enrolled key", which would
+	// have an admin enrol a key again).
+	a.csr(t, "garbled-a-serving", []string{"garbled-a"}, []string{"10.0.5.71"})
+	waitFor(t, 20*time.Second, "NodeRecordUnreadable Event", func() bool { return len(events(t, "garbled-a-serving", "NodeRecordUnreadable")) > 0 })
+	if c, decided := condition(t, "garbled-a-serving"); decided {
+		t.Errorf("a CSR of the Node whose record cannot be read was decided: %+v", c)
+	}
+	if ev := events(t, "garbled-a-serving", "NoEnrolledAgentKey"); len(ev) > 0 {
+		t.Errorf("held as if no key were enrolled: %q", ev[0].Message)
 	}
 	// A new leader starts all the same: one record it cannot read does not
 	// stop its fresh list of records at leader start.

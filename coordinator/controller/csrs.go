@@ -28,6 +28,7 @@ var heldReasons = map[approval.Category]string{
 	approval.CategoryFloodGuard:          "ApprovalPaused",
 	approval.CategoryNoEnrolledKey:       "NoEnrolledAgentKey",
 	approval.CategoryNotAdopted:          "NodeNotAdopted",
+	approval.CategoryRecordUnreadable:    "NodeRecordUnreadable",
 	approval.CategoryAgentKeyChanged:     "AgentKeyChanged",
 	approval.CategoryAddressClaimed:      "AddressClaimedByOtherNode",
 	approval.CategoryAttestationInvalid:  "AttestationIgnored",
@@ -157,7 +158,8 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 			}
 		}
 	}
-	rec, _ := c.records.Get(nodeName)
+	rec, err := c.records.Get(nodeName)
+	in.RecordUnreadable = err
 	in.NotAdopted = rec != nil && rec.Spec.NotAdopted && rec.Spec.NodeUID == string(self.UID) && !c.settings.AdoptExisting
 	if rec != nil && rec.Spec.NodeUID == string(self.UID) {
 		// An address counts as stable only as long as it has been both

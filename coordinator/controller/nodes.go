@@ -52,6 +52,7 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	}
 	rec, err := c.records.Get(name)
 	if err != nil {
+		c.say(node, "node", name, corev1.EventTypeWarning, "NodeRecordUnreadable", "nothing changes for this Node until its NodeRecord can be read again (kubectl edit noderecord "+name+"): "+contract.NodeText(err.Error()))
 		return err
 	}
 	in := nodestate.Input{Node: node, Record: rec, Reserved: c.reservedFor(node), Near: c.records.Near, Now: time.Now()}

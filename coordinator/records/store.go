@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -82,7 +83,9 @@ func cached(obj any) (any, error) {
 }
 
 // holds reads what an unreadable record holds: every string spec.addresses[].ip
-// and spec.prefix, as claims since the zero time (earlier than any other).
+// and spec.prefix. A claim keeps its date when it reads in upper case (the
+// API server's date-time check lower-cases before it checks; Go's RFC 3339
+// parser does not), else it dates from the zero time, earlier than any.
 func holds(u *unstructured.Unstructured) *Spec {
 	h := &Spec{}
 	h.Prefix, _, _ = unstructured.NestedString(u.Object, "spec", "prefix")
@@ -90,7 +93,9 @@ func holds(u *unstructured.Unstructured) *Spec {
 	for _, a := range addrs {
 		if m, ok := a.(map[string]any); ok {
 			if ip, ok := m["ip"].(string); ok {
-				h.Addresses = append(h.Addresses, Claim{IP: ip})
+				since, _ := m["since"].(string)
+				t, _ := time.Parse(time.RFC3339Nano, strings.ToUpper(since))
+				h.Addresses = append(h.Addresses, Claim{IP: ip, Since: t})
 			}
 		}
 	}

@@ -82,8 +82,15 @@ func TestCachedKeepsTheRecordOnly(t *testing.T) {
 	if _, err := Decoded(out); err == nil {
 		t.Fatal("a lower-case date read: the case tests nothing")
 	}
-	if h := held(out); h == nil || h.Prefix != "2001:db8:5:1::/64" || len(h.Addresses) != 1 || !h.Addresses[0].Since.IsZero() {
-		t.Errorf("an unreadable record holds %+v", h)
+	if h := held(out); h == nil || h.Prefix != "2001:db8:5:1::/64" || len(h.Addresses) != 1 || !h.Addresses[0].Since.Equal(time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)) {
+		t.Errorf("an unreadable record holds %+v (its claim keeps its date, read in upper case)", h)
+	}
+	// A date that does not read even so: the claim is the earliest.
+	lower.Object["spec"].(map[string]any)["addresses"] = []any{map[string]any{"ip": "2001:db8:5:1::a", "since": "yesterday"}}
+	lower.Object["spec"].(map[string]any)["agentKeyEnrolled"] = "soon"
+	out, _ = cached(lower)
+	if h := held(out); h == nil || len(h.Addresses) != 1 || !h.Addresses[0].Since.IsZero() {
+		t.Errorf("an unreadable date: holds %+v, want the claim as the earliest", h)
 	}
 	if got := Claimed(cache.DeletedFinalStateUnknown{Key: "n", Obj: out}); len(got) != 1 || got[0] != "2001:db8:5:1::a" {
 		t.Errorf("Claimed = %v", got)
