@@ -47,8 +47,8 @@ type Cached struct {
 	Record            *Record
 	Err               error // the object is not a record this version reads (Record is nil)
 	// Holds, when Err, is what the object still says it holds, read
-	// leniently: its claimed addresses (dated as earliest) and its node
-	// prefix. A record the coordinator cannot read (an admin's edit the
+	// leniently: its claimed addresses (holds says how they are dated)
+	// and its node prefix. A record the coordinator cannot read (an admin's edit the
 	// API server accepted) keeps holding them until it is fixed: it
 	// never frees them for another Node.
 	Holds *Spec
