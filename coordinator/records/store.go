@@ -111,10 +111,23 @@ func Claimed(obj any) []string {
 	}
 	out := make([]string, 0, len(spec.Addresses))
 	for _, a := range spec.Addresses {
-		out = append(out, a.IP)
+		out = append(out, claimKey(a.IP))
 	}
 	return out
 }
+
+// claimKey is a claim's address in the one spelling lookups use
+// (netip.Addr.String): a record edited by hand may spell it otherwise
+// ("2001:DB8::5"), and must hold it all the same.
+func claimKey(ip string) string {
+	if a, err := netip.ParseAddr(ip); err == nil {
+		return a.Unmap().String()
+	}
+	return ip
+}
+
+// claimIndex keys a record by each address it claims (Claimed).
+func claimIndex(obj any) ([]string, error) { return Claimed(obj), nil }
 
 // held is what an informer object (or its tombstone) holds: its record's
 // spec, or what an unreadable one still names (Holds); nil when neither.
@@ -151,15 +164,7 @@ func NewStore(client dynamic.Interface) *Store {
 	s := &Store{client: client.Resource(GVR), written: map[string]*Record{}}
 	spec := held
 	s.informer = dynamicinformer.NewFilteredDynamicInformer(client, GVR, "", 0, cache.Indexers{
-		byClaim: func(obj any) ([]string, error) {
-			var keys []string
-			if sp := spec(obj); sp != nil {
-				for _, c := range sp.Addresses {
-					keys = append(keys, c.IP)
-				}
-			}
-			return keys, nil
-		},
+		byClaim: claimIndex,
 		by64: func(obj any) ([]string, error) {
 			var keys []string
 			if sp := spec(obj); sp != nil {
@@ -257,7 +262,7 @@ func (s *Store) Owner(ip netip.Addr) string {
 	best, bestAt := "", time.Time{}
 	consider := func(name string, spec *Spec) {
 		for _, c := range spec.Addresses {
-			if c.IP == key && (best == "" || c.Since.Before(bestAt) || (c.Since.Equal(bestAt) && name < best)) {
+			if claimKey(c.IP) == key && (best == "" || c.Since.Before(bestAt) || (c.Since.Equal(bestAt) && name < best)) {
 				best, bestAt = name, c.Since
 			}
 		}

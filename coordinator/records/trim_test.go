@@ -3,6 +3,7 @@ package records
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"runtime"
 	"testing"
 	"time"
@@ -97,6 +98,32 @@ func TestCachedKeepsTheRecordOnly(t *testing.T) {
 	}
 	if cp := out.(*Cached).DeepCopyObject().(*Cached); cp.Holds == nil || cp.Holds.Prefix != "2001:db8:5:1::/64" {
 		t.Errorf("DeepCopyObject dropped Holds: %+v", cp)
+	}
+}
+
+// A claim spelled otherwise than netip.Addr.String (an admin's edit) is
+// looked up, released and held under the one spelling, readable record
+// or not.
+func TestClaimsInAnotherSpellingHold(t *testing.T) {
+	for spelled, want := range map[string]string{"2001:DB8:5::A": "2001:db8:5::a", "2001:0db8:0005:0000:0000:0000:0000:000a": "2001:db8:5::a", "::ffff:10.0.5.9": "10.0.5.9", "2001:db8:5::a": "2001:db8:5::a"} {
+		for _, since := range []string{"2026-11-27T08:00:00Z", "2026-11-27t08:00:00z"} {
+			u := &unstructured.Unstructured{Object: map[string]any{
+				"metadata": map[string]any{"name": "n", "resourceVersion": "1"},
+				"spec":     map[string]any{"addresses": []any{map[string]any{"ip": spelled, "since": since}}},
+			}}
+			obj, _ := cached(u)
+			if got := Claimed(obj); len(got) != 1 || got[0] != want {
+				t.Errorf("%s since %s: Claimed = %v, want [%s]", spelled, since, got, want)
+			}
+			s := &Store{written: map[string]*Record{}}
+			s.informer = cache.NewSharedIndexInformer(nil, &Cached{}, 0, cache.Indexers{byClaim: claimIndex})
+			if err := s.informer.GetIndexer().Add(obj); err != nil {
+				t.Fatal(err)
+			}
+			if got := s.Owner(netip.MustParseAddr(want)); got != "n" {
+				t.Errorf("%s since %s: Owner(%s) = %q, want n", spelled, since, want, got)
+			}
+		}
 	}
 }
 
