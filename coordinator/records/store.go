@@ -162,12 +162,11 @@ func Decoded(obj any) (*Record, error) {
 // lifecycle (Informer().Run).
 func NewStore(client dynamic.Interface) *Store {
 	s := &Store{client: client.Resource(GVR), written: map[string]*Record{}}
-	spec := held
 	s.informer = dynamicinformer.NewFilteredDynamicInformer(client, GVR, "", 0, cache.Indexers{
 		byClaim: claimIndex,
 		by64: func(obj any) ([]string, error) {
 			var keys []string
-			if sp := spec(obj); sp != nil {
+			if sp := held(obj); sp != nil {
 				for _, h := range sp.holdings("") {
 					a := h.Addr
 					if h.Prefix.IsValid() {
