@@ -238,6 +238,16 @@ func coordinatorWrites(t testing.TB, resource, name string) []testcluster.AuditE
 	})
 }
 
+// eventSays waits up to timeout for an Event of reason about name, and
+// checks that the first one's message says want (names the holder, say).
+func eventSays(t testing.TB, timeout time.Duration, name, reason, want string) {
+	t.Helper()
+	waitFor(t, timeout, name+": "+reason+" Event", func() bool { return len(events(t, name, reason)) > 0 })
+	if msg := events(t, name, reason)[0].Message; !strings.Contains(msg, want) {
+		t.Errorf("%s: %s Event %q does not say %q", name, reason, msg, want)
+	}
+}
+
 func events(t testing.TB, name, reason string) []corev1.Event {
 	t.Helper()
 	list, err := admin().CoreV1().Events("").List(t.Context(), metav1.ListOptions{FieldSelector: fields.Set{"involvedObject.name": name, "reason": reason}.String()})
@@ -707,10 +717,7 @@ func TestFirstClaimKeepsItsAddress(t *testing.T) {
 	b.publish(t, report{providerID: "talos://metal/10.0.5.2", externalIPs: []string{"10.0.5.1"}})
 	waitFor(t, 10*time.Second, "AddressNotRecorded Event", func() bool { return len(events(t, "own-b", "AddressNotRecorded")) > 0 })
 	// On the victim's (here: the later claimant's) Node, an Event names the holder.
-	waitFor(t, 10*time.Second, "AddressHeldByOtherNode Event", func() bool { return len(events(t, "own-b", "AddressHeldByOtherNode")) > 0 })
-	if msg := events(t, "own-b", "AddressHeldByOtherNode")[0].Message; !strings.Contains(msg, "10.0.5.1: Node own-a") {
-		t.Errorf("Event %q does not name the holder", msg)
-	}
+	eventSays(t, 10*time.Second, "own-b", "AddressHeldByOtherNode", "10.0.5.1: Node own-a")
 
 	a.csr(t, "own-a-shared", []string{"own-a"}, []string{"10.0.5.1"})
 	a.attest(t, "own-a-shared", "")
@@ -719,10 +726,7 @@ func TestFirstClaimKeepsItsAddress(t *testing.T) {
 		t.Errorf("the first claimant's CSR: %s %q, want Approved", c.Type, c.Message)
 	}
 	b.csr(t, "own-b-shared", []string{"own-b"}, []string{"10.0.5.1"})
-	waitFor(t, 10*time.Second, "AddressClaimedByOtherNode Event", func() bool { return len(events(t, "own-b-shared", "AddressClaimedByOtherNode")) > 0 })
-	if msg := events(t, "own-b-shared", "AddressClaimedByOtherNode")[0].Message; !strings.Contains(msg, "held by Node own-a") {
-		t.Errorf("Event %q does not name the holder", msg)
-	}
+	eventSays(t, 10*time.Second, "own-b-shared", "AddressClaimedByOtherNode", "held by Node own-a")
 	if c, decided := condition(t, "own-b-shared"); decided {
 		t.Errorf("the later claimant's CSR was decided: %+v", c)
 	}
@@ -743,10 +747,7 @@ func TestAnEarlierListerHoldsTheCSR(t *testing.T) {
 	late.publish(t, report{providerID: "talos://metal/10.0.5.22", externalIPs: []string{"10.0.5.21"}})
 	waitFor(t, 20*time.Second, "AddressHeldByOtherNode Event", func() bool { return len(events(t, "lister-late", "AddressHeldByOtherNode")) > 0 })
 	late.csr(t, "lister-late-serving", []string{"lister-late"}, []string{"10.0.5.21"})
-	waitFor(t, 20*time.Second, "AddressClaimedByOtherNode Event", func() bool { return len(events(t, "lister-late-serving", "AddressClaimedByOtherNode")) > 0 })
-	if msg := events(t, "lister-late-serving", "AddressClaimedByOtherNode")[0].Message; !strings.Contains(msg, "held by Node lister-first") {
-		t.Errorf("Event %q does not name the holder", msg)
-	}
+	eventSays(t, 20*time.Second, "lister-late-serving", "AddressClaimedByOtherNode", "held by Node lister-first")
 	if c, decided := condition(t, "lister-late-serving"); decided {
 		t.Errorf("the later lister's CSR was decided: %+v", c)
 	}
@@ -766,10 +767,7 @@ func TestListersOfTheFirstListAreContested(t *testing.T) {
 	}
 	startCoordinator(t, "first-list", ipamSettings)
 	for self, other := range map[string]string{"first-list-a": "first-list-b", "first-list-b": "first-list-a"} {
-		waitFor(t, 20*time.Second, self+": AddressHeldByOtherNode Event", func() bool { return len(events(t, self, "AddressHeldByOtherNode")) > 0 })
-		if msg := events(t, self, "AddressHeldByOtherNode")[0].Message; !strings.Contains(msg, "10.0.5.43: Node "+other) {
-			t.Errorf("%s: Event %q does not name %s", self, msg, other)
-		}
+		eventSays(t, 20*time.Second, self, "AddressHeldByOtherNode", "10.0.5.43: Node "+other)
 		waitFor(t, 20*time.Second, self+" initialized", func() bool { return initialized(get(t, self)) })
 		if claims := recordedClaims(t, self); slices.Contains(claims, "10.0.5.43") {
 			t.Errorf("%s's record claims the contested address: %v", self, claims)
@@ -805,10 +803,7 @@ inventory:
 	time.Sleep(100 * time.Millisecond)
 	second := register(t, "bound-second", "10.0.5.53")
 	second.publish(t, report{providerID: "talos://metal/10.0.5.53", externalIPs: []string{"10.0.6.7"}})
-	waitFor(t, 20*time.Second, "AddressHeldByOtherNode Event", func() bool { return len(events(t, "bound-second", "AddressHeldByOtherNode")) > 0 })
-	if msg := events(t, "bound-second", "AddressHeldByOtherNode")[0].Message; !strings.Contains(msg, "10.0.6.7: Node bound-first") {
-		t.Errorf("Event %q does not name bound-first", msg)
-	}
+	eventSays(t, 20*time.Second, "bound-second", "AddressHeldByOtherNode", "10.0.6.7: Node bound-first")
 	waitFor(t, 20*time.Second, "bound-second initialized", func() bool { return initialized(get(t, "bound-second")) })
 	if claims := recordedClaims(t, "bound-second"); slices.Contains(claims, "10.0.6.7") {
 		t.Errorf("the later lister's record claims the address: %v", claims)
