@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -99,6 +100,7 @@ type Coordinator struct {
 	records        *records.Store
 	facts          *clusterFacts
 	observer       *observer
+	listOrder      *listOrder        // which list, if any, delivered a Node event
 	inventory      []records.Binding // the admin's bindings of names to networks
 	configReserved []csrcheck.Reserved
 	desired        nodestate.Settings     // what nodestate.Decide reads of the configuration
@@ -210,9 +212,25 @@ func New(cfg Config) (*Coordinator, error) {
 	c.csrFactory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", certificatesv1.KubeletServingSignerName).String()
 	}))
-	nodeInf := c.factory.Core().V1().Nodes()
+	c.listOrder = newListOrder(cache.ToListerWatcherWithContext(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return cfg.Client.CoreV1().Nodes().List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return cfg.Client.CoreV1().Nodes().Watch(ctx, o)
+		},
+	}, cfg.Client)), func(obj runtime.Object, list uint32) {
+		if n, ok := obj.(*corev1.Node); ok {
+			c.observer.pend(n, list)
+		}
+	})
+	nodeInformer := c.factory.InformerFor(&corev1.Node{}, func(kubernetes.Interface, time.Duration) cache.SharedIndexInformer {
+		return cache.NewSharedIndexInformerWithOptions(c.listOrder, &corev1.Node{}, cache.SharedIndexInformerOptions{Indexers: cache.Indexers{}})
+	})
+	c.listOrder.storeOf(nodeInformer.GetStore())
+	nodeInf := nodeInformer
 	csrInf := c.csrFactory.Certificates().V1().CertificateSigningRequests()
-	c.nodes, c.csrs = nodeInf.Lister(), csrInf.Lister()
+	c.nodes, c.csrs = corelisters.NewNodeLister(nodeInf.GetIndexer()), csrInf.Lister()
 	if err := csrInf.Informer().AddIndexers(cache.Indexers{byNode: func(obj any) ([]string, error) {
 		if csr, ok := obj.(*certificatesv1.CertificateSigningRequest); ok {
 			if n := csrcheck.NodeName(csr.Spec.Username); n != "" {
@@ -226,26 +244,26 @@ func New(cfg Config) (*Coordinator, error) {
 	c.csrIndex = csrInf.Informer().GetIndexer()
 	c.ownCSRs = cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), csrInf.Informer().GetStore(),
 		cache.MutationCacheOptions{Indexer: c.csrIndex, TTL: time.Minute, MaxCacheSize: 10000})
-	if err := nodeInf.Informer().AddIndexers(nodeIndexers(cfg.Settings.MaxNodeAddresses)); err != nil {
+	if err := nodeInf.AddIndexers(nodeIndexers(cfg.Settings.MaxNodeAddresses)); err != nil {
 		return nil, err
 	}
-	c.nodeIndex = nodeInf.Informer().GetIndexer()
-	_ = nodeInf.Informer().SetTransform(func(obj any) (any, error) {
+	c.nodeIndex = nodeInf.GetIndexer()
+	_ = nodeInf.SetTransform(func(obj any) (any, error) {
 		if n, ok := obj.(*corev1.Node); ok {
 			trimNode(n)
 		}
 		return obj, nil
 	})
-	c.ownNodes = cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), nodeInf.Informer().GetStore(),
+	c.ownNodes = cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), nodeInf.GetStore(),
 		cache.MutationCacheOptions{Indexer: c.nodeIndex, TTL: time.Minute, MaxCacheSize: 10000})
-	c.handle(nodeInf.Informer(), cache.ResourceEventHandlerDetailedFuncs{
-		AddFunc:    func(obj any, firstList bool) { c.nodeChanged(obj, firstList) },
-		UpdateFunc: func(_, obj any) { c.nodeChanged(obj, false) },
+	c.handle(nodeInf, cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc:    func(obj any, firstList bool) { c.nodeChanged(obj, c.listed(obj, firstList)) },
+		UpdateFunc: func(_, obj any) { c.nodeChanged(obj, c.listed(obj, false)) },
 		DeleteFunc: func(obj any) {
 			if n, ok := obj.(*corev1.Node); ok {
 				obj = cache.DeletedFinalStateUnknown{Key: n.Name, Obj: n}
 			}
-			c.nodeChanged(obj, false)
+			c.nodeChanged(obj, 0)
 		},
 	})
 	// CSRs are node-written: keep no more of each in memory than a
@@ -392,10 +410,27 @@ func nodeIndexers(maxAddrs int) cache.Indexers {
 	}
 }
 
-// nodeChanged is an informer event about a Node; firstList is true for
-// the Nodes of the informer's first list, whose addresses were listed since
-// some time before this process began, in no order it can know.
-func (c *Coordinator) nodeChanged(obj any, firstList bool) {
+// listed is the informer's list that delivered this Node (0: its watch):
+// listOrder's answer, or the first list's when client-go says so.
+func (c *Coordinator) listed(obj any, firstList bool) uint32 {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return 0
+	}
+	if list := c.listOrder.take(n.Name, n.ResourceVersion); list != 0 {
+		return list
+	}
+	if firstList {
+		return 1
+	}
+	return 0
+}
+
+// nodeChanged is an informer event about a Node; list is the informer's
+// list that delivered it (0: its watch did): the Nodes a list delivers
+// began to list their new addresses at some time before, in no order the
+// coordinator can know.
+func (c *Coordinator) nodeChanged(obj any, list uint32) {
 	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 	if err != nil {
 		return
@@ -403,9 +438,10 @@ func (c *Coordinator) nodeChanged(obj any, firstList bool) {
 	var added, removed []netip.Addr
 	switch o := obj.(type) {
 	case *corev1.Node:
-		added, removed = c.observer.observe(o, time.Now(), firstList)
+		added, removed = c.observer.observe(o, time.Now(), list)
 	case cache.DeletedFinalStateUnknown:
 		removed = c.observer.forget(key)
+		c.listOrder.forget(key)
 	}
 	// A Node's addresses (at most maxNodeAddresses) are reserved while it
 	// reports them; withdrawn ones are released.

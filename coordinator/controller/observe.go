@@ -18,13 +18,17 @@ import (
 // Standbys observe too, so a new leader does not start blind.
 //
 // Which of two Nodes listed an address first is known, at best, when the
-// observer saw one of them begin to: the Nodes of its first list had been
-// listing theirs for some unknown time already. (A relist after a watch
-// gap still delivers the Nodes that began during the gap in the list's
-// order: SECURITY.md, "Still open".) Two of those listing one
-// address each count as the other's earlier lister (the address is held
-// against both), never by the order the list happened to come in, which a
-// node could steer with its name.
+// observer saw one of them begin to, from the informer's watch, which
+// delivers changes in the order the API server committed them. A list
+// does not: the informer's first (the Nodes had been listing their
+// addresses for some unknown time already), or one it makes when its watch
+// cannot resume after a gap (what changed meanwhile, in the list's order,
+// by name). Two Nodes that began to list one address within what one list
+// delivered are each the other's earlier lister (the address is held
+// against both), never by the order the list came in, which a node could
+// steer with its name. Against any other Node the list's time orders them:
+// a list delivers what began before it and after the last event the watch
+// delivered (listOrder says which list delivered an object).
 //
 // It holds an entry for every Node of the cluster, so it keeps them small:
 // slices, not maps, for the few addresses each Node lists (at most max)
@@ -34,6 +38,13 @@ type observer struct {
 	mu    sync.Mutex
 	nodes map[string]observed
 	byIP  map[netip.Addr][]lister // who lists each address, since when
+	// pending are the listers a list returned that the informer has not
+	// handed over yet: it hands a list's Nodes to the coordinator one at
+	// a time while the workers run, so the first handed over must not be
+	// decided before the others are known. pendingBy is each one's
+	// addresses there.
+	pending   map[netip.Addr][]lister
+	pendingBy map[string][]netip.Addr
 }
 
 // observed is one Node object's addresses, in its order.
@@ -45,30 +56,29 @@ type observed struct {
 type listed struct {
 	ip    netip.Addr
 	since time.Time
-	// seenToBegin: observed after the first list, so since is when the
-	// Node began to list ip, not merely when this process first saw it.
-	seenToBegin bool
+	// list is the list that delivered ip first (0: the watch did, so since
+	// is when the Node began to list it, as near as the observer can see).
+	list uint32
 }
 
 type lister struct {
 	name string
-	from time.Time // since when it has listed the address; zero when not known (first list)
-}
-
-func (a listed) from() time.Time {
-	if a.seenToBegin {
-		return a.since
-	}
-	return time.Time{}
+	from time.Time // since when it has listed the address, as observed
+	list uint32    // the list it was first seen in (0: none)
+	// pending: a list returned it and the informer has not handed it over
+	// yet. It began after everything the watch delivered before that list,
+	// handed over yet or not, so it is later than all but its list.
+	pending bool
 }
 
 func newObserver(max int) *observer {
-	return &observer{max: max, nodes: map[string]observed{}, byIP: map[netip.Addr][]lister{}}
+	return &observer{max: max, nodes: map[string]observed{}, byIP: map[netip.Addr][]lister{},
+		pending: map[netip.Addr][]lister{}, pendingBy: map[string][]netip.Addr{}}
 }
 
 func (o *observer) index(name string, n observed) {
 	for _, a := range n.addrs {
-		o.byIP[a.ip] = append(o.byIP[a.ip], lister{name: name, from: a.from()})
+		o.byIP[a.ip] = append(o.byIP[a.ip], lister{name: name, from: a.since, list: a.list})
 	}
 }
 
@@ -86,37 +96,82 @@ func (o *observer) unindex(name string, n observed) {
 // earlier returns another Node that may hold ip (eligible) and has listed
 // it continuously since no later than self has, as far as the observer
 // knows (the earliest such, then by name), "" when none has: an address two
-// Nodes list is the first lister's until one is recorded. Two Nodes of the
-// first list are each other's earlier lister.
+// Nodes list is the first lister's until one is recorded. Two Nodes that
+// one list delivered listing it are each other's earlier lister.
 func (o *observer) earlier(ip netip.Addr, self string, eligible func(node string) bool) string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	l := o.byIP[ip]
-	var mine time.Time
-	i := slices.IndexFunc(l, func(l lister) bool { return l.name == self })
-	if i >= 0 {
-		mine = l[i].from
+	l := slices.Clip(o.byIP[ip])
+	for _, p := range o.pending[ip] {
+		if !slices.ContainsFunc(l, func(x lister) bool { return x.name == p.name }) {
+			l = append(l, p)
+		}
 	}
-	best, bestAt := "", time.Time{}
+	i := slices.IndexFunc(l, func(l lister) bool { return l.name == self })
+	var best *lister
 	for _, other := range l {
-		if other.name == self || (i >= 0 && other.from.After(mine)) || !eligible(other.name) {
+		if other.name == self || (i >= 0 && other.after(l[i])) || !eligible(other.name) {
 			continue
 		}
-		if best == "" || other.from.Before(bestAt) || (other.from.Equal(bestAt) && other.name < best) {
-			best, bestAt = other.name, other.from
+		if best == nil || best.after(other) || !other.after(*best) && other.name < best.name {
+			best = &other
 		}
 	}
-	return best
+	if best == nil {
+		return ""
+	}
+	return best.name
 }
 
-// observe records node's addresses at now and returns those added and
-// removed since the last observation. firstList: node comes from the
-// informer's first list, so its addresses were listed before now, since
-// a time the observer cannot know.
-func (o *observer) observe(node *corev1.Node, now time.Time, firstList bool) (added, removed []netip.Addr) {
+// after says whether a began to list an address after b did, as far as
+// the observer knows: never when one list returned both.
+func (a lister) after(b lister) bool {
+	switch {
+	case a.list != 0 && a.list == b.list:
+		return false
+	case a.pending || b.pending:
+		return a.pending && !b.pending
+	}
+	return a.from.After(b.from)
+}
+
+// pend notes a Node a list returned, before the informer hands it over
+// (listOrder calls it): its addresses count as listed from then on.
+func (o *observer) pend(node *corev1.Node, list uint32) {
 	cur := nodestate.Addresses(node, o.max)
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.unpend(node.Name)
+	for _, ip := range cur {
+		o.pending[ip] = append(o.pending[ip], lister{name: node.Name, list: list, pending: true})
+	}
+	if len(cur) > 0 {
+		o.pendingBy[node.Name] = cur
+	}
+}
+
+func (o *observer) unpend(name string) {
+	for _, ip := range o.pendingBy[name] {
+		l := slices.DeleteFunc(o.pending[ip], func(l lister) bool { return l.name == name })
+		if len(l) == 0 {
+			delete(o.pending, ip)
+		} else {
+			o.pending[ip] = l
+		}
+	}
+	delete(o.pendingBy, name)
+}
+
+// observe records node's addresses at now and returns those added and
+// removed since the last observation. list is the informer's list that
+// delivered node (0: its watch did): the addresses it adds were listed
+// before now, since a time the observer cannot know but after the
+// watch's last event before that list.
+func (o *observer) observe(node *corev1.Node, now time.Time, list uint32) (added, removed []netip.Addr) {
+	cur := nodestate.Addresses(node, o.max)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.unpend(node.Name)
 	old, had := o.nodes[node.Name]
 	prev := old
 	if had && prev.uid != node.UID {
@@ -133,7 +188,7 @@ func (o *observer) observe(node *corev1.Node, now time.Time, firstList bool) (ad
 		if a, ok := prev.get(ip); ok {
 			next.addrs = append(next.addrs, a)
 		} else {
-			next.addrs = append(next.addrs, listed{ip: ip, since: now, seenToBegin: !firstList})
+			next.addrs = append(next.addrs, listed{ip: ip, since: now, list: list})
 			added = append(added, ip)
 		}
 	}
@@ -161,6 +216,7 @@ func (n observed) get(ip netip.Addr) (listed, bool) {
 func (o *observer) forget(name string) []netip.Addr {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.unpend(name)
 	n, had := o.nodes[name]
 	if !had {
 		return nil

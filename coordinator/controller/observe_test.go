@@ -24,23 +24,23 @@ func TestObserverContinuity(t *testing.T) {
 		return n
 	}
 	a, b := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.96.0.1")
-	o.observe(node("1", "10.0.0.1"), t0, false)
+	o.observe(node("1", "10.0.0.1"), t0, 0)
 	// A forged address appears, is reverted, and re-forged: it starts over.
-	o.observe(node("1", "10.0.0.1", "10.96.0.1"), t0.Add(time.Second), false)
-	o.observe(node("1", "10.0.0.1"), t0.Add(1100*time.Millisecond), false)
-	o.observe(node("1", "10.0.0.1", "10.96.0.1"), t0.Add(2*time.Second), false)
+	o.observe(node("1", "10.0.0.1", "10.96.0.1"), t0.Add(time.Second), 0)
+	o.observe(node("1", "10.0.0.1"), t0.Add(1100*time.Millisecond), 0)
+	o.observe(node("1", "10.0.0.1", "10.96.0.1"), t0.Add(2*time.Second), 0)
 	seen := o.seen("n", "u1", t0.Add(3*time.Second))
 	if seen[a] != 3*time.Second || seen[b] != time.Second {
 		t.Fatalf("seen %v; want 10.0.0.1 for 3s and 10.96.0.1 for 1s (since its re-forging)", seen)
 	}
 	// The cap: a third address is not held.
-	added, _ := o.observe(node("1", "10.0.0.1", "10.96.0.1", "10.0.0.3"), t0.Add(4*time.Second), false)
+	added, _ := o.observe(node("1", "10.0.0.1", "10.96.0.1", "10.0.0.3"), t0.Add(4*time.Second), 0)
 	if len(added) != 0 || len(o.seen("n", "u1", t0)) != 2 {
 		t.Fatalf("over the cap: added %v", added)
 	}
 	// Another Node listing an address later does not hold it; earlier does.
 	other := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "m", UID: "m1"}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}}}}
-	o.observe(other, t0.Add(4*time.Second), false)
+	o.observe(other, t0.Add(4*time.Second), 0)
 	if got := o.earlier(a, "m", anyNode); got != "n" {
 		t.Errorf("earlier lister of 10.0.0.1 for m: %q, want n", got)
 	}
@@ -49,7 +49,7 @@ func TestObserverContinuity(t *testing.T) {
 	}
 	o.forget("m")
 	// A re-created Node starts over and the old addresses are released.
-	_, removed := o.observe(node("2", "10.0.0.1"), t0.Add(5*time.Second), false)
+	_, removed := o.observe(node("2", "10.0.0.1"), t0.Add(5*time.Second), 0)
 	if len(removed) != 2 || o.seen("n", "u2", t0.Add(5*time.Second))[a] != 0 {
 		t.Fatalf("re-created node: removed %v", removed)
 	}
@@ -67,32 +67,41 @@ func TestFirstListOrderIsNotKnown(t *testing.T) {
 			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip.String()}}}}
 	}
 	type seen struct {
-		name      string
-		firstList bool
+		name string
+		list uint32 // the informer's list that delivered it; 0: its watch
 	}
 	for _, tc := range []struct {
 		order []seen
 		want  map[string]string // earlier(ip, name)
 	}{
-		{[]seen{{"a", true}, {"b", true}}, map[string]string{"a": "b", "b": "a"}},
-		{[]seen{{"b", true}, {"a", true}}, map[string]string{"a": "b", "b": "a"}},
-		{[]seen{{"a", true}, {"b", true}, {"c", true}}, map[string]string{"a": "b", "b": "a", "c": "a"}},
-		{[]seen{{"z", true}, {"a", false}}, map[string]string{"a": "z", "z": ""}},
-		{[]seen{{"a", true}, {"z", false}}, map[string]string{"z": "a", "a": ""}},
-		{[]seen{{"z", false}, {"a", false}}, map[string]string{"a": "z", "z": ""}},
-		{[]seen{{"a", false}, {"z", false}}, map[string]string{"z": "a", "a": ""}},
+		// The first list.
+		{[]seen{{"a", 1}, {"b", 1}}, map[string]string{"a": "b", "b": "a"}},
+		{[]seen{{"b", 1}, {"a", 1}}, map[string]string{"a": "b", "b": "a"}},
+		{[]seen{{"a", 1}, {"b", 1}, {"c", 1}}, map[string]string{"a": "b", "b": "a", "c": "a"}},
+		{[]seen{{"z", 1}, {"a", 0}}, map[string]string{"a": "z", "z": ""}},
+		{[]seen{{"a", 1}, {"z", 0}}, map[string]string{"z": "a", "a": ""}},
+		{[]seen{{"z", 0}, {"a", 0}}, map[string]string{"a": "z", "z": ""}},
+		{[]seen{{"a", 0}, {"z", 0}}, map[string]string{"z": "a", "a": ""}},
+		// A relist after a watch gap: what it delivers began after all the
+		// watch delivered before it, and before all it delivers after.
+		{[]seen{{"b", 2}, {"a", 2}}, map[string]string{"a": "b", "b": "a"}},
+		{[]seen{{"z", 0}, {"b", 2}, {"a", 2}}, map[string]string{"a": "z", "b": "z", "z": ""}},
+		{[]seen{{"z", 1}, {"b", 2}, {"a", 2}}, map[string]string{"a": "z", "b": "z", "z": ""}},
+		{[]seen{{"b", 2}, {"a", 2}, {"c", 0}}, map[string]string{"a": "b", "b": "a", "c": "a"}},
+		{[]seen{{"b", 2}, {"a", 3}}, map[string]string{"a": "b", "b": ""}},
+		{[]seen{{"z", 2}, {"a", 0}}, map[string]string{"a": "z", "z": ""}},
 	} {
 		o := newObserver(4)
 		for i, s := range tc.order {
-			o.observe(lists(s.name), t0.Add(time.Duration(i)*time.Second), s.firstList)
+			o.observe(lists(s.name), t0.Add(time.Duration(i)*time.Second), s.list)
 		}
 		for name, want := range tc.want {
 			if got := o.earlier(ip, name, anyNode); got != want {
 				t.Errorf("seen %v: earlier lister for %s is %q, want %q", tc.order, name, got, want)
 			}
 		}
-		// An update of a first-list Node keeps its order unknown.
-		o.observe(lists(tc.order[0].name), t0.Add(time.Minute), false)
+		// An update from the watch keeps the order a list left unknown.
+		o.observe(lists(tc.order[0].name), t0.Add(time.Minute), 0)
 		for name, want := range tc.want {
 			if got := o.earlier(ip, name, anyNode); got != want {
 				t.Errorf("seen %v, then %s again: earlier lister for %s is %q, want %q", tc.order, tc.order[0].name, name, got, want)
@@ -112,7 +121,7 @@ func TestEarlierListerIsEligible(t *testing.T) {
 	o := newObserver(4)
 	for i, name := range []string{"aaa-decoy", "bound-first", "bound-second"} {
 		o.observe(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name)},
-			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip.String()}}}}, t0.Add(time.Duration(i)*time.Second), false)
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip.String()}}}}, t0.Add(time.Duration(i)*time.Second), 0)
 	}
 	bound := func(n string) bool { return strings.HasPrefix(n, "bound-") }
 	for self, want := range map[string]string{"bound-second": "bound-first", "bound-first": "", "aaa-decoy": ""} {
@@ -127,8 +136,8 @@ func TestEarlierListerIsEligible(t *testing.T) {
 func TestObserverReleasesWithoutUID(t *testing.T) {
 	o := newObserver(4)
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", UID: "u1"}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}}}}
-	o.observe(n, time.Now(), false)
-	_, removed := o.observe(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}, time.Now(), false)
+	o.observe(n, time.Now(), 0)
+	_, removed := o.observe(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}, time.Now(), 0)
 	if len(removed) != 1 || o.earlier(netip.MustParseAddr("10.0.0.1"), "m", anyNode) != "" {
 		t.Errorf("removed %v; the address still listed by n: %q", removed, o.earlier(netip.MustParseAddr("10.0.0.1"), "m", anyNode))
 	}
@@ -155,7 +164,7 @@ func BenchmarkObserverHeld(b *testing.B) {
 		runtime.ReadMemStats(&before)
 		o := newObserver(16)
 		for _, n := range list {
-			o.observe(n, now, true)
+			o.observe(n, now, 1)
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)
@@ -163,4 +172,53 @@ func BenchmarkObserverHeld(b *testing.B) {
 		runtime.KeepAlive(o)
 	}
 	b.ReportMetric(held, "heap-B/node")
+}
+
+// A list's Nodes count from the moment the list returns them, before the
+// informer hands them over one at a time while the workers run: the first
+// handed over is not decided before the others are known. A pending
+// lister began after all the watch delivered before its list, handed over
+// yet or not.
+func TestAListIsKnownBeforeItIsHandedOver(t *testing.T) {
+	t0 := time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)
+	ip := netip.MustParseAddr("10.0.0.9")
+	lists := func(name string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name)},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip.String()}}}}
+	}
+	check := func(o *observer, step string, want map[string]string) {
+		t.Helper()
+		for name, w := range want {
+			if got := o.earlier(ip, name, anyNode); got != w {
+				t.Errorf("%s: earlier lister for %s is %q, want %q", step, name, got, w)
+			}
+		}
+	}
+	o := newObserver(4)
+	o.pend(lists("a"), 2)
+	o.pend(lists("b"), 2)
+	check(o, "a relist returned a and b", map[string]string{"a": "b", "b": "a", "c": "a"})
+	o.observe(lists("a"), t0, 2)
+	check(o, "a handed over", map[string]string{"a": "b", "b": "a"})
+	// The watch's event of x, queued before the gap, handed over after the
+	// relist returned: x began first.
+	o.observe(lists("x"), t0.Add(-time.Second), 0)
+	check(o, "x handed over late", map[string]string{"b": "x", "x": ""})
+	o.observe(lists("b"), t0.Add(time.Second), 2)
+	check(o, "b handed over", map[string]string{"a": "x", "b": "x", "x": ""})
+
+	o = newObserver(4)
+	o.observe(lists("x"), t0, 0)
+	o.pend(lists("a"), 2)
+	check(o, "x before the gap, a pending", map[string]string{"a": "x", "x": ""})
+	o.forget("a")
+	check(o, "a deleted before it was handed over", map[string]string{"x": ""})
+	if len(o.pending) != 0 || len(o.pendingBy) != 0 {
+		t.Errorf("a deleted Node left pending entries: %v %v", o.pending, o.pendingBy)
+	}
+	// A Node a list returns with the addresses it already listed keeps
+	// its order.
+	o.pend(lists("x"), 3)
+	o.observe(lists("y"), t0.Add(time.Minute), 0)
+	check(o, "x returned again by a list", map[string]string{"y": "x", "x": ""})
 }
