@@ -321,15 +321,32 @@ func New(cfg Config) (*Coordinator, error) {
 	// A record an admin changed (a re-enrolled key) resyncs its Node's CSRs;
 	// addresses a record released resync the Nodes waiting for them. A
 	// record naming a valid serving certificate turns the joins' wait on.
+	// Records this version cannot read are counted as they come and go.
 	c.handle(c.records.Informer(), cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { c.noteServing(obj) },
+		AddFunc: func(obj any) {
+			c.noteServing(obj)
+			c.m.RecordsUnreadable.Add(unreadable(obj))
+		},
 		UpdateFunc: func(old, obj any) {
 			c.noteServing(obj)
 			c.recordChanged(old, obj)
+			c.m.RecordsUnreadable.Add(unreadable(obj) - unreadable(old))
 		},
-		DeleteFunc: func(obj any) { c.recordChanged(obj, nil) },
+		DeleteFunc: func(obj any) {
+			c.recordChanged(obj, nil)
+			c.m.RecordsUnreadable.Sub(unreadable(obj))
+		},
 	})
 	return c, nil
+}
+
+// unreadable is 1 for a record (or its tombstone) this version cannot
+// read, else 0.
+func unreadable(obj any) float64 {
+	if _, err := records.Decoded(obj); err != nil {
+		return 1
+	}
+	return 0
 }
 
 // handle registers h on inf; Run waits until h has seen every object of

@@ -28,6 +28,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/controller"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/apiclient"
@@ -816,7 +819,9 @@ inventory:
 // not) must not free what the record holds: here the node prefix another
 // Node lists an address in.
 func TestAnUnreadableRecordStillHolds(t *testing.T) {
-	first := startCoordinator(t, "unreadable", ipamSettings)
+	m := controller.NewMetrics(prometheus.NewRegistry())
+	unreadable := func() float64 { return testutil.ToFloat64(m.RecordsUnreadable) }
+	first := startCoordinatorAs(t, "unreadable", ipamSettings, coordinatorIdentity(t), func(c *controller.Config) { c.Metrics = m })
 	a := register(t, "garbled-a", "10.0.5.71")
 	a.publish(t, report{providerID: "talos://metal/10.0.5.71", externalIPs: []string{"2001:db8:5:1::a"}, prefixes: []string{"2001:db8:5:1::/64"}})
 	waitFor(t, 20*time.Second, "garbled-a initialized", func() bool { return initialized(get(t, "garbled-a")) })
@@ -829,7 +834,7 @@ func TestAnUnreadableRecordStillHolds(t *testing.T) {
 	if _, err := records.FromUnstructured(u); err == nil {
 		t.Fatal("the edited record still reads: the test edits nothing the coordinator cannot read")
 	}
-	time.Sleep(time.Second) // the coordinator's informer has the edit
+	waitFor(t, 10*time.Second, "nodeinit_coordinator_noderecords_unreadable at 1", func() bool { return unreadable() == 1 })
 	b := register(t, "garbled-b", "10.0.5.72")
 	b.publish(t, report{providerID: "talos://metal/10.0.5.72", externalIPs: []string{"2001:db8:5:1::b"}})
 	waitFor(t, 20*time.Second, "garbled-b initialized", func() bool { return initialized(get(t, "garbled-b")) })
@@ -847,6 +852,10 @@ func TestAnUnreadableRecordStillHolds(t *testing.T) {
 	if ev := events(t, "garbled-a-serving", "NoEnrolledAgentKey"); len(ev) > 0 {
 		t.Errorf("held as if no key were enrolled: %q", ev[0].Message)
 	}
+	// Fixed, it counts no more.
+	editSince(t, "garbled-a", strings.ToUpper)
+	waitFor(t, 10*time.Second, "nodeinit_coordinator_noderecords_unreadable back at 0", func() bool { return unreadable() == 0 })
+	editSince(t, "garbled-a", strings.ToLower)
 	// A new leader starts all the same: one record it cannot read does not
 	// stop its fresh list of records at leader start.
 	first.stop()

@@ -27,6 +27,9 @@ type Metrics struct {
 	// RecordsReconciled counts records a new leader released: their Node
 	// was deleted while no coordinator led.
 	RecordsReconciled prometheus.Counter
+	// RecordsUnreadable is how many NodeRecords the informer holds that
+	// this version cannot read (records.Cached with Err).
+	RecordsUnreadable prometheus.Gauge
 	// AttestationEventsIgnored counts attestation Events that carry nothing
 	// a decision may use (forged, another request's, malformed).
 	AttestationEventsIgnored prometheus.Counter
@@ -89,6 +92,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "nodeinit_coordinator_records_reconciled_total",
 			Help: "NodeRecords whose Node was deleted (or re-created) while no coordinator led, released (claims, prefix, grants) when a leader started.",
 		}),
+		RecordsUnreadable: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nodeinit_coordinator_noderecords_unreadable",
+			Help: "NodeRecords this replica cannot read (an edit the API server accepted, such as a date in lower case): each still holds the addresses and node prefix it names, and its Node's serving CSRs wait (NodeRecordUnreadable Events) until it is fixed.",
+		}),
 		AttestationEventsIgnored: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nodeinit_coordinator_attestation_events_ignored_total",
 			Help: "Events with reason NodeinitAttested that carry no approval a decision may use: malformed, not an approval, or an approval of the request not signed by the node's enrolled agent key (anyone can create Events).",
@@ -97,7 +104,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.Leader, m.Allocations, m.PoolSegments, m.CSRDecisions, m.GrantsRefused, m.NodeInitTime, m.NodeWrites, m.RebuildSeconds,
-			m.MalformedReports, m.AddressesRefused, m.FloodGuard, m.PendingCSRs, m.NotAdopted, m.PodCIDRConflicts, m.NodesWaiting, m.Contested, m.RecordsReconciled, m.AttestationEventsIgnored)
+			m.MalformedReports, m.AddressesRefused, m.FloodGuard, m.PendingCSRs, m.NotAdopted, m.PodCIDRConflicts, m.NodesWaiting, m.Contested, m.RecordsReconciled, m.RecordsUnreadable, m.AttestationEventsIgnored)
 		reg.MustRegister(m.Queues.collectors()...)
 	}
 	return m
