@@ -223,7 +223,7 @@ func New(cfg Config) (*Coordinator, error) {
 		if n, ok := obj.(*corev1.Node); ok {
 			c.observer.pend(n, list)
 		}
-	})
+	}, c.observer.dropList)
 	nodeInformer := c.factory.InformerFor(&corev1.Node{}, func(kubernetes.Interface, time.Duration) cache.SharedIndexInformer {
 		return cache.NewSharedIndexInformerWithOptions(c.listOrder, &corev1.Node{}, cache.SharedIndexInformerOptions{Indexers: cache.Indexers{}})
 	})
@@ -438,7 +438,7 @@ func (c *Coordinator) listed(obj any, firstList bool) uint32 {
 		return list
 	}
 	if firstList {
-		return 1
+		return c.listOrder.firstList()
 	}
 	return 0
 }
@@ -457,8 +457,12 @@ func (c *Coordinator) nodeChanged(obj any, list uint32) {
 	case *corev1.Node:
 		added, removed = c.observer.observe(o, time.Now(), list)
 	case cache.DeletedFinalStateUnknown:
-		removed = c.observer.forget(key)
-		c.listOrder.forget(key)
+		var uid types.UID
+		if n, ok := o.Obj.(*corev1.Node); ok {
+			uid = n.UID
+		}
+		removed = c.observer.forget(key, uid)
+		c.listOrder.forget(key, uid)
 	}
 	// A Node's addresses (at most maxNodeAddresses) are reserved while it
 	// reports them; withdrawn ones are released.

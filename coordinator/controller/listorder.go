@@ -2,11 +2,13 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 )
@@ -15,36 +17,47 @@ import (
 // rather than from its watch. A watch delivers changes in the order the API
 // server committed them; a list (the informer's first, or the one it makes
 // when a watch cannot resume after a gap: an API server restart, a
-// partition) delivers what changed meanwhile in the list's order, by name,
-// which says nothing about which Node began to list an address first.
+// partition) delivers what changed meanwhile in an order that says nothing
+// about which Node began to list an address first.
 //
-// It wraps the informer's ListerWatcher and notes the resource version of
-// each object a list returns: a plain list, or the initial events of a
-// watch-list stream (client-go's WatchListClient) up to the bookmark that
-// ends them. The handler then asks which list, if any, delivered the object
-// it got (take). An object a list returns unchanged from the informer's
-// store is not noted: the informer hands it to no handler.
+// One list is one informer list: every page of a paginated LIST (the
+// pages after the first carry a continue token), or the initial events of
+// a watch-list stream (client-go's WatchListClient) up to the bookmark that
+// ends them. It wraps the informer's ListerWatcher and notes the object,
+// resource version and list of each object a list returns, unless the
+// informer's store holds that version already or the watch delivered it
+// (a version the watch delivered is the watch's, even when the informer
+// hands it over after the list returned it). The handler then asks which
+// list, if any, returned the object it got (take). A list that never
+// completes (a failed page, a stream cut before its bookmark) is dropped
+// when the next begins: the informer hands over nothing of it.
 type listOrder struct {
 	inner cache.ListerWatcherWithContext
 	// stored is the resource version the informer's store holds for a
 	// Node ("" when none); set once the informer exists.
 	stored func(name string) string
 	// listed is told of each object noted, when noted: before the informer
-	// hands over any object of that list (the observer's pend).
-	listed func(obj runtime.Object, list uint32)
+	// hands over any object of that list (the observer's pend); dropped of
+	// a list that never completed.
+	listed  func(obj runtime.Object, list uint32)
+	dropped func(list uint32)
 
-	mu    sync.Mutex
-	lists uint32              // lists begun so far; the first is 1
-	items map[string]fromList // Node name → what a list returned, until delivered
+	mu      sync.Mutex
+	lists   uint32                // lists begun so far; the first is 1
+	open    uint32                // the list being read (0: none)
+	first   uint32                // the first list that completed: the informer's first
+	items   map[string][]fromList // Node name → versions lists returned, until handed over
+	watched map[string]string     // Node name → the version the watch last delivered, until handed over
 }
 
 type fromList struct {
+	uid  types.UID
 	rv   string
 	list uint32
 }
 
-func newListOrder(inner cache.ListerWatcherWithContext, listed func(runtime.Object, uint32)) *listOrder {
-	return &listOrder{inner: inner, listed: listed, items: map[string]fromList{}}
+func newListOrder(inner cache.ListerWatcherWithContext, listed func(runtime.Object, uint32), dropped func(uint32)) *listOrder {
+	return &listOrder{inner: inner, listed: listed, dropped: dropped, items: map[string][]fromList{}, watched: map[string]string{}}
 }
 
 // storeOf makes stored read the informer's store.
@@ -62,11 +75,59 @@ func (l *listOrder) storeOf(s cache.Store) {
 	}
 }
 
+// begin starts a list, dropping the one still open (it never completed).
 func (l *listOrder) begin() uint32 {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	incomplete := l.open
+	if incomplete != 0 {
+		for name, its := range l.items {
+			if its = slices.DeleteFunc(its, func(f fromList) bool { return f.list == incomplete }); len(its) == 0 {
+				delete(l.items, name)
+			} else {
+				l.items[name] = its
+			}
+		}
+	}
 	l.lists++
-	return l.lists
+	l.open = l.lists
+	list := l.lists
+	l.mu.Unlock()
+	if incomplete != 0 && l.dropped != nil {
+		l.dropped(incomplete)
+	}
+	return list
+}
+
+// current is the list being read, or a new one when none is.
+func (l *listOrder) current() uint32 {
+	l.mu.Lock()
+	list := l.open
+	l.mu.Unlock()
+	if list == 0 {
+		return l.begin()
+	}
+	return list
+}
+
+func (l *listOrder) complete(list uint32) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.open == list {
+		l.open = 0
+		if l.first == 0 {
+			l.first = list
+		}
+	}
+}
+
+// firstList is the list that populated the informer (1 until one has).
+func (l *listOrder) firstList() uint32 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.first == 0 {
+		return 1
+	}
+	return l.first
 }
 
 func (l *listOrder) note(list uint32, obj runtime.Object) {
@@ -79,31 +140,68 @@ func (l *listOrder) note(list uint32, obj runtime.Object) {
 		return
 	}
 	l.mu.Lock()
-	l.items[name] = fromList{rv: rv, list: list}
+	if l.watched[name] == rv {
+		l.mu.Unlock()
+		return
+	}
+	l.items[name] = append(l.items[name], fromList{uid: m.GetUID(), rv: rv, list: list})
 	l.mu.Unlock()
 	if l.listed != nil {
 		l.listed(obj, list)
 	}
 }
 
-// take says which list delivered this version of the Node (0: the watch),
-// and forgets it.
+// sawWatch notes a version the watch delivers (or, !delivered, takes the
+// note back: the watch stopped before the informer read it).
+func (l *listOrder) sawWatch(obj runtime.Object, delivered bool) {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch name, rv := m.GetName(), m.GetResourceVersion(); {
+	case delivered:
+		l.watched[name] = rv
+	case l.watched[name] == rv:
+		delete(l.watched, name)
+	}
+}
+
+// take says which list returned this version of the Node (0: the watch
+// delivered it), and forgets it.
 func (l *listOrder) take(name, rv string) uint32 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	it, ok := l.items[name]
-	if !ok || it.rv != rv {
+	if l.watched[name] == rv {
+		delete(l.watched, name)
 		return 0
 	}
-	delete(l.items, name)
-	return it.list
+	its := l.items[name]
+	i := slices.IndexFunc(its, func(f fromList) bool { return f.rv == rv })
+	if i < 0 {
+		return 0
+	}
+	list := its[i].list
+	if its = slices.Delete(its, i, i+1); len(its) == 0 {
+		delete(l.items, name)
+	} else {
+		l.items[name] = its
+	}
+	return list
 }
 
-// forget drops what a list noted for a deleted Node.
-func (l *listOrder) forget(name string) {
+// forget drops what was noted of a deleted Node object (uid; "":
+// whichever): a later object of the name keeps its own.
+func (l *listOrder) forget(name string, uid types.UID) {
 	l.mu.Lock()
-	delete(l.items, name)
-	l.mu.Unlock()
+	defer l.mu.Unlock()
+	delete(l.watched, name)
+	if its := slices.DeleteFunc(l.items[name], func(f fromList) bool { return uid == "" || f.uid == uid }); len(its) == 0 {
+		delete(l.items, name)
+	} else {
+		l.items[name] = its
+	}
 }
 
 func (l *listOrder) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
@@ -111,17 +209,30 @@ func (l *listOrder) ListWithContext(ctx context.Context, opts metav1.ListOptions
 	if err != nil {
 		return obj, err
 	}
-	list := l.begin()
+	// A page after the first carries a continue token: the same list.
+	var list uint32
+	if opts.Continue == "" {
+		list = l.begin()
+	} else {
+		list = l.current()
+	}
 	_ = meta.EachListItem(obj, func(o runtime.Object) error { l.note(list, o); return nil })
+	if m, err := meta.ListAccessor(obj); err == nil && m.GetContinue() == "" {
+		l.complete(list)
+	}
 	return obj, nil
 }
 
 func (l *listOrder) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	w, err := l.inner.WatchWithContext(ctx, opts)
-	if err != nil || opts.SendInitialEvents == nil || !*opts.SendInitialEvents {
+	if err != nil {
 		return w, err
 	}
-	return l.noting(w, l.begin()), nil
+	var list uint32
+	if opts.SendInitialEvents != nil && *opts.SendInitialEvents {
+		list = l.begin()
+	}
+	return l.noting(w, list), nil
 }
 
 // List and Watch are the ListerWatcher the informer takes; it calls the
@@ -141,13 +252,14 @@ func (l *listOrder) IsWatchListSemanticsUnSupported() bool {
 	return ok && u.IsWatchListSemanticsUnSupported()
 }
 
-// noting passes w's events on, noting the objects of its initial events.
-// It stops at Stop without waiting for a reader.
+// noting passes w's events on: those of a stream's initial events (list
+// is not 0) as list's until the bookmark that ends them, the rest as the
+// watch's. It stops at Stop without waiting for a reader.
 func (l *listOrder) noting(w watch.Interface, list uint32) watch.Interface {
 	n := &notingWatch{in: w, out: make(chan watch.Event), done: make(chan struct{})}
 	go func() {
 		defer close(n.out)
-		initial := true
+		initial := list != 0
 		for {
 			select {
 			case <-n.done:
@@ -156,21 +268,24 @@ func (l *listOrder) noting(w watch.Interface, list uint32) watch.Interface {
 				if !ok {
 					return
 				}
-				if initial {
-					switch e.Type {
-					case watch.Added:
-						l.note(list, e.Object)
-					case watch.Bookmark:
-						if m, err := meta.Accessor(e.Object); err == nil && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
-							initial = false
-						}
-					default:
+				switch {
+				case initial && e.Type == watch.Added:
+					l.note(list, e.Object)
+				case initial && e.Type == watch.Bookmark:
+					if m, err := meta.Accessor(e.Object); err == nil && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
 						initial = false
+						l.complete(list)
 					}
+				case e.Type == watch.Added || e.Type == watch.Modified:
+					initial = false
+					l.sawWatch(e.Object, true)
 				}
 				select {
 				case n.out <- e:
 				case <-n.done:
+					if e.Type == watch.Added || e.Type == watch.Modified {
+						l.sawWatch(e.Object, false) // never delivered
+					}
 					return
 				}
 			}

@@ -10,19 +10,25 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 )
 
-// scripted is a ListerWatcher that answers with what a test gives it.
+// scripted is a ListerWatcher that answers with what a test gives it: the
+// pages of a list (keyed by the continue token asked for), and a watch.
 type scripted struct {
-	list  *corev1.NodeList
+	pages map[string]*corev1.NodeList
 	watch *watch.FakeWatcher
 }
 
-func (s *scripted) ListWithContext(context.Context, metav1.ListOptions) (runtime.Object, error) {
-	return s.list, nil
+func (s *scripted) ListWithContext(_ context.Context, o metav1.ListOptions) (runtime.Object, error) {
+	p, ok := s.pages[o.Continue]
+	if !ok {
+		return nil, fmt.Errorf("no page %q", o.Continue)
+	}
+	return p, nil
 }
 
 func (s *scripted) WatchWithContext(context.Context, metav1.ListOptions) (watch.Interface, error) {
@@ -30,64 +36,110 @@ func (s *scripted) WatchWithContext(context.Context, metav1.ListOptions) (watch.
 }
 
 func nodeAt(name, rv string) *corev1.Node {
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: rv}}
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: rv, UID: types.UID("uid-" + name)}}
 }
 
-// A list, plain or streamed, notes what it returns that the store does
-// not hold already; take hands each noted version out once; the watch's
-// own events are never taken for a list's.
+func page(cont string, nodes ...*corev1.Node) *corev1.NodeList {
+	l := &corev1.NodeList{ListMeta: metav1.ListMeta{Continue: cont}}
+	for _, n := range nodes {
+		l.Items = append(l.Items, *n)
+	}
+	return l
+}
+
+type takeCase struct {
+	name, rv string
+	want     uint32
+}
+
+func takeAll(t *testing.T, l *listOrder, step string, cases []takeCase) {
+	t.Helper()
+	for _, tc := range cases {
+		if got := l.take(tc.name, tc.rv); got != tc.want {
+			t.Errorf("%s: take(%s, %s) = %d, want %d", step, tc.name, tc.rv, got, tc.want)
+		}
+	}
+}
+
+// One informer list is one list, whatever its pages; what it returns that
+// the store holds, or that the watch delivered, is not the list's; a list
+// that never completes is dropped when the next begins; take hands each
+// version out once.
 func TestListOrderNotesWhatListsDeliver(t *testing.T) {
 	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
 	_ = store.Add(nodeAt("same", "5"))
 	_ = store.Add(nodeAt("changed", "5"))
-	lw := &scripted{list: &corev1.NodeList{Items: []corev1.Node{*nodeAt("same", "5"), *nodeAt("changed", "9"), *nodeAt("new", "8")}}}
-	var handed []string
+	lw := &scripted{pages: map[string]*corev1.NodeList{
+		"":   page("p2", nodeAt("same", "5"), nodeAt("changed", "9")),
+		"p2": page("", nodeAt("new", "8")),
+	}}
+	var told []string
+	var dropped []uint32
 	l := newListOrder(lw, func(obj runtime.Object, list uint32) {
-		handed = append(handed, fmt.Sprintf("%s@%d", obj.(*corev1.Node).Name, list))
-	})
+		told = append(told, fmt.Sprintf("%s@%d", obj.(*corev1.Node).Name, list))
+	}, func(list uint32) { dropped = append(dropped, list) })
 	l.storeOf(store)
 
-	if _, err := l.List(metav1.ListOptions{}); err != nil {
-		t.Fatal(err)
+	// Two pages, one list.
+	for _, cont := range []string{"", "p2"} {
+		if _, err := l.List(metav1.ListOptions{Continue: cont, Limit: 2}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	for _, tc := range []struct {
-		name, rv string
-		want     uint32
-	}{
+	if l.firstList() != 1 {
+		t.Errorf("the first list to complete is %d, want 1", l.firstList())
+	}
+	takeAll(t, l, "a list of two pages", []takeCase{
 		{"same", "5", 0},    // unchanged: the informer hands it to no handler
 		{"changed", "8", 0}, // another version than the list's
 		{"changed", "9", 1},
 		{"changed", "9", 0}, // taken once
-		{"new", "8", 1},
-	} {
-		if got := l.take(tc.name, tc.rv); got != tc.want {
-			t.Errorf("take(%s, %s) = %d, want %d", tc.name, tc.rv, got, tc.want)
-		}
-	}
+		{"new", "8", 1},     // the second page: the same list
+	})
 
-	// A watch without initial events is the watch: nothing is noted.
+	// A list whose second page never comes is dropped by the next.
+	lw.pages[""] = page("p2", nodeAt("lost", "20"))
+	if _, err := l.List(metav1.ListOptions{Limit: 1}); err != nil {
+		t.Fatal(err)
+	}
+	lw.pages[""] = page("", nodeAt("full", "21"))
+	if _, err := l.List(metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(dropped, []uint32{2}) {
+		t.Errorf("dropped lists %v, want [2]", dropped)
+	}
+	takeAll(t, l, "after an incomplete list", []takeCase{{"lost", "20", 0}, {"full", "21", 3}})
+
+	// The watch's versions are the watch's, even handed over after a list
+	// returned them (its event was still queued in the informer).
 	lw.watch = watch.NewFakeWithChanSize(4, false)
 	w, err := l.Watch(metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w != lw.watch {
-		t.Error("a plain watch was wrapped")
+	lw.watch.Modify(nodeAt("queued", "30"))
+	<-w.ResultChan()
+	lw.pages[""] = page("", nodeAt("queued", "30"), nodeAt("gap", "31"))
+	if _, err := l.List(metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
 	}
+	takeAll(t, l, "a watch event handed over after the list", []takeCase{{"queued", "30", 0}, {"gap", "31", 4}})
+	w.Stop()
 
 	// A streamed list: its initial events, up to the bookmark that ends
-	// them, are list 2's; what follows is the watch's.
+	// them, are one list's; what follows is the watch's.
 	lw.watch = watch.NewFakeWithChanSize(8, false)
 	w, err = l.Watch(metav1.ListOptions{SendInitialEvents: ptr.To(true)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	end := nodeAt("", "12")
+	end := nodeAt("", "42")
 	end.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: "true"}
-	lw.watch.Add(nodeAt("streamed", "10"))
+	lw.watch.Add(nodeAt("streamed", "40"))
 	lw.watch.Add(nodeAt("same", "5"))
 	lw.watch.Action(watch.Bookmark, end)
-	lw.watch.Add(nodeAt("after", "13"))
+	lw.watch.Add(nodeAt("after", "43"))
 	for range 4 {
 		select {
 		case <-w.ResultChan():
@@ -95,38 +147,35 @@ func TestListOrderNotesWhatListsDeliver(t *testing.T) {
 			t.Fatal("the streamed list's events were not passed on")
 		}
 	}
-	for _, tc := range []struct {
-		name, rv string
-		want     uint32
-	}{
-		{"streamed", "10", 2},
-		{"same", "5", 0},
-		{"after", "13", 0},
-	} {
-		if got := l.take(tc.name, tc.rv); got != tc.want {
-			t.Errorf("take(%s, %s) = %d, want %d", tc.name, tc.rv, got, tc.want)
-		}
-	}
+	takeAll(t, l, "a streamed list", []takeCase{{"streamed", "40", 5}, {"same", "5", 0}, {"after", "43", 0}})
 
-	// Stop ends the pass-through even with an event nobody reads.
-	lw.watch.Add(nodeAt("unread", "14"))
+	// Stop ends the pass-through even with an event nobody reads; that
+	// event was never delivered, so a list returning it notes it.
+	lw.watch.Add(nodeAt("unread", "44"))
+	time.Sleep(100 * time.Millisecond) // the pass-through holds it
 	w.Stop()
-	select {
-	case _, ok := <-w.ResultChan():
-		for ok {
-			_, ok = <-w.ResultChan()
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the watch did not close after Stop")
+	for range w.ResultChan() {
 	}
+	lw.pages[""] = page("", nodeAt("unread", "44"))
+	if _, err := l.List(metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	takeAll(t, l, "an event the watch never delivered", []takeCase{{"unread", "44", 6}})
 
-	if want := []string{"changed@1", "new@1", "streamed@2"}; !slices.Equal(handed, want) {
-		t.Errorf("told of %v, want %v", handed, want)
+	// A deleted object's versions go; a later object of the name keeps its.
+	lw.pages[""] = page("", &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "again", ResourceVersion: "50", UID: "second"}})
+	if _, err := l.List(metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
 	}
-	l.forget("new")
+	l.forget("again", "first")
+	takeAll(t, l, "a late delete of an earlier object", []takeCase{{"again", "50", 7}})
+
+	if want := []string{"changed@1", "new@1", "lost@2", "full@3", "gap@4", "streamed@5", "unread@6", "again@7"}; !slices.Equal(told, want) {
+		t.Errorf("told of %v, want %v", told, want)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.items) != 0 {
-		t.Errorf("%d entries left after every listed version was taken or forgotten: %v", len(l.items), l.items)
+		t.Errorf("%d entries left after every listed version was taken or dropped: %v", len(l.items), l.items)
 	}
 }

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"math"
 	"net/netip"
 	"slices"
 	"sync"
@@ -22,13 +23,17 @@ import (
 // delivers changes in the order the API server committed them. A list
 // does not: the informer's first (the Nodes had been listing their
 // addresses for some unknown time already), or one it makes when its watch
-// cannot resume after a gap (what changed meanwhile, in the list's order,
-// by name). Two Nodes that began to list one address within what one list
-// delivered are each the other's earlier lister (the address is held
-// against both), never by the order the list came in, which a node could
-// steer with its name. Against any other Node the list's time orders them:
-// a list delivers what began before it and after the last event the watch
-// delivered (listOrder says which list delivered an object).
+// cannot resume after a gap (what changed meanwhile, in an order that says
+// nothing about it: by name, or a stream's). Two Nodes whose listing of
+// one address one list returned are each the other's earlier lister (the
+// address is held against both), never by the order the list came in,
+// which a node could steer with its name. Against any other Node the list
+// orders them: a list returns what began after every event the watch
+// delivered before it, and before every event after it (listOrder says
+// which list returned an object, and tells the observer of it before the
+// informer hands it over: pend). What the observer cannot see at all: a
+// Node that stops listing an address and lists it again while the watch
+// is cut keeps its earlier first sight.
 //
 // It holds an entry for every Node of the cluster, so it keeps them small:
 // slices, not maps, for the few addresses each Node lists (at most max)
@@ -42,9 +47,14 @@ type observer struct {
 	// handed over yet: it hands a list's Nodes to the coordinator one at
 	// a time while the workers run, so the first handed over must not be
 	// decided before the others are known. pendingBy is each one's
-	// addresses there.
+	// object and addresses there.
 	pending   map[netip.Addr][]lister
-	pendingBy map[string][]netip.Addr
+	pendingBy map[string]pendingNode
+}
+
+type pendingNode struct {
+	uid   types.UID
+	addrs []netip.Addr
 }
 
 // observed is one Node object's addresses, in its order.
@@ -63,22 +73,26 @@ type listed struct {
 
 type lister struct {
 	name string
-	from time.Time // since when it has listed the address, as observed
-	list uint32    // the list it was first seen in (0: none)
-	// pending: a list returned it and the informer has not handed it over
-	// yet. It began after everything the watch delivered before that list,
-	// handed over yet or not, so it is later than all but its list.
-	pending bool
+	// from is since when it has listed the address, as observed (Unix
+	// nanoseconds; a pending lister's is pendingFrom).
+	from int64
+	list uint32 // the list it was first seen in (0: none)
 }
+
+// pendingFrom is a pending lister's from: a list returned it and the
+// informer has not handed it over yet. It began after everything the
+// watch delivered before that list, handed over yet or not, so it is
+// later than all but its list's.
+const pendingFrom = math.MaxInt64
 
 func newObserver(max int) *observer {
 	return &observer{max: max, nodes: map[string]observed{}, byIP: map[netip.Addr][]lister{},
-		pending: map[netip.Addr][]lister{}, pendingBy: map[string][]netip.Addr{}}
+		pending: map[netip.Addr][]lister{}, pendingBy: map[string]pendingNode{}}
 }
 
 func (o *observer) index(name string, n observed) {
 	for _, a := range n.addrs {
-		o.byIP[a.ip] = append(o.byIP[a.ip], lister{name: name, from: a.since, list: a.list})
+		o.byIP[a.ip] = append(o.byIP[a.ip], lister{name: name, from: a.since.UnixNano(), list: a.list})
 	}
 }
 
@@ -101,10 +115,17 @@ func (o *observer) unindex(name string, n observed) {
 func (o *observer) earlier(ip netip.Addr, self string, eligible func(node string) bool) string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	l := slices.Clip(o.byIP[ip])
-	for _, p := range o.pending[ip] {
-		if !slices.ContainsFunc(l, func(x lister) bool { return x.name == p.name }) {
-			l = append(l, p)
+	l := o.byIP[ip]
+	if p := o.pending[ip]; len(p) > 0 {
+		handed := make(map[string]bool, len(l))
+		for _, x := range l {
+			handed[x.name] = true
+		}
+		l = slices.Clip(l)
+		for _, x := range p {
+			if !handed[x.name] {
+				l = append(l, x)
+			}
 		}
 	}
 	i := slices.IndexFunc(l, func(l lister) bool { return l.name == self })
@@ -126,32 +147,50 @@ func (o *observer) earlier(ip netip.Addr, self string, eligible func(node string
 // after says whether a began to list an address after b did, as far as
 // the observer knows: never when one list returned both.
 func (a lister) after(b lister) bool {
-	switch {
-	case a.list != 0 && a.list == b.list:
+	if a.list != 0 && a.list == b.list {
 		return false
-	case a.pending || b.pending:
-		return a.pending && !b.pending
 	}
-	return a.from.After(b.from)
+	return a.from > b.from
 }
 
 // pend notes a Node a list returned, before the informer hands it over
-// (listOrder calls it): its addresses count as listed from then on.
+// (listOrder calls it): its addresses count as listed from then on, by
+// the earliest list that returned them for this object.
 func (o *observer) pend(node *corev1.Node, list uint32) {
 	cur := nodestate.Addresses(node, o.max)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.unpend(node.Name)
+	prev := map[netip.Addr]uint32{}
+	if p, ok := o.pendingBy[node.Name]; ok && p.uid == node.UID {
+		for _, ip := range p.addrs {
+			for _, x := range o.pending[ip] {
+				if x.name == node.Name {
+					prev[ip] = x.list
+				}
+			}
+		}
+	}
+	o.unpend(node.Name, "")
 	for _, ip := range cur {
-		o.pending[ip] = append(o.pending[ip], lister{name: node.Name, list: list, pending: true})
+		n := list
+		if earlier, ok := prev[ip]; ok {
+			n = earlier
+		}
+		o.pending[ip] = append(o.pending[ip], lister{name: node.Name, from: pendingFrom, list: n})
 	}
 	if len(cur) > 0 {
-		o.pendingBy[node.Name] = cur
+		o.pendingBy[node.Name] = pendingNode{uid: node.UID, addrs: cur}
 	}
 }
 
-func (o *observer) unpend(name string) {
-	for _, ip := range o.pendingBy[name] {
+// unpend drops what a list returned for the Node name, for the object uid
+// ("": any).
+func (o *observer) unpend(name string, uid types.UID) {
+	p, ok := o.pendingBy[name]
+	if !ok || uid != "" && p.uid != uid {
+		return
+	}
+	for _, ip := range p.addrs {
 		l := slices.DeleteFunc(o.pending[ip], func(l lister) bool { return l.name == name })
 		if len(l) == 0 {
 			delete(o.pending, ip)
@@ -160,6 +199,23 @@ func (o *observer) unpend(name string) {
 		}
 	}
 	delete(o.pendingBy, name)
+}
+
+// dropList drops what a list returned that the informer will not hand
+// over: the list never completed (listOrder calls it when the next begins).
+func (o *observer) dropList(list uint32) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for name, p := range o.pendingBy {
+		for _, ip := range p.addrs {
+			for _, x := range o.pending[ip] {
+				if x.name == name && x.list == list {
+					o.unpend(name, "")
+					break
+				}
+			}
+		}
+	}
 }
 
 // observe records node's addresses at now and returns those added and
@@ -171,7 +227,11 @@ func (o *observer) observe(node *corev1.Node, now time.Time, list uint32) (added
 	cur := nodestate.Addresses(node, o.max)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.unpend(node.Name)
+	if list != 0 {
+		// The version a list returned, handed over; an older version the
+		// watch delivered before it leaves it pending.
+		o.unpend(node.Name, node.UID)
+	}
 	old, had := o.nodes[node.Name]
 	prev := old
 	if had && prev.uid != node.UID {
@@ -212,13 +272,15 @@ func (n observed) get(ip netip.Addr) (listed, bool) {
 	return listed{}, false
 }
 
-// forget drops a deleted Node and returns the addresses it held.
-func (o *observer) forget(name string) []netip.Addr {
+// forget drops a deleted Node object (uid; "": whichever) and returns
+// the addresses it held. What a list returned of a later object of the
+// name stays pending.
+func (o *observer) forget(name string, uid types.UID) []netip.Addr {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.unpend(name)
+	o.unpend(name, uid)
 	n, had := o.nodes[name]
-	if !had {
+	if !had || uid != "" && n.uid != uid && n.uid != "" {
 		return nil
 	}
 	o.unindex(name, n)

@@ -47,7 +47,7 @@ func TestObserverContinuity(t *testing.T) {
 	if got := o.earlier(a, "n", anyNode); got != "" {
 		t.Errorf("a later lister holds n's address: %q", got)
 	}
-	o.forget("m")
+	o.forget("m", "m1")
 	// A re-created Node starts over and the old addresses are released.
 	_, removed := o.observe(node("2", "10.0.0.1"), t0.Add(5*time.Second), 0)
 	if len(removed) != 2 || o.seen("n", "u2", t0.Add(5*time.Second))[a] != 0 {
@@ -198,20 +198,23 @@ func TestAListIsKnownBeforeItIsHandedOver(t *testing.T) {
 	o.pend(lists("a"), 2)
 	o.pend(lists("b"), 2)
 	check(o, "a relist returned a and b", map[string]string{"a": "b", "b": "a", "c": "a"})
-	o.observe(lists("a"), t0, 2)
-	check(o, "a handed over", map[string]string{"a": "b", "b": "a"})
 	// The watch's event of x, queued before the gap, handed over after the
 	// relist returned: x began first.
-	o.observe(lists("x"), t0.Add(-time.Second), 0)
-	check(o, "x handed over late", map[string]string{"b": "x", "x": ""})
-	o.observe(lists("b"), t0.Add(time.Second), 2)
+	o.observe(lists("x"), t0, 0)
+	check(o, "x handed over late", map[string]string{"a": "x", "b": "x", "x": ""})
+	o.observe(lists("a"), t0.Add(time.Second), 2)
+	check(o, "a handed over", map[string]string{"a": "x", "b": "x", "x": ""})
+	o.observe(lists("b"), t0.Add(2*time.Second), 2)
 	check(o, "b handed over", map[string]string{"a": "x", "b": "x", "x": ""})
+	if len(o.pending) != 0 || len(o.pendingBy) != 0 {
+		t.Errorf("pending entries left after the list was handed over: %v %v", o.pending, o.pendingBy)
+	}
 
 	o = newObserver(4)
 	o.observe(lists("x"), t0, 0)
 	o.pend(lists("a"), 2)
 	check(o, "x before the gap, a pending", map[string]string{"a": "x", "x": ""})
-	o.forget("a")
+	o.forget("a", "a")
 	check(o, "a deleted before it was handed over", map[string]string{"x": ""})
 	if len(o.pending) != 0 || len(o.pendingBy) != 0 {
 		t.Errorf("a deleted Node left pending entries: %v %v", o.pending, o.pendingBy)
@@ -221,4 +224,29 @@ func TestAListIsKnownBeforeItIsHandedOver(t *testing.T) {
 	o.pend(lists("x"), 3)
 	o.observe(lists("y"), t0.Add(time.Minute), 0)
 	check(o, "x returned again by a list", map[string]string{"y": "x", "x": ""})
+
+	// What a list returned stays pending until that version is handed over
+	// or that object deleted: not for an older version the watch delivered
+	// late, nor for the late delete of an earlier object of the name.
+	o = newObserver(4)
+	o.pend(lists("n"), 2)
+	o.observe(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", UID: "n"}}, t0, 0)
+	check(o, "an older version of n handed over late", map[string]string{"c": "n"})
+	o.forget("n", "an earlier object")
+	check(o, "an earlier object of n deleted late", map[string]string{"c": "n"})
+	o.forget("n", "n")
+	check(o, "n deleted", map[string]string{"c": ""})
+
+	// Two lists in a row: a Node keeps the earliest that returned it, so
+	// the second does not make it later than the first's others.
+	o = newObserver(4)
+	o.pend(lists("p"), 2)
+	o.pend(lists("q"), 2)
+	o.pend(lists("p"), 3)
+	check(o, "p returned again by the next list", map[string]string{"p": "q", "q": "p"})
+	// A list that never completes is dropped.
+	o.dropList(2)
+	if len(o.pending) != 0 || len(o.pendingBy) != 0 {
+		t.Errorf("a dropped list left pending entries: %v %v", o.pending, o.pendingBy)
+	}
 }
