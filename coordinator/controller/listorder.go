@@ -43,11 +43,16 @@ type listOrder struct {
 	dropped func(list uint32)
 
 	mu      sync.Mutex
-	lists   uint32                // lists begun so far; the first is 1
-	open    uint32                // the list being read (0: none)
-	first   uint32                // the first list that completed: the informer's first
-	items   map[string][]fromList // Node name → versions lists returned, until handed over
-	watched map[string]string     // Node name → the version the watch last delivered, until handed over
+	lists   uint32                 // lists begun so far; the first is 1
+	open    uint32                 // the list being read (0: none)
+	first   uint32                 // the first list that completed: the informer's first
+	items   map[string][]fromList  // Node name → versions lists returned, until handed over
+	watched map[string]seenVersion // Node name → the version the watch last delivered, until handed over
+}
+
+type seenVersion struct {
+	uid types.UID
+	rv  string
 }
 
 type fromList struct {
@@ -57,7 +62,7 @@ type fromList struct {
 }
 
 func newListOrder(inner cache.ListerWatcherWithContext, listed func(runtime.Object, uint32), dropped func(uint32)) *listOrder {
-	return &listOrder{inner: inner, listed: listed, dropped: dropped, items: map[string][]fromList{}, watched: map[string]string{}}
+	return &listOrder{inner: inner, listed: listed, dropped: dropped, items: map[string][]fromList{}, watched: map[string]seenVersion{}}
 }
 
 // storeOf makes stored read the informer's store.
@@ -130,22 +135,22 @@ func (l *listOrder) firstList() uint32 {
 	return l.first
 }
 
+// note notes what list returned, and tells the observer, all under l.mu:
+// a version the informer's store holds, or the watch delivered, is not the
+// list's; nor is anything of a list no longer open (a stream's pass-through
+// stopping late).
 func (l *listOrder) note(list uint32, obj runtime.Object) {
 	m, err := meta.Accessor(obj)
 	if err != nil {
 		return
 	}
 	name, rv := m.GetName(), m.GetResourceVersion()
-	if l.stored != nil && l.stored(name) == rv {
-		return
-	}
 	l.mu.Lock()
-	if l.watched[name] == rv {
-		l.mu.Unlock()
+	defer l.mu.Unlock()
+	if list != l.open || l.stored != nil && l.stored(name) == rv || l.watched[name] == (seenVersion{m.GetUID(), rv}) {
 		return
 	}
 	l.items[name] = append(l.items[name], fromList{uid: m.GetUID(), rv: rv, list: list})
-	l.mu.Unlock()
 	if l.listed != nil {
 		l.listed(obj, list)
 	}
@@ -160,11 +165,11 @@ func (l *listOrder) sawWatch(obj runtime.Object, delivered bool) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	switch name, rv := m.GetName(), m.GetResourceVersion(); {
+	switch v := (seenVersion{m.GetUID(), m.GetResourceVersion()}); {
 	case delivered:
-		l.watched[name] = rv
-	case l.watched[name] == rv:
-		delete(l.watched, name)
+		l.watched[m.GetName()] = v
+	case l.watched[m.GetName()] == v:
+		delete(l.watched, m.GetName())
 	}
 }
 
@@ -173,7 +178,7 @@ func (l *listOrder) sawWatch(obj runtime.Object, delivered bool) {
 func (l *listOrder) take(name, rv string) uint32 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.watched[name] == rv {
+	if l.watched[name].rv == rv {
 		delete(l.watched, name)
 		return 0
 	}
@@ -196,7 +201,9 @@ func (l *listOrder) take(name, rv string) uint32 {
 func (l *listOrder) forget(name string, uid types.UID) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	delete(l.watched, name)
+	if uid == "" || l.watched[name].uid == uid {
+		delete(l.watched, name)
+	}
 	if its := slices.DeleteFunc(l.items[name], func(f fromList) bool { return uid == "" || f.uid == uid }); len(its) == 0 {
 		delete(l.items, name)
 	} else {
@@ -269,21 +276,20 @@ func (l *listOrder) noting(w watch.Interface, list uint32) watch.Interface {
 					return
 				}
 				switch {
-				case initial && e.Type == watch.Added:
+				case initial && (e.Type == watch.Added || e.Type == watch.Modified):
 					l.note(list, e.Object)
 				case initial && e.Type == watch.Bookmark:
 					if m, err := meta.Accessor(e.Object); err == nil && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
 						initial = false
 						l.complete(list)
 					}
-				case e.Type == watch.Added || e.Type == watch.Modified:
-					initial = false
+				case !initial && (e.Type == watch.Added || e.Type == watch.Modified):
 					l.sawWatch(e.Object, true)
 				}
 				select {
 				case n.out <- e:
 				case <-n.done:
-					if e.Type == watch.Added || e.Type == watch.Modified {
+					if !initial && (e.Type == watch.Added || e.Type == watch.Modified) {
 						l.sawWatch(e.Object, false) // never delivered
 					}
 					return

@@ -170,6 +170,24 @@ func TestListOrderNotesWhatListsDeliver(t *testing.T) {
 	l.forget("again", "first")
 	takeAll(t, l, "a late delete of an earlier object", []takeCase{{"again", "50", 7}})
 
+	// What a list no longer open returns (a stopped stream's pass-through,
+	// late) is not noted; nor a version the watch delivered of the same
+	// object, whatever a late delete of an earlier object says.
+	l.note(7, nodeAt("late", "60"))
+	lw.watch = watch.NewFakeWithChanSize(4, false)
+	if w, err = l.Watch(metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lw.watch.Modify(nodeAt("recreated", "61"))
+	<-w.ResultChan()
+	l.forget("recreated", "an earlier object")
+	lw.pages[""] = page("", nodeAt("recreated", "61"))
+	if _, err := l.List(metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.Stop()
+	takeAll(t, l, "late notes", []takeCase{{"late", "60", 0}, {"recreated", "61", 0}})
+
 	if want := []string{"changed@1", "new@1", "lost@2", "full@3", "gap@4", "streamed@5", "unread@6", "again@7"}; !slices.Equal(told, want) {
 		t.Errorf("told of %v, want %v", told, want)
 	}

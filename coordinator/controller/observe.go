@@ -43,18 +43,26 @@ type observer struct {
 	mu    sync.Mutex
 	nodes map[string]observed
 	byIP  map[netip.Addr][]lister // who lists each address, since when
-	// pending are the listers a list returned that the informer has not
-	// handed over yet: it hands a list's Nodes to the coordinator one at
-	// a time while the workers run, so the first handed over must not be
-	// decided before the others are known. pendingBy is each one's
-	// object and addresses there.
-	pending   map[netip.Addr][]lister
-	pendingBy map[string]pendingNode
+	// pending are the versions of Nodes a list returned that the informer
+	// has not handed over yet: it hands a list's Nodes to the coordinator
+	// one at a time while the workers run, so the first handed over must
+	// not be decided before the others are known. pendingBy is each
+	// Node's, by version; pending indexes them by address.
+	pending   map[netip.Addr][]pendingLister
+	pendingBy map[string][]pendingVersion
 }
 
-type pendingNode struct {
+// pendingVersion is one version of a Node a list returned.
+type pendingVersion struct {
 	uid   types.UID
+	rv    string
+	list  uint32
 	addrs []netip.Addr
+}
+
+type pendingLister struct {
+	name, rv string
+	list     uint32
 }
 
 // observed is one Node object's addresses, in its order.
@@ -87,7 +95,7 @@ const pendingFrom = math.MaxInt64
 
 func newObserver(max int) *observer {
 	return &observer{max: max, nodes: map[string]observed{}, byIP: map[netip.Addr][]lister{},
-		pending: map[netip.Addr][]lister{}, pendingBy: map[string]pendingNode{}}
+		pending: map[netip.Addr][]pendingLister{}, pendingBy: map[string][]pendingVersion{}}
 }
 
 func (o *observer) index(name string, n observed) {
@@ -117,15 +125,21 @@ func (o *observer) earlier(ip netip.Addr, self string, eligible func(node string
 	defer o.mu.Unlock()
 	l := o.byIP[ip]
 	if p := o.pending[ip]; len(p) > 0 {
+		// A Node not handed over listing ip, by the earliest list that
+		// returned a version of it listing ip.
 		handed := make(map[string]bool, len(l))
 		for _, x := range l {
 			handed[x.name] = true
 		}
-		l = slices.Clip(l)
+		earliest := map[string]uint32{}
 		for _, x := range p {
-			if !handed[x.name] {
-				l = append(l, x)
+			if e, ok := earliest[x.name]; !handed[x.name] && (!ok || x.list < e) {
+				earliest[x.name] = x.list
 			}
+		}
+		l = slices.Clip(l)
+		for name, list := range earliest {
+			l = append(l, lister{name: name, from: pendingFrom, list: list})
 		}
 	}
 	i := slices.IndexFunc(l, func(l lister) bool { return l.name == self })
@@ -153,52 +167,49 @@ func (a lister) after(b lister) bool {
 	return a.from > b.from
 }
 
-// pend notes a Node a list returned, before the informer hands it over
-// (listOrder calls it): its addresses count as listed from then on, by
-// the earliest list that returned them for this object.
+// pend notes a version of a Node a list returned, before the informer
+// hands it over (listOrder calls it): its addresses count as listed from
+// then on, by the earliest list that returned a version listing them.
 func (o *observer) pend(node *corev1.Node, list uint32) {
 	cur := nodestate.Addresses(node, o.max)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	prev := map[netip.Addr]uint32{}
-	if p, ok := o.pendingBy[node.Name]; ok && p.uid == node.UID {
-		for _, ip := range p.addrs {
-			for _, x := range o.pending[ip] {
-				if x.name == node.Name {
-					prev[ip] = x.list
-				}
-			}
+	for _, v := range o.pendingBy[node.Name] {
+		if v.rv == node.ResourceVersion && v.list < list {
+			list = v.list // one version two lists returned: the first's
 		}
 	}
-	o.unpend(node.Name, "")
+	o.unpend(node.Name, func(v pendingVersion) bool { return v.rv == node.ResourceVersion })
+	if len(cur) == 0 {
+		return
+	}
+	o.pendingBy[node.Name] = append(o.pendingBy[node.Name], pendingVersion{uid: node.UID, rv: node.ResourceVersion, list: list, addrs: cur})
 	for _, ip := range cur {
-		n := list
-		if earlier, ok := prev[ip]; ok {
-			n = earlier
-		}
-		o.pending[ip] = append(o.pending[ip], lister{name: node.Name, from: pendingFrom, list: n})
-	}
-	if len(cur) > 0 {
-		o.pendingBy[node.Name] = pendingNode{uid: node.UID, addrs: cur}
+		o.pending[ip] = append(o.pending[ip], pendingLister{name: node.Name, rv: node.ResourceVersion, list: list})
 	}
 }
 
-// unpend drops what a list returned for the Node name, for the object uid
-// ("": any).
-func (o *observer) unpend(name string, uid types.UID) {
-	p, ok := o.pendingBy[name]
-	if !ok || uid != "" && p.uid != uid {
-		return
-	}
-	for _, ip := range p.addrs {
-		l := slices.DeleteFunc(o.pending[ip], func(l lister) bool { return l.name == name })
-		if len(l) == 0 {
-			delete(o.pending, ip)
-		} else {
-			o.pending[ip] = l
+// unpend drops the pending versions of the Node name that drop says to.
+func (o *observer) unpend(name string, drop func(pendingVersion) bool) {
+	vs := o.pendingBy[name]
+	for _, v := range vs {
+		if !drop(v) {
+			continue
+		}
+		for _, ip := range v.addrs {
+			l := slices.DeleteFunc(o.pending[ip], func(x pendingLister) bool { return x.name == name && x.rv == v.rv })
+			if len(l) == 0 {
+				delete(o.pending, ip)
+			} else {
+				o.pending[ip] = l
+			}
 		}
 	}
-	delete(o.pendingBy, name)
+	if vs = slices.DeleteFunc(vs, drop); len(vs) == 0 {
+		delete(o.pendingBy, name)
+	} else {
+		o.pendingBy[name] = vs
+	}
 }
 
 // dropList drops what a list returned that the informer will not hand
@@ -206,15 +217,8 @@ func (o *observer) unpend(name string, uid types.UID) {
 func (o *observer) dropList(list uint32) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for name, p := range o.pendingBy {
-		for _, ip := range p.addrs {
-			for _, x := range o.pending[ip] {
-				if x.name == name && x.list == list {
-					o.unpend(name, "")
-					break
-				}
-			}
-		}
+	for name := range o.pendingBy {
+		o.unpend(name, func(v pendingVersion) bool { return v.list == list })
 	}
 }
 
@@ -228,9 +232,11 @@ func (o *observer) observe(node *corev1.Node, now time.Time, list uint32) (added
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if list != 0 {
-		// The version a list returned, handed over; an older version the
-		// watch delivered before it leaves it pending.
-		o.unpend(node.Name, node.UID)
+		// The version a list returned, handed over. The versions earlier
+		// lists returned were handed over before it, or never will be; a
+		// later list's, and an older version the watch delivered late,
+		// leave what is still pending.
+		o.unpend(node.Name, func(v pendingVersion) bool { return v.rv == node.ResourceVersion || v.list < list })
 	}
 	old, had := o.nodes[node.Name]
 	prev := old
@@ -278,7 +284,7 @@ func (n observed) get(ip netip.Addr) (listed, bool) {
 func (o *observer) forget(name string, uid types.UID) []netip.Addr {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.unpend(name, uid)
+	o.unpend(name, func(v pendingVersion) bool { return uid == "" || v.uid == uid })
 	n, had := o.nodes[name]
 	if !had || uid != "" && n.uid != uid && n.uid != "" {
 		return nil

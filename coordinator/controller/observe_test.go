@@ -249,4 +249,35 @@ func TestAListIsKnownBeforeItIsHandedOver(t *testing.T) {
 	if len(o.pending) != 0 || len(o.pendingBy) != 0 {
 		t.Errorf("a dropped list left pending entries: %v %v", o.pending, o.pendingBy)
 	}
+
+	// Pending is per version. Lists 1 and 2 in flight while the informer
+	// hands over list 1: handing over v's version of list 1 (without the
+	// address) leaves its version of list 2 (with it) pending, so c of
+	// list 2 does not take the address before v is handed over.
+	version := func(name, rv string, ips ...string) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name), ResourceVersion: rv}}
+		for _, ip := range ips {
+			n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip})
+		}
+		return n
+	}
+	o = newObserver(4)
+	o.pend(version("v", "11"), 1)
+	o.pend(version("v", "21", ip.String()), 2)
+	o.pend(version("c", "22", ip.String()), 2)
+	o.observe(version("v", "11"), t0, 1)
+	o.observe(version("c", "22", ip.String()), t0.Add(time.Second), 2)
+	check(o, "v of list 1 handed over, c of list 2 too", map[string]string{"c": "v"})
+	o.observe(version("v", "21", ip.String()), t0.Add(2*time.Second), 2)
+	check(o, "v of list 2 handed over", map[string]string{"c": "v", "v": "c"})
+
+	// A later list that never completes drops its versions only: v keeps
+	// list 1's, and c of list 1 does not take the address from it.
+	o = newObserver(4)
+	o.pend(version("v", "31", ip.String()), 1)
+	o.pend(version("c", "32", ip.String()), 1)
+	o.pend(version("v", "41", ip.String(), "10.0.0.10"), 2)
+	o.dropList(2)
+	o.observe(version("c", "32", ip.String()), t0, 1)
+	check(o, "list 2 dropped, c of list 1 handed over", map[string]string{"c": "v"})
 }
