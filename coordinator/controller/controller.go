@@ -468,6 +468,16 @@ func (c *Coordinator) nodeChanged(obj any, list uint32) {
 	// reports them; withdrawn ones are released.
 	c.cidrs.observe(added, removed)
 	c.nodeQueue.Add(key)
+	// Other Nodes listing an address it adds may wait on its being handed
+	// over (claimant's unobserved): they look again now.
+	for _, ip := range added {
+		others, _ := c.nodeIndex.ByIndex(byAddress, ip.String())
+		for _, o := range others {
+			if n, ok := o.(*corev1.Node); ok && n.Name != key {
+				c.nodeQueue.Add(n.Name)
+			}
+		}
+	}
 	// The node's review/attestation may have changed: its pending CSRs resync.
 	objs, _ := c.csrIndex.ByIndex(byNode, key)
 	for _, o := range objs {

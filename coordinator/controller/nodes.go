@@ -406,7 +406,26 @@ func (c *Coordinator) claimant(node string, ip netip.Addr) string {
 	}
 	// Only a Node the inventory entitles to ip can be its earlier lister:
 	// one it does not entitle must not hide one it does.
-	return c.observer.earlier(ip, node, func(o string) bool { return records.Bound(c.inventory, o, ip) == nil })
+	eligible := func(o string) bool { return records.Bound(c.inventory, o, ip) == nil }
+	if other := c.observer.earlier(ip, node, eligible); other != "" {
+		return other
+	}
+	return c.unobserved(node, ip, eligible)
+}
+
+// unobserved is another Node the informer's store has listing ip that the
+// observer has not been handed over listing it ("" when none). The workers
+// read the store, which may run ahead of the informer's handler; until the
+// handler has both Nodes, which began to list ip first is not known, and
+// the one synced first must not take it.
+func (c *Coordinator) unobserved(node string, ip netip.Addr, eligible func(string) bool) string {
+	objs, _ := c.nodeIndex.ByIndex(byAddress, ip.String())
+	for _, o := range objs {
+		if n, ok := o.(*corev1.Node); ok && n.Name != node && eligible(n.Name) && !c.observer.knows(n.Name, n.UID, ip) {
+			return n.Name
+		}
+	}
+	return ""
 }
 
 // holder is the Node that holds ip by the coordinator's records: the one

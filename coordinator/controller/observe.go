@@ -167,6 +167,19 @@ func (a lister) after(b lister) bool {
 	return a.from > b.from
 }
 
+// knows says whether the observer has been handed the Node object (uid)
+// listing ip, or a list returned a version of the Node listing it.
+func (o *observer) knows(name string, uid types.UID, ip netip.Addr) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if n, had := o.nodes[name]; had && n.uid == uid {
+		if _, listing := n.get(ip); listing {
+			return true
+		}
+	}
+	return slices.ContainsFunc(o.pending[ip], func(x pendingLister) bool { return x.name == name })
+}
+
 // pend notes a version of a Node a list returned, before the informer
 // hands it over (listOrder calls it): its addresses count as listed from
 // then on, by the earliest list that returned a version listing them.
