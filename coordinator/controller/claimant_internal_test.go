@@ -30,36 +30,37 @@ func TestTheStoreAheadOfTheHandlerDecidesNothing(t *testing.T) {
 			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip.String()}}}}
 	}
 	t0 := time.Now()
-	self := node("self", "s")
+	self, x := node("self", "s"), node("x", "x1")
 	_ = c.nodeIndex.Add(self)
+	_ = c.nodeIndex.Add(x)
+	check := func(step string, want map[string]string) {
+		t.Helper()
+		for name, w := range want {
+			if got := c.claimant(name, ip); got != w {
+				t.Errorf("%s: claimant for %s is %q, want %q", step, name, got, w)
+			}
+		}
+	}
+	// Both in the store, neither handed over: which began first is not
+	// known yet, so each holds it against the other.
+	check("neither handed over", map[string]string{"self": "x", "x": "self"})
+	// self handed over: x, which the handler has yet to hand over, began
+	// later (the handler hands over in the store's order).
 	c.observer.observe(self, t0, 0)
-	if got := c.claimant("self", ip); got != "" {
-		t.Fatalf("alone: claimant %q", got)
-	}
-
-	x := node("x", "x1")
-	_ = c.nodeIndex.Add(x) // in the store, not handed over
-	if got := c.claimant("self", ip); got != "x" {
-		t.Errorf("x in the store, not yet handed over: claimant %q, want x", got)
-	}
-	c.observer.pend(x, 2) // a list returned it: it began after self's listing, which the watch delivered
-	if got := c.claimant("self", ip); got != "" {
-		t.Errorf("x returned by a list, not handed over: claimant %q, want none", got)
-	}
+	check("self handed over", map[string]string{"self": "", "x": "self"})
+	c.observer.pend(x, 2) // a list returned x: it began after self's listing, which the watch delivered
+	check("x returned by a list", map[string]string{"self": "", "x": "self"})
 	c.observer.observe(x, t0.Add(time.Second), 2)
-	if got := c.claimant("self", ip); got != "" {
-		t.Errorf("x handed over, listing after self: claimant %q, want none", got)
-	}
+	check("x handed over", map[string]string{"self": "", "x": "self"})
 
-	// x deleted and registered again: the store's object is not the one
-	// the observer was handed.
+	// self deleted and registered again: the store's object is not the one
+	// the observer was handed, so x, handed over, counts as earlier.
+	_ = c.nodeIndex.Update(node("self", "s2"))
+	check("self re-created, not yet handed over", map[string]string{"self": "x"})
+	// x re-created too, neither handed over.
 	_ = c.nodeIndex.Update(node("x", "x2"))
-	if got := c.claimant("self", ip); got != "x" {
-		t.Errorf("x re-created, not yet handed over: claimant %q, want x", got)
-	}
+	check("both re-created", map[string]string{"self": "x"})
 	// An object the inventory does not entitle holds nothing, seen or not.
 	c.inventory = []records.Binding{{Names: []string{"self"}, Networks: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}}}
-	if got := c.claimant("self", ip); got != "" {
-		t.Errorf("x not entitled: claimant %q, want none", got)
-	}
+	check("x not entitled", map[string]string{"self": ""})
 }

@@ -341,9 +341,12 @@ func New(cfg Config) (*Coordinator, error) {
 }
 
 // unreadable is 1 for a record (or its tombstone) this version cannot
-// read, else 0.
+// read, else 0 (a tombstone without its object too).
 func unreadable(obj any) float64 {
-	if _, err := records.Decoded(obj); err != nil {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if c, ok := obj.(*records.Cached); ok && c.Err != nil {
 		return 1
 	}
 	return 0
@@ -468,16 +471,6 @@ func (c *Coordinator) nodeChanged(obj any, list uint32) {
 	// reports them; withdrawn ones are released.
 	c.cidrs.observe(added, removed)
 	c.nodeQueue.Add(key)
-	// Other Nodes listing an address it adds may wait on its being handed
-	// over (claimant's unobserved): they look again now.
-	for _, ip := range added {
-		others, _ := c.nodeIndex.ByIndex(byAddress, ip.String())
-		for _, o := range others {
-			if n, ok := o.(*corev1.Node); ok && n.Name != key {
-				c.nodeQueue.Add(n.Name)
-			}
-		}
-	}
 	// The node's review/attestation may have changed: its pending CSRs resync.
 	objs, _ := c.csrIndex.ByIndex(byNode, key)
 	for _, o := range objs {

@@ -182,13 +182,18 @@ func (l *listOrder) take(name, rv string) uint32 {
 		delete(l.watched, name)
 		return 0
 	}
-	its := l.items[name]
-	i := slices.IndexFunc(its, func(f fromList) bool { return f.rv == rv })
-	if i < 0 {
-		return 0
-	}
-	list := its[i].list
-	if its = slices.Delete(its, i, i+1); len(its) == 0 {
+	// The first list that returned this version (two may have).
+	var list uint32
+	its := slices.DeleteFunc(l.items[name], func(f fromList) bool {
+		if f.rv != rv {
+			return false
+		}
+		if list == 0 || f.list < list {
+			list = f.list
+		}
+		return true
+	})
+	if len(its) == 0 {
 		delete(l.items, name)
 	} else {
 		l.items[name] = its

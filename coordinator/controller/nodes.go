@@ -407,18 +407,32 @@ func (c *Coordinator) claimant(node string, ip netip.Addr) string {
 	// Only a Node the inventory entitles to ip can be its earlier lister:
 	// one it does not entitle must not hide one it does.
 	eligible := func(o string) bool { return records.Bound(c.inventory, o, ip) == nil }
-	if other := c.observer.earlier(ip, node, eligible); other != "" {
+	var uid types.UID // the object the workers read
+	if obj, ok, _ := c.nodeIndex.GetByKey(node); ok {
+		if n, ok := obj.(*corev1.Node); ok {
+			uid = n.UID
+		}
+	}
+	// Before earlier: the store is updated before the handler, so what
+	// unobserved finds handed over, earlier sees.
+	if other := c.unobserved(node, uid, ip, eligible); other != "" {
 		return other
 	}
-	return c.unobserved(node, ip, eligible)
+	return c.observer.earlierThan(ip, node, uid, eligible)
 }
 
-// unobserved is another Node the informer's store has listing ip that the
-// observer has not been handed over listing it ("" when none). The workers
-// read the store, which may run ahead of the informer's handler; until the
-// handler has both Nodes, which began to list ip first is not known, and
-// the one synced first must not take it.
-func (c *Coordinator) unobserved(node string, ip netip.Addr, eligible func(string) bool) string {
+// unobserved is, while the observer has not been handed node listing ip,
+// another Node the informer's store has listing ip that it has not been
+// handed listing it either ("" when none). The workers read the store,
+// which may run ahead of the informer's handler, which hands over in the
+// store's order: until the handler has both, which began to list ip first
+// is not known, and the one synced first must not take it. Once node is
+// handed over, any Node the handler has yet to hand over began later. The
+// hand-over of node resyncs it.
+func (c *Coordinator) unobserved(node string, uid types.UID, ip netip.Addr, eligible func(string) bool) string {
+	if uid != "" && c.observer.knows(node, uid, ip) {
+		return ""
+	}
 	objs, _ := c.nodeIndex.ByIndex(byAddress, ip.String())
 	for _, o := range objs {
 		if n, ok := o.(*corev1.Node); ok && n.Name != node && eligible(n.Name) && !c.observer.knows(n.Name, n.UID, ip) {

@@ -4,6 +4,7 @@ import (
 	"math"
 	"net/netip"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -121,6 +122,13 @@ func (o *observer) unindex(name string, n observed) {
 // Nodes list is the first lister's until one is recorded. Two Nodes that
 // one list delivered listing it are each other's earlier lister.
 func (o *observer) earlier(ip netip.Addr, self string, eligible func(node string) bool) string {
+	return o.earlierThan(ip, self, "", eligible)
+}
+
+// earlierThan is earlier for the Node object uid ("": whichever the
+// observer was handed): the listing of another object of the name (one
+// deleted, the handler not there yet) orders nothing for it.
+func (o *observer) earlierThan(ip netip.Addr, self string, uid types.UID, eligible func(node string) bool) string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	l := o.byIP[ip]
@@ -143,6 +151,13 @@ func (o *observer) earlier(ip netip.Addr, self string, eligible func(node string
 		}
 	}
 	i := slices.IndexFunc(l, func(l lister) bool { return l.name == self })
+	if i >= 0 && uid != "" {
+		n, had := o.nodes[self]
+		pendingOf := slices.ContainsFunc(o.pendingBy[self], func(v pendingVersion) bool { return v.uid == uid })
+		if had && n.uid != uid || !had && !pendingOf {
+			i = -1 // another object's listing: it orders nothing for this one
+		}
+	}
 	var best *lister
 	for _, other := range l {
 		if other.name == self || (i >= 0 && other.after(l[i])) || !eligible(other.name) {
@@ -165,6 +180,13 @@ func (a lister) after(b lister) bool {
 		return false
 	}
 	return a.from > b.from
+}
+
+// resourceVersion reads an object's resource version as the integer the
+// API server gives (etcd's revision).
+func resourceVersion(s string) (uint64, bool) {
+	n, err := strconv.ParseUint(s, 10, 64)
+	return n, err == nil
 }
 
 // knows says whether the observer has been handed the Node object (uid)
@@ -244,13 +266,18 @@ func (o *observer) observe(node *corev1.Node, now time.Time, list uint32) (added
 	cur := nodestate.Addresses(node, o.max)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if list != 0 {
-		// The version a list returned, handed over. The versions earlier
-		// lists returned were handed over before it, or never will be; a
-		// later list's, and an older version the watch delivered late,
-		// leave what is still pending.
-		o.unpend(node.Name, func(v pendingVersion) bool { return v.rv == node.ResourceVersion || v.list < list })
-	}
+	// What a list returned of this Node and is still pending goes when
+	// that version is handed over, or a later one of the object: versions
+	// earlier lists returned were handed over before it, or never will be.
+	// An older version the watch delivered late leaves it pending. (Resource
+	// versions compare as integers, as client-go's mutation cache takes
+	// them; one that does not parse is older than none.)
+	rv, rvOK := resourceVersion(node.ResourceVersion)
+	o.unpend(node.Name, func(v pendingVersion) bool {
+		older, ok := resourceVersion(v.rv)
+		return list != 0 && (v.rv == node.ResourceVersion || v.list < list) ||
+			v.uid == node.UID && rvOK && ok && older < rv
+	})
 	old, had := o.nodes[node.Name]
 	prev := old
 	if had && prev.uid != node.UID {

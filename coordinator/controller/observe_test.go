@@ -280,4 +280,16 @@ func TestAListIsKnownBeforeItIsHandedOver(t *testing.T) {
 	o.dropList(2)
 	o.observe(version("c", "32", ip.String()), t0, 1)
 	check(o, "list 2 dropped, c of list 1 handed over", map[string]string{"c": "v"})
+
+	// A later version of the object the watch hands over ends what a list
+	// returned and the informer never applied; an older one does not.
+	o = newObserver(4)
+	o.pend(version("v", "50", ip.String()), 3)
+	o.observe(version("v", "49"), t0, 0)
+	check(o, "an older version handed over", map[string]string{"c": "v"})
+	o.observe(version("v", "51"), t0.Add(time.Second), 0)
+	check(o, "a later version handed over", map[string]string{"c": ""})
+	if len(o.pending) != 0 || len(o.pendingBy) != 0 {
+		t.Errorf("a later version left pending entries: %v %v", o.pending, o.pendingBy)
+	}
 }
