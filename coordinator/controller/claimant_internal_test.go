@@ -64,3 +64,62 @@ func TestTheStoreAheadOfTheHandlerDecidesNothing(t *testing.T) {
 	c.inventory = []records.Binding{{Names: []string{"self"}, Networks: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}}}
 	check("x not entitled", map[string]string{"self": ""})
 }
+
+// Only the very version the workers read, handed over listing the
+// address, orders a Node: not a pending version a list returned, not
+// another object of its name, not an earlier version of the same object
+// whose listing stopped since.
+func TestOnlyTheVersionReadOrdersANode(t *testing.T) {
+	ip := netip.MustParseAddr("10.0.0.9")
+	node := func(name, uid, rv string, lists bool) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(uid), ResourceVersion: rv}}
+		if lists {
+			n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip.String()}}
+		}
+		return n
+	}
+	fresh := func() *Coordinator {
+		return &Coordinator{observer: newObserver(4), records: records.NewStore(dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())),
+			nodeIndex: cache.NewIndexer(cache.MetaNamespaceKeyFunc, nodeIndexers(4))}
+	}
+	t0 := time.Now()
+
+	// a. o and n in the store, neither handed over; a relist returns n's
+	// next version (pending), not o's (the store has it).
+	c := fresh()
+	_ = c.nodeIndex.Add(node("o", "o", "35", true))
+	_ = c.nodeIndex.Add(node("n", "n", "50", true))
+	c.observer.pend(node("n", "n", "50", true), 2)
+	if got := c.claimant("n", ip); got != "o" {
+		t.Errorf("n known only as pending: claimant %q, want o", got)
+	}
+
+	// b. a pending version of another object of n's name.
+	c = fresh()
+	c.observer.pend(node("n", "n1", "50", true), 2)
+	_ = c.nodeIndex.Add(node("b", "b", "60", true))
+	_ = c.nodeIndex.Add(node("n", "n2", "62", true))
+	if got := c.claimant("n", ip); got != "b" {
+		t.Errorf("n re-created, its earlier object pending: claimant %q, want b", got)
+	}
+
+	// c. n listed ip, stopped, b began, n began again: the store has n's
+	// latest version, the observer its first.
+	c = fresh()
+	c.observer.observe(node("n", "n", "10", true), t0, 0)
+	_ = c.nodeIndex.Add(node("n", "n", "30", true))
+	_ = c.nodeIndex.Add(node("b", "b", "25", true))
+	if got := c.claimant("n", ip); got != "b" {
+		t.Errorf("n's listing since its first version not known: claimant %q, want b", got)
+	}
+	// Handed the versions in the store's order (n@20 dropped ip), n is later.
+	c.observer.observe(node("n", "n", "20", false), t0.Add(time.Second), 0)
+	c.observer.observe(node("b", "b", "25", true), t0.Add(2*time.Second), 0)
+	c.observer.observe(node("n", "n", "30", true), t0.Add(3*time.Second), 0)
+	if got := c.claimant("n", ip); got != "b" {
+		t.Errorf("handed over: claimant %q, want b", got)
+	}
+	if got := c.claimant("b", ip); got != "" {
+		t.Errorf("handed over: claimant for b %q, want none", got)
+	}
+}

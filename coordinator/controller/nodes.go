@@ -407,35 +407,39 @@ func (c *Coordinator) claimant(node string, ip netip.Addr) string {
 	// Only a Node the inventory entitles to ip can be its earlier lister:
 	// one it does not entitle must not hide one it does.
 	eligible := func(o string) bool { return records.Bound(c.inventory, o, ip) == nil }
-	var uid types.UID // the object the workers read
-	if obj, ok, _ := c.nodeIndex.GetByKey(node); ok {
-		if n, ok := obj.(*corev1.Node); ok {
-			uid = n.UID
+	if !c.selfHanded(node, ip) {
+		// The store's version of node, which the sync reads, is not the
+		// one the observer was handed listing ip: where its listing falls
+		// is not known yet, so every other Node listing ip holds it, in the
+		// store or the observer. Its hand-over resyncs it.
+		if other := c.storeLister(node, ip, eligible); other != "" {
+			return other
 		}
+		return c.observer.earlierOf(ip, node, false, eligible)
 	}
-	// Before earlier: the store is updated before the handler, so what
-	// unobserved finds handed over, earlier sees.
-	if other := c.unobserved(node, uid, ip, eligible); other != "" {
-		return other
-	}
-	return c.observer.earlierThan(ip, node, uid, eligible)
+	// Handed over: a Node the handler has yet to hand over (it hands over
+	// in the store's order) began to list ip later.
+	return c.observer.earlier(ip, node, eligible)
 }
 
-// unobserved is, while the observer has not been handed node listing ip,
-// another Node the informer's store has listing ip that it has not been
-// handed listing it either ("" when none). The workers read the store,
-// which may run ahead of the informer's handler, which hands over in the
-// store's order: until the handler has both, which began to list ip first
-// is not known, and the one synced first must not take it. Once node is
-// handed over, any Node the handler has yet to hand over began later. The
-// hand-over of node resyncs it.
-func (c *Coordinator) unobserved(node string, uid types.UID, ip netip.Addr, eligible func(string) bool) string {
-	if uid != "" && c.observer.knows(node, uid, ip) {
-		return ""
+// selfHanded says whether the observer was handed the informer store's
+// version of node, listing ip. The store is updated before the handler
+// runs, and the handler hands over in the store's order.
+func (c *Coordinator) selfHanded(node string, ip netip.Addr) bool {
+	obj, ok, _ := c.nodeIndex.GetByKey(node)
+	if !ok {
+		return false
 	}
+	n, ok := obj.(*corev1.Node)
+	return ok && c.observer.handed(node, n.UID, n.ResourceVersion, ip)
+}
+
+// storeLister is another Node the informer's store has listing ip that
+// may hold it (eligible), "" when none.
+func (c *Coordinator) storeLister(node string, ip netip.Addr, eligible func(string) bool) string {
 	objs, _ := c.nodeIndex.ByIndex(byAddress, ip.String())
 	for _, o := range objs {
-		if n, ok := o.(*corev1.Node); ok && n.Name != node && eligible(n.Name) && !c.observer.knows(n.Name, n.UID, ip) {
+		if n, ok := o.(*corev1.Node); ok && n.Name != node && eligible(n.Name) {
 			return n.Name
 		}
 	}

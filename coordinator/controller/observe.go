@@ -69,6 +69,7 @@ type pendingLister struct {
 // observed is one Node object's addresses, in its order.
 type observed struct {
 	uid   types.UID
+	rv    string // the version handed over last
 	addrs []listed
 }
 
@@ -122,13 +123,13 @@ func (o *observer) unindex(name string, n observed) {
 // Nodes list is the first lister's until one is recorded. Two Nodes that
 // one list delivered listing it are each other's earlier lister.
 func (o *observer) earlier(ip netip.Addr, self string, eligible func(node string) bool) string {
-	return o.earlierThan(ip, self, "", eligible)
+	return o.earlierOf(ip, self, true, eligible)
 }
 
-// earlierThan is earlier for the Node object uid ("": whichever the
-// observer was handed): the listing of another object of the name (one
-// deleted, the handler not there yet) orders nothing for it.
-func (o *observer) earlierThan(ip netip.Addr, self string, uid types.UID, eligible func(node string) bool) string {
+// earlierOf is earlier; when !selfHanded, the observer has not been
+// handed the version of self the caller decides on, listing ip, and any
+// other Node it knows listing ip counts as earlier.
+func (o *observer) earlierOf(ip netip.Addr, self string, selfHanded bool, eligible func(node string) bool) string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	l := o.byIP[ip]
@@ -151,12 +152,8 @@ func (o *observer) earlierThan(ip netip.Addr, self string, uid types.UID, eligib
 		}
 	}
 	i := slices.IndexFunc(l, func(l lister) bool { return l.name == self })
-	if i >= 0 && uid != "" {
-		n, had := o.nodes[self]
-		pendingOf := slices.ContainsFunc(o.pendingBy[self], func(v pendingVersion) bool { return v.uid == uid })
-		if had && n.uid != uid || !had && !pendingOf {
-			i = -1 // another object's listing: it orders nothing for this one
-		}
+	if !selfHanded {
+		i = -1
 	}
 	var best *lister
 	for _, other := range l {
@@ -189,17 +186,17 @@ func resourceVersion(s string) (uint64, bool) {
 	return n, err == nil
 }
 
-// knows says whether the observer has been handed the Node object (uid)
-// listing ip, or a list returned a version of the Node listing it.
-func (o *observer) knows(name string, uid types.UID, ip netip.Addr) bool {
+// handed says whether the version handed over last of the Node is this
+// one (uid, rv), listing ip.
+func (o *observer) handed(name string, uid types.UID, rv string, ip netip.Addr) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if n, had := o.nodes[name]; had && n.uid == uid {
-		if _, listing := n.get(ip); listing {
-			return true
-		}
+	n, had := o.nodes[name]
+	if !had || n.uid != uid || n.rv != rv {
+		return false
 	}
-	return slices.ContainsFunc(o.pending[ip], func(x pendingLister) bool { return x.name == name })
+	_, listing := n.get(ip)
+	return listing
 }
 
 // pend notes a version of a Node a list returned, before the informer
@@ -287,9 +284,11 @@ func (o *observer) observe(node *corev1.Node, now time.Time, list uint32) (added
 		prev = observed{}
 	}
 	if had && old.uid == node.UID && slices.EqualFunc(old.addrs, cur, func(a listed, ip netip.Addr) bool { return a.ip == ip }) {
+		old.rv = node.ResourceVersion
+		o.nodes[node.Name] = old
 		return nil, nil // the same addresses, in the same order: nothing to re-index
 	}
-	next := observed{uid: node.UID, addrs: make([]listed, 0, len(cur))}
+	next := observed{uid: node.UID, rv: node.ResourceVersion, addrs: make([]listed, 0, len(cur))}
 	for _, ip := range cur {
 		if a, ok := prev.get(ip); ok {
 			next.addrs = append(next.addrs, a)
