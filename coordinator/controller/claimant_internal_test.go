@@ -15,6 +15,16 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
 )
 
+// claim is claimant for the version of the Node the store holds, as a
+// sync reads it.
+func claim(c *Coordinator, name string, ip netip.Addr) string {
+	obj, ok, _ := c.nodeIndex.GetByKey(name)
+	if !ok {
+		return "no " + name + " in the store"
+	}
+	return c.claimant(obj.(*corev1.Node), ip)
+}
+
 // TestTheStoreAheadOfTheHandlerDecidesNothing: the workers read the
 // informer's store, which holds a Node before the handler hands it to the
 // observer. A Node the store has listing an address, that the observer
@@ -36,7 +46,7 @@ func TestTheStoreAheadOfTheHandlerDecidesNothing(t *testing.T) {
 	check := func(step string, want map[string]string) {
 		t.Helper()
 		for name, w := range want {
-			if got := c.claimant(name, ip); got != w {
+			if got := claim(c, name, ip); got != w {
 				t.Errorf("%s: claimant for %s is %q, want %q", step, name, got, w)
 			}
 		}
@@ -90,7 +100,7 @@ func TestOnlyTheVersionReadOrdersANode(t *testing.T) {
 	_ = c.nodeIndex.Add(node("o", "o", "35", true))
 	_ = c.nodeIndex.Add(node("n", "n", "50", true))
 	c.observer.pend(node("n", "n", "50", true), 2)
-	if got := c.claimant("n", ip); got != "o" {
+	if got := claim(c, "n", ip); got != "o" {
 		t.Errorf("n known only as pending: claimant %q, want o", got)
 	}
 
@@ -99,7 +109,7 @@ func TestOnlyTheVersionReadOrdersANode(t *testing.T) {
 	c.observer.pend(node("n", "n1", "50", true), 2)
 	_ = c.nodeIndex.Add(node("b", "b", "60", true))
 	_ = c.nodeIndex.Add(node("n", "n2", "62", true))
-	if got := c.claimant("n", ip); got != "b" {
+	if got := claim(c, "n", ip); got != "b" {
 		t.Errorf("n re-created, its earlier object pending: claimant %q, want b", got)
 	}
 
@@ -109,17 +119,17 @@ func TestOnlyTheVersionReadOrdersANode(t *testing.T) {
 	c.observer.observe(node("n", "n", "10", true), t0, 0)
 	_ = c.nodeIndex.Add(node("n", "n", "30", true))
 	_ = c.nodeIndex.Add(node("b", "b", "25", true))
-	if got := c.claimant("n", ip); got != "b" {
+	if got := claim(c, "n", ip); got != "b" {
 		t.Errorf("n's listing since its first version not known: claimant %q, want b", got)
 	}
 	// Handed the versions in the store's order (n@20 dropped ip), n is later.
 	c.observer.observe(node("n", "n", "20", false), t0.Add(time.Second), 0)
 	c.observer.observe(node("b", "b", "25", true), t0.Add(2*time.Second), 0)
 	c.observer.observe(node("n", "n", "30", true), t0.Add(3*time.Second), 0)
-	if got := c.claimant("n", ip); got != "b" {
+	if got := claim(c, "n", ip); got != "b" {
 		t.Errorf("handed over: claimant %q, want b", got)
 	}
-	if got := c.claimant("b", ip); got != "" {
+	if got := claim(c, "b", ip); got != "" {
 		t.Errorf("handed over: claimant for b %q, want none", got)
 	}
 }

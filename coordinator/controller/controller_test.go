@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -868,19 +869,24 @@ func TestAnUnreadableRecordStillHolds(t *testing.T) {
 func editSince(t testing.TB, name string, edit func(string) string) {
 	t.Helper()
 	recs := dynamic.NewForConfigOrDie(cluster.Admin()).Resource(records.GVR)
-	u, err := recs.Get(context.Background(), name, metav1.GetOptions{})
+	// The coordinator may write the record meanwhile: edit its latest.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		u, err := recs.Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		addrs, _, _ := unstructured.NestedSlice(u.Object, "spec", "addresses")
+		for _, c := range addrs {
+			c.(map[string]any)["since"] = edit(c.(map[string]any)["since"].(string))
+		}
+		if err := unstructured.SetNestedSlice(u.Object, addrs, "spec", "addresses"); err != nil {
+			return err
+		}
+		_, err = recs.Update(context.Background(), u, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	addrs, _, _ := unstructured.NestedSlice(u.Object, "spec", "addresses")
-	for _, c := range addrs {
-		c.(map[string]any)["since"] = edit(c.(map[string]any)["since"].(string))
-	}
-	if err := unstructured.SetNestedSlice(u.Object, addrs, "spec", "addresses"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := recs.Update(context.Background(), u, metav1.UpdateOptions{}); err != nil {
-		t.Fatalf("the API server refused the edited record: %v", err)
+		t.Fatalf("the edited record: %v", err)
 	}
 }
 

@@ -150,7 +150,7 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 				continue
 			}
 			ip = ip.Unmap()
-			if owner := c.claimant(self.Name, ip); owner != "" {
+			if owner := c.claimant(self, ip); owner != "" {
 				in.Facts.Claims[ip] = owner
 			}
 			if holder := c.cidrs.holder(ip); holder != "" {

@@ -151,9 +151,24 @@ func TestListOrderNotesWhatListsDeliver(t *testing.T) {
 
 	// Stop ends the pass-through even with an event nobody reads; that
 	// event was never delivered, so a list returning it notes it.
+	watching := func(want bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			l.mu.Lock()
+			_, has := l.watched["unread"]
+			l.mu.Unlock()
+			if has == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the pass-through's note of the unread event: %v, want %v", has, want)
+			}
+		}
+	}
 	lw.watch.Add(nodeAt("unread", "44"))
-	time.Sleep(100 * time.Millisecond) // the pass-through holds it
+	watching(true) // the pass-through holds it, nobody reading
 	w.Stop()
+	watching(false) // taken back: never delivered
 	for range w.ResultChan() {
 	}
 	lw.pages[""] = page("", nodeAt("unread", "44"))

@@ -70,7 +70,8 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	}
 	unlock := sync.OnceFunc(c.claimLocks.lock(slices.Concat(current, recorded)))
 	defer unlock()
-	in.Others = c.otherOwners(node.Name, current)
+	in.NotYet = c.notYetHanded(node, current, recorded)
+	in.Others = c.otherOwners(node, slices.DeleteFunc(slices.Clone(current), func(ip netip.Addr) bool { return slices.Contains(in.NotYet, ip) }))
 	in.FirstSeen = c.observer.firstSeen(node.Name, node.UID)
 	d, err := nodestate.Decide(c.desired, in)
 	if err != nil {
@@ -385,11 +386,25 @@ const claimRetry = 10 * time.Second
 // holds each: the one whose record has it, or else one that has listed it
 // continuously since before this node did (a Node still waiting to be
 // initialized, or one not adopted, holds its addresses without a record).
-func (c *Coordinator) otherOwners(node string, current []netip.Addr) map[netip.Addr]string {
+func (c *Coordinator) otherOwners(node *corev1.Node, current []netip.Addr) map[netip.Addr]string {
 	out := map[netip.Addr]string{}
 	for _, ip := range current {
-		if owner := c.claimant(node, ip); owner != "" && owner != node {
+		if owner := c.claimant(node, ip); owner != "" && owner != node.Name {
 			out[ip] = owner
+		}
+	}
+	return out
+}
+
+// notYetHanded are the addresses of current, not recorded, that the
+// observer has not been handed this version of node listing: the sync
+// read node through the store or the coordinator's own writes, both ahead
+// of the informer's handler.
+func (c *Coordinator) notYetHanded(node *corev1.Node, current, recorded []netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	for _, ip := range current {
+		if !slices.Contains(recorded, ip) && !c.observer.handed(node.Name, node.UID, node.ResourceVersion, ip) {
+			out = append(out, ip)
 		}
 	}
 	return out
@@ -400,18 +415,20 @@ func (c *Coordinator) otherOwners(node string, current []netip.Addr) map[netip.A
 // continuously since before node did and that the inventory entitles to
 // it ("" when none). The Node sync records no address another holds, and
 // the CSR check holds a SAN another holds: both ask here.
-func (c *Coordinator) claimant(node string, ip netip.Addr) string {
+func (c *Coordinator) claimant(self *corev1.Node, ip netip.Addr) string {
+	node := self.Name
 	if owner := c.holder(node, ip); owner != "" {
 		return owner
 	}
 	// Only a Node the inventory entitles to ip can be its earlier lister:
 	// one it does not entitle must not hide one it does.
 	eligible := func(o string) bool { return records.Bound(c.inventory, o, ip) == nil }
-	if !c.selfHanded(node, ip) {
-		// The store's version of node, which the sync reads, is not the
-		// one the observer was handed listing ip: where its listing falls
-		// is not known yet, so every other Node listing ip holds it, in the
-		// store or the observer. Its hand-over resyncs it.
+	if !c.observer.handed(node, self.UID, self.ResourceVersion, ip) {
+		// The version of the Node the caller read (from the store, or the
+		// coordinator's own write, both ahead of the informer's handler) is
+		// not the one the observer was handed listing ip: where its listing
+		// falls is not known yet, so every other Node listing ip holds it,
+		// in the store or the observer. Its hand-over resyncs it.
 		if other := c.storeLister(node, ip, eligible); other != "" {
 			return other
 		}
@@ -420,18 +437,6 @@ func (c *Coordinator) claimant(node string, ip netip.Addr) string {
 	// Handed over: a Node the handler has yet to hand over (it hands over
 	// in the store's order) began to list ip later.
 	return c.observer.earlier(ip, node, eligible)
-}
-
-// selfHanded says whether the observer was handed the informer store's
-// version of node, listing ip. The store is updated before the handler
-// runs, and the handler hands over in the store's order.
-func (c *Coordinator) selfHanded(node string, ip netip.Addr) bool {
-	obj, ok, _ := c.nodeIndex.GetByKey(node)
-	if !ok {
-		return false
-	}
-	n, ok := obj.(*corev1.Node)
-	return ok && c.observer.handed(node, n.UID, n.ResourceVersion, ip)
 }
 
 // storeLister is another Node the informer's store has listing ip that

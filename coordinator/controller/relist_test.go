@@ -152,7 +152,11 @@ func (g *nodeWatchGap) wrap(rt http.RoundTripper) http.RoundTripper {
 			return nil, err
 		}
 		g.mu.Lock()
-		g.open = append(g.open, resp.Body)
+		if g.gapping {
+			resp.Body.Close() // began before the cut: cut it too
+		} else {
+			g.open = append(g.open, resp.Body)
+		}
 		g.mu.Unlock()
 		return resp, nil
 	})
