@@ -2,7 +2,6 @@ package controller
 
 import (
 	"net/netip"
-	"slices"
 	"testing"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/talos-nodeinit/talos-nodeinit/coordinator/nodestate"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
 )
 
@@ -133,38 +131,5 @@ func TestOnlyTheVersionReadOrdersANode(t *testing.T) {
 	}
 	if got := claim(c, "b", ip); got != "" {
 		t.Errorf("handed over: claimant for b %q, want none", got)
-	}
-}
-
-// The sync may read a Node newer than the observer was handed (its own
-// patch's response, through client-go's mutation cache): an address that
-// version lists, not recorded yet, waits for the hand-over.
-func TestNotYetHandedIsOfTheVersionRead(t *testing.T) {
-	ip := netip.MustParseAddr("10.0.0.9")
-	other := netip.MustParseAddr("10.0.0.10")
-	c := &Coordinator{observer: newObserver(4)}
-	at := func(rv string, ips ...netip.Addr) *corev1.Node {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", UID: "n", ResourceVersion: rv}}
-		for _, a := range ips {
-			n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a.String()})
-		}
-		return n
-	}
-	c.observer.observe(at("10", ip), time.Now(), 0)
-	for _, tc := range []struct {
-		step     string
-		read     *corev1.Node
-		recorded []netip.Addr
-		want     []netip.Addr
-	}{
-		{"the version handed over", at("10", ip), nil, nil},
-		{"a newer version read, the same address", at("12", ip), nil, []netip.Addr{ip}},
-		{"a newer version read, an address added", at("12", ip, other), nil, []netip.Addr{ip, other}},
-		{"recorded already", at("12", ip, other), []netip.Addr{ip}, []netip.Addr{other}},
-	} {
-		cur := nodestate.Addresses(tc.read, 4)
-		if got := c.notYetHanded(tc.read, cur, tc.recorded); !slices.Equal(got, tc.want) {
-			t.Errorf("%s: not yet handed over %v, want %v", tc.step, got, tc.want)
-		}
 	}
 }

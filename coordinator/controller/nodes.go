@@ -70,8 +70,7 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	}
 	unlock := sync.OnceFunc(c.claimLocks.lock(slices.Concat(current, recorded)))
 	defer unlock()
-	in.NotYet = c.notYetHanded(node, current, recorded)
-	in.Others = c.otherOwners(node, slices.DeleteFunc(slices.Clone(current), func(ip netip.Addr) bool { return slices.Contains(in.NotYet, ip) }))
+	in.Others = c.otherOwners(node, current)
 	in.FirstSeen = c.observer.firstSeen(node.Name, node.UID)
 	d, err := nodestate.Decide(c.desired, in)
 	if err != nil {
@@ -391,20 +390,6 @@ func (c *Coordinator) otherOwners(node *corev1.Node, current []netip.Addr) map[n
 	for _, ip := range current {
 		if owner := c.claimant(node, ip); owner != "" && owner != node.Name {
 			out[ip] = owner
-		}
-	}
-	return out
-}
-
-// notYetHanded are the addresses of current, not recorded, that the
-// observer has not been handed this version of node listing: the sync
-// read node through the store or the coordinator's own writes, both ahead
-// of the informer's handler.
-func (c *Coordinator) notYetHanded(node *corev1.Node, current, recorded []netip.Addr) []netip.Addr {
-	var out []netip.Addr
-	for _, ip := range current {
-		if !slices.Contains(recorded, ip) && !c.observer.handed(node.Name, node.UID, node.ResourceVersion, ip) {
-			out = append(out, ip)
 		}
 	}
 	return out

@@ -81,12 +81,6 @@ type Input struct {
 	// Others maps each of the Node's addresses that another Node holds
 	// (by its record, or by listing it first) to that Node.
 	Others map[netip.Addr]string
-	// NotYet are the Node's addresses, not recorded as its own, that the
-	// coordinator's informer has not yet handed it this version of the Node
-	// listing (the sync read the Node ahead of it): which Node began to list
-	// them first is not known yet, so none is recorded, and an
-	// uninitialized Node waits. The hand-over syncs the Node again.
-	NotYet []netip.Addr
 	// FirstSeen is when the coordinator first saw this Node object list
 	// each of its addresses, listed continuously since: a new claim dates
 	// from then.
@@ -216,9 +210,6 @@ func Decide(s Settings, in Input) (Desired, error) {
 			prev = records.Survives(prev)
 		}
 	}
-	if uninitialized && len(d.Waiting) == 0 && len(in.NotYet) > 0 {
-		d.Waiting = append(d.Waiting, "the coordinator's informer to hand over its addresses")
-	}
 	if uninitialized && len(d.Waiting) == 0 {
 		if left := csrWait(cfg.CSRInitWait(), in, prev); left > 0 {
 			d.Waiting = append(d.Waiting, "its kubelet's serving CSR (csr.initWait)")
@@ -227,10 +218,9 @@ func Decide(s Settings, in Input) (Desired, error) {
 	}
 	current := Addresses(node, cfg.MaxNodeAddresses)
 	pol := records.ClaimPolicy{Networks: s.Networks, Reserved: in.Reserved, Max: cfg.MaxNodeAddresses, Node: node.Name, Inventory: s.Inventory}
-	claimable := slices.DeleteFunc(slices.Clone(current), func(ip netip.Addr) bool { return slices.Contains(in.NotYet, ip) })
-	d.Claims, d.Refused = records.NextClaims(prev.Addresses, claimable, in.Others, in.FirstSeen, pol, in.Now)
+	d.Claims, d.Refused = records.NextClaims(prev.Addresses, current, in.Others, in.FirstSeen, pol, in.Now)
 	d.Contested = contestedBy(in.Others, d.Claims)
-	d.RecheckClaims = len(in.Others) > 0 || len(in.NotYet) > 0
+	d.RecheckClaims = len(in.Others) > 0
 
 	d.Request = finalize.Request(records.ClaimedIPs(d.Claims), rep, s.Networks, in.HasV4, in.HasV6)
 	// Its own addresses never go into its segments, reserved or not: the

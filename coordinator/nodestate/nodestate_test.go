@@ -229,27 +229,6 @@ func TestAddressHeldByAnotherNode(t *testing.T) {
 	}
 }
 
-// An address the coordinator's informer has not yet handed over with this
-// version of the Node is recorded for nobody: a joining Node waits (writes
-// nothing), a joined one records its other addresses and looks again.
-func TestAddressNotYetHandedOver(t *testing.T) {
-	s := settings(t, "")
-	ip := netip.MustParseAddr("10.0.0.1")
-	node := joined("n1", "uid-1", "10.0.0.1", agentKey(1))
-	d := decide(t, s, nodestate.Input{Node: node, NotYet: []netip.Addr{ip}, Now: now, HasV4: true}, "10.244.3.0/24")
-	if len(d.Waiting) == 0 || d.Initialize || d.Record != nil || d.Patch != nil || len(d.Claims) != 0 || !d.RecheckClaims {
-		t.Fatalf("joining: waiting %v, initialize %v, record %+v, patch %s, claims %+v, recheck %v", d.Waiting, d.Initialize, d.Record, d.Patch, d.Claims, d.RecheckClaims)
-	}
-	if d.Contested != "" || len(d.Refused) != 0 {
-		t.Errorf("an address not yet handed over was contested (%q) or refused (%v)", d.Contested, d.Refused)
-	}
-	// Handed over: the same join goes ahead and records it.
-	d = decide(t, s, nodestate.Input{Node: node, Now: now, HasV4: true}, "10.244.3.0/24")
-	if !d.Initialize || len(d.Claims) != 1 {
-		t.Fatalf("handed over: initialize %v, claims %+v", d.Initialize, d.Claims)
-	}
-}
-
 // dualStack is settings with both families and a fallback IPv6 pool, and
 // a joined Node n1 with 10.0.0.1 and 2001:db8:1:2::10, reporting the /64
 // holding the latter.
