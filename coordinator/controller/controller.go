@@ -224,11 +224,10 @@ func New(cfg Config) (*Coordinator, error) {
 			c.observer.pend(n, list)
 		}
 	}, c.observer.dropList)
-	nodeInformer := c.factory.InformerFor(&corev1.Node{}, func(kubernetes.Interface, time.Duration) cache.SharedIndexInformer {
+	nodeInf := c.factory.InformerFor(&corev1.Node{}, func(kubernetes.Interface, time.Duration) cache.SharedIndexInformer {
 		return cache.NewSharedIndexInformerWithOptions(c.listOrder, &corev1.Node{}, cache.SharedIndexInformerOptions{Indexers: cache.Indexers{}})
 	})
-	c.listOrder.storeOf(nodeInformer.GetStore())
-	nodeInf := nodeInformer
+	c.listOrder.storeOf(nodeInf.GetStore())
 	csrInf := c.csrFactory.Certificates().V1().CertificateSigningRequests()
 	c.nodes, c.csrs = corelisters.NewNodeLister(nodeInf.GetIndexer()), csrInf.Lister()
 	if err := csrInf.Informer().AddIndexers(cache.Indexers{byNode: func(obj any) ([]string, error) {
