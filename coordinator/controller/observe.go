@@ -32,9 +32,11 @@ import (
 // orders them: a list returns what began after every event the watch
 // delivered before it, and before every event after it (listOrder says
 // which list returned an object, and tells the observer of it before the
-// informer hands it over: pend). What the observer cannot see at all: a
-// Node that stops listing an address and lists it again while the watch
-// is cut keeps its earlier first sight.
+// informer hands it over: pend). A Node a relist returns changed may
+// have stopped listing an address and begun again while the watch was
+// cut: what it listed before counts as begun at an unknown time up to the
+// relist (listed.lo), so it holds the address against, and is held
+// against by, every Node listing it then.
 //
 // It holds an entry for every Node of the cluster, so it keeps them small:
 // slices, not maps, for the few addresses each Node lists (at most max)
@@ -74,19 +76,28 @@ type observed struct {
 }
 
 type listed struct {
-	ip    netip.Addr
-	since time.Time
+	ip netip.Addr
+	// since is when the Node began to list ip, as near as the observer
+	// can see, in Unix nanoseconds (a time.Time is three times the size,
+	// and the observer holds every Node's addresses).
+	since int64
 	// list is the list that delivered ip first (0: the watch did, so since
 	// is when the Node began to list it, as near as the observer can see).
 	list uint32
+	// lo, when not 0, is the earliest the Node may have begun to list ip
+	// (Unix nanoseconds; math.MinInt64: no bound), since being the
+	// latest: a relist returned the Node changed, and it had listed ip
+	// before the watch was cut, perhaps not all along (resumed).
+	lo int64
 }
 
 type lister struct {
 	name string
-	// from is since when it has listed the address, as observed (Unix
-	// nanoseconds; a pending lister's is pendingFrom).
-	from int64
-	list uint32 // the list it was first seen in (0: none)
+	// from and to bound since when it has listed the address, as observed
+	// (Unix nanoseconds; equal unless a relist left it unsure; a pending
+	// lister's are pendingFrom).
+	from, to int64
+	list     uint32 // the list it was first seen in (0: none)
 }
 
 // pendingFrom is a pending lister's from: a list returned it and the
@@ -102,7 +113,11 @@ func newObserver(max int) *observer {
 
 func (o *observer) index(name string, n observed) {
 	for _, a := range n.addrs {
-		o.byIP[a.ip] = append(o.byIP[a.ip], lister{name: name, from: a.since.UnixNano(), list: a.list})
+		from, to := a.since, a.since
+		if a.lo != 0 {
+			from = a.lo
+		}
+		o.byIP[a.ip] = append(o.byIP[a.ip], lister{name: name, from: from, to: to, list: a.list})
 	}
 }
 
@@ -148,7 +163,7 @@ func (o *observer) earlierOf(ip netip.Addr, self string, selfHanded bool, eligib
 		}
 		l = slices.Clip(l)
 		for name, list := range earliest {
-			l = append(l, lister{name: name, from: pendingFrom, list: list})
+			l = append(l, lister{name: name, from: pendingFrom, to: pendingFrom, list: list})
 		}
 	}
 	i := slices.IndexFunc(l, func(l lister) bool { return l.name == self })
@@ -171,12 +186,13 @@ func (o *observer) earlierOf(ip netip.Addr, self string, selfHanded bool, eligib
 }
 
 // after says whether a began to list an address after b did, as far as
-// the observer knows: never when one list returned both.
+// the observer knows: never when one list returned both, nor when either
+// may have begun at the other's time.
 func (a lister) after(b lister) bool {
 	if a.list != 0 && a.list == b.list {
 		return false
 	}
-	return a.from > b.from
+	return a.from > b.to
 }
 
 // resourceVersion reads an object's resource version as the integer the
@@ -283,17 +299,22 @@ func (o *observer) observe(node *corev1.Node, now time.Time, list uint32) (added
 		}
 		prev = observed{}
 	}
-	if had && old.uid == node.UID && slices.EqualFunc(old.addrs, cur, func(a listed, ip netip.Addr) bool { return a.ip == ip }) {
+	// A relist returned the object changed: the watch missed what it
+	// listed meanwhile.
+	resumed := list != 0 && had && old.uid == node.UID && old.rv != node.ResourceVersion
+	if had && old.uid == node.UID && !resumed && slices.EqualFunc(old.addrs, cur, func(a listed, ip netip.Addr) bool { return a.ip == ip }) {
 		old.rv = node.ResourceVersion
 		o.nodes[node.Name] = old
 		return nil, nil // the same addresses, in the same order: nothing to re-index
 	}
 	next := observed{uid: node.UID, rv: node.ResourceVersion, addrs: make([]listed, 0, len(cur))}
 	for _, ip := range cur {
-		if a, ok := prev.get(ip); ok {
+		if a, ok := prev.get(ip); ok && resumed {
+			next.addrs = append(next.addrs, a.resumed(now, list))
+		} else if ok {
 			next.addrs = append(next.addrs, a)
 		} else {
-			next.addrs = append(next.addrs, listed{ip: ip, since: now, list: list})
+			next.addrs = append(next.addrs, listed{ip: ip, since: now.UnixNano(), list: list})
 			added = append(added, ip)
 		}
 	}
@@ -306,6 +327,21 @@ func (o *observer) observe(node *corev1.Node, now time.Time, list uint32) (added
 	o.nodes[node.Name] = next
 	o.index(node.Name, next)
 	return added, removed
+}
+
+// resumed is a listing seen before a watch gap and again in list at now:
+// it began between its earliest bound then (none when a list delivered
+// it, or it was seen begin by the watch: since) and now, and it is stable
+// from now.
+func (a listed) resumed(now time.Time, list uint32) listed {
+	lo := a.lo
+	switch {
+	case lo == 0 && a.list == 0:
+		lo = a.since
+	case lo == 0:
+		lo = math.MinInt64
+	}
+	return listed{ip: a.ip, since: now.UnixNano(), list: list, lo: lo}
 }
 
 func (n observed) get(ip netip.Addr) (listed, bool) {
@@ -345,7 +381,7 @@ func (o *observer) firstSeen(name string, uid types.UID) map[netip.Addr]time.Tim
 	out := map[netip.Addr]time.Time{}
 	if n, had := o.nodes[name]; had && n.uid == uid {
 		for _, a := range n.addrs {
-			out[a.ip] = a.since
+			out[a.ip] = time.Unix(0, a.since)
 		}
 	}
 	return out
@@ -358,7 +394,7 @@ func (o *observer) seen(name string, uid types.UID, now time.Time) map[netip.Add
 	out := map[netip.Addr]time.Duration{}
 	if n, had := o.nodes[name]; had && n.uid == uid {
 		for _, a := range n.addrs {
-			out[a.ip] = now.Sub(a.since)
+			out[a.ip] = now.Sub(time.Unix(0, a.since))
 		}
 	}
 	return out

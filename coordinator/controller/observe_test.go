@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -291,5 +292,76 @@ func TestAListIsKnownBeforeItIsHandedOver(t *testing.T) {
 	check(o, "a later version handed over", map[string]string{"c": ""})
 	if len(o.pending) != 0 || len(o.pendingBy) != 0 {
 		t.Errorf("a later version left pending entries: %v %v", o.pending, o.pendingBy)
+	}
+}
+
+// A Node the watch saw begin to list an address, and that a relist after
+// a watch gap returns changed, may have stopped listing it and begun again
+// meanwhile: the observer cannot see which. So it keeps its order against
+// no one: it and every Node listing the address before the relist hold it
+// against each other, as do Nodes the relist returned; a Node the watch
+// sees begin later is still later. Returned unchanged (the same version),
+// it listed the address all along and keeps its place. Its address's
+// stability counts from the relist.
+func TestARelistDoesNotKeepAnOrderItCannotSee(t *testing.T) {
+	t0, ip, lists := listingAt()
+	at := func(name, rv string) *corev1.Node {
+		n := lists(name)
+		n.ResourceVersion = rv
+		return n
+	}
+	for _, tc := range []struct {
+		name string
+		// n began first, then p, both seen by the watch; the relist
+		// (list 2) returns n at rv and m, new; q begins after it.
+		rv   string
+		want map[string]string // earlier(ip, name): one of these, "|" apart
+		seen time.Duration     // n's address's stability at the end
+	}{
+		{"n changed across the gap", "20", map[string]string{"n": "p", "p": "n", "m": "n", "q": "n|p|m"}, time.Minute - 3*time.Second},
+		{"n unchanged", "10", map[string]string{"n": "", "p": "n", "m": "n", "q": "n|p|m"}, time.Minute},
+	} {
+		o := newObserver(4)
+		o.observe(at("n", "10"), t0, 0)
+		o.observe(at("p", "11"), t0.Add(time.Second), 0)
+		// The relist: the Nodes it returns are noted as pending first, as
+		// listOrder does, then handed over.
+		o.pend(at("n", tc.rv), 2)
+		o.pend(at("m", "21"), 2)
+		o.observe(at("n", tc.rv), t0.Add(3*time.Second), 2)
+		o.observe(at("m", "21"), t0.Add(3*time.Second), 2)
+		o.observe(at("q", "30"), t0.Add(4*time.Second), 0)
+		for name, want := range tc.want {
+			if got := o.earlier(ip, name, anyNode); !slices.Contains(strings.Split(want, "|"), got) {
+				t.Errorf("%s: earlier lister for %s is %q, want %q", tc.name, name, got, want)
+			}
+		}
+		if got := o.seen("n", "n", t0.Add(time.Minute))[ip]; got != tc.seen {
+			t.Errorf("%s: n's address seen for %v, want %v", tc.name, got, tc.seen)
+		}
+	}
+	// Two Nodes of the first list hold an address against each other,
+	// whichever was handed over first; one returned changed by a relist
+	// still does (a list's Node has no known start), and again after a
+	// second relist and a watch update.
+	for _, first := range []string{"a", "n"} {
+		o := newObserver(4)
+		second := map[string]string{"a": "n", "n": "a"}[first]
+		o.observe(at(first, "10"), t0, 1)
+		o.observe(at(second, "11"), t0.Add(time.Second), 1)
+		for i, step := range []struct {
+			rv   string
+			list uint32
+		}{{"20", 2}, {"30", 3}, {"31", 0}} {
+			if step.list != 0 {
+				o.pend(at("n", step.rv), step.list)
+			}
+			o.observe(at("n", step.rv), t0.Add(time.Duration(2+i)*time.Second), step.list)
+			for name, want := range map[string]string{"a": "n", "n": "a"} {
+				if got := o.earlier(ip, name, anyNode); got != want {
+					t.Errorf("%s handed over first, n at %s (list %d): earlier lister for %s is %q, want %q", first, step.rv, step.list, name, got, want)
+				}
+			}
+		}
 	}
 }
