@@ -43,6 +43,9 @@ type attestEvents struct {
 	// with (approval): an entry leaving the watch unchecked is checked
 	// with it, so the one that verifies is known before any is dropped.
 	against map[string]checkAgainst
+	// malformed are the Events in the watch that carry no attestation:
+	// each is counted as ignored once, not on every change.
+	malformed map[types.UID]bool
 	// verify is approval.EventApproves (nil); a test puts a leave between
 	// a check and its result.
 	verify func(a contract.Attestation, csr string, request []byte, node string, key ed25519.PublicKey, sans []string) error
@@ -80,6 +83,9 @@ type eventEntry struct {
 	// gone: the Event left the watch while its CSR was pending; the entry
 	// goes when the CSR is decided or deleted (settled).
 	gone bool
+	// counted: a check failed and the Event was counted as ignored, once
+	// whatever it is checked against later.
+	counted bool
 }
 
 // maxEventAttestationBytes bounds what an Event's attestation may take,
@@ -146,6 +152,7 @@ func trimEvent(ev *corev1.Event) *corev1.Event {
 func (e *attestEvents) left(uid types.UID) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	delete(e.malformed, uid)
 	en := e.entries[uid]
 	if en == nil || en.gone {
 		return
@@ -241,11 +248,18 @@ func (e *attestEvents) settled(csr string) {
 func (e *attestEvents) check(en *eventEntry, c checkAgainst) bool {
 	if against := c.String(); en.checked != against {
 		en.checked, en.ok = against, e.approves(en.att, en.att.CSR, c.request, c.node, c.key, c.sans) == nil
-		if !en.ok {
-			e.ignored()
-		}
+		e.countFailed(en)
 	}
 	return en.ok
+}
+
+// countFailed counts en as ignored when its last check failed, the first
+// time one did; e.mu is held.
+func (e *attestEvents) countFailed(en *eventEntry) {
+	if !en.ok && !en.counted {
+		en.counted = true
+		e.ignored()
+	}
 }
 
 // drop forgets an entry; e.mu is held.
@@ -275,7 +289,16 @@ func (e *attestEvents) seen(obj any, changed func(csr string)) {
 	e.mu.Unlock()
 	a, err := contract.EventAttestation(ev)
 	if err != nil {
-		e.ignored()
+		e.mu.Lock()
+		counted := e.malformed[ev.UID]
+		if e.malformed == nil {
+			e.malformed = map[types.UID]bool{}
+		}
+		e.malformed[ev.UID] = true
+		e.mu.Unlock()
+		if !counted {
+			e.ignored()
+		}
 		return
 	}
 	e.mu.Lock()
@@ -323,15 +346,12 @@ func (e *attestEvents) approval(csr string, request []byte, node string, enrolle
 		if !checked {
 			ok = e.approves(en.att, csr, request, node, enrolled, sans) == nil
 			e.mu.Lock()
-			// left may have checked it meanwhile, and counted it.
-			first := en.checked != against
-			if first {
+			// left may have checked it meanwhile.
+			if en.checked != against {
 				en.checked, en.ok = against, ok
+				e.countFailed(en)
 			}
 			e.mu.Unlock()
-			if first && !ok {
-				e.ignored()
-			}
 		}
 		if ok {
 			a := en.att

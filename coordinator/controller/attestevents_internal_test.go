@@ -239,3 +239,49 @@ func TestIgnoredEventCountedOnce(t *testing.T) {
 		t.Errorf("checked %d times, counted %d times as ignored; want 2 checks (approval, left) counted once", calls, ignored)
 	}
 }
+
+// An Event is counted as ignored once, however often it is checked and
+// against what: by approval against one key, then another (a key enrolled
+// again), and as it leaves the watch; a malformed one however often it
+// changes.
+func TestIgnoredEventCountedOncePerEvent(t *testing.T) {
+	keyA, _, _ := ed25519.GenerateKey(rand.Reader)
+	keyB, _, _ := ed25519.GenerateKey(rand.Reader)
+	_, other, _ := ed25519.GenerateKey(rand.Reader)
+	request := []byte("request")
+	ignored := 0
+	e := &attestEvents{ignored: func() { ignored++ }, pending: func(string) ([]byte, bool) { return request, true },
+		entries: map[types.UID]*eventEntry{}, byCSR: map[string]map[types.UID]*eventEntry{}, against: map[string]checkAgainst{}}
+	e.verify = func(contract.Attestation, string, []byte, string, ed25519.PublicKey, []string) error {
+		return fmt.Errorf("not signed by the enrolled key")
+	}
+	forged := contract.Attestation{CSR: "csr-x", RequestSHA256: contract.RequestDigest(request), Verdict: contract.VerdictApprove, SANs: []string{"n1"}}.Sign("n1", other)
+	ev, err := contract.AttestationEvent("n1", "csr-x", "uid-x", forged, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.UID = "ev-1"
+	e.seen(trimEvent(ev), func(string) {})
+	for _, key := range []ed25519.PublicKey{keyA, keyB, keyA} {
+		if a := e.approval("csr-x", request, "n1", key, []string{"n1"}); a != nil {
+			t.Fatal("a forged Event approves")
+		}
+	}
+	e.left("ev-1")
+	if ignored != 1 {
+		t.Errorf("a forged Event checked against two keys and as it left: counted %d times as ignored, want 1", ignored)
+	}
+	malformed := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "m", UID: "ev-2"}, Reason: contract.EventReasonAttested,
+		InvolvedObject: corev1.ObjectReference{Kind: "CertificateSigningRequest", Name: "csr-x"}}
+	for range 3 {
+		e.seen(trimEvent(malformed), func(string) {}) // created, then changed twice
+	}
+	if ignored != 2 {
+		t.Errorf("a malformed Event seen three times: counted %d times as ignored in all, want 2", ignored)
+	}
+	e.left("ev-2")
+	e.seen(trimEvent(malformed), func(string) {}) // back in the watch: counted again
+	if ignored != 3 {
+		t.Errorf("a malformed Event back in the watch: counted %d times as ignored in all, want 3", ignored)
+	}
+}
