@@ -131,7 +131,13 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	}
 	c.m.NodeWrites.WithLabelValues("finalize", "ok").Inc()
 	trimNode(patched) // as the informer keeps it
-	c.ownNodes.Mutation(patched)
+	// The answer is read ahead of the informer only when it lists what the
+	// version the patch was computed from listed, as it does: the patch
+	// names that version. One listing anything else waits for the watch,
+	// which delivers every earlier lister of an address first.
+	if slices.Equal(nodestate.Addresses(patched, c.settings.MaxNodeAddresses), current) {
+		c.ownNodes.Mutation(patched)
+	}
 	if d.After != nil {
 		if _, err := c.putRecord(ctx, name, written, d.After); err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,7 +43,11 @@ import (
 // slices, not maps, for the few addresses each Node lists (at most max)
 // and the Nodes listing each address (usually one).
 type observer struct {
-	max   int
+	max int
+	// epoch is what times are kept from, as nanoseconds: differences of
+	// readings of the monotonic clock, which a step of the wall clock
+	// does not move.
+	epoch time.Time
 	mu    sync.Mutex
 	nodes map[string]observed
 	byIP  map[netip.Addr][]lister // who lists each address, since when
@@ -78,17 +83,18 @@ type observed struct {
 type listed struct {
 	ip netip.Addr
 	// since is when the Node began to list ip, as near as the observer
-	// can see, in Unix nanoseconds (a time.Time is three times the size,
-	// and the observer holds every Node's addresses).
+	// can see, in nanoseconds from the observer's epoch (a time.Time is
+	// three times the size, and the observer holds every Node's
+	// addresses); it is when the address counts as stable from.
 	since int64
+	// lo is the earliest the Node may have begun to list ip (math.MinInt64:
+	// no bound): since, unless a relist returned the Node changed after it
+	// had listed ip before the watch was cut, perhaps not all along
+	// (resumed).
+	lo int64
 	// list is the list that delivered ip first (0: the watch did, so since
 	// is when the Node began to list it, as near as the observer can see).
 	list uint32
-	// lo, when not 0, is the earliest the Node may have begun to list ip
-	// (Unix nanoseconds; math.MinInt64: no bound), since being the
-	// latest: a relist returned the Node changed, and it had listed ip
-	// before the watch was cut, perhaps not all along (resumed).
-	lo int64
 }
 
 type lister struct {
@@ -107,17 +113,13 @@ type lister struct {
 const pendingFrom = math.MaxInt64
 
 func newObserver(max int) *observer {
-	return &observer{max: max, nodes: map[string]observed{}, byIP: map[netip.Addr][]lister{},
+	return &observer{max: max, epoch: time.Now(), nodes: map[string]observed{}, byIP: map[netip.Addr][]lister{},
 		pending: map[netip.Addr][]pendingLister{}, pendingBy: map[string][]pendingVersion{}}
 }
 
 func (o *observer) index(name string, n observed) {
 	for _, a := range n.addrs {
-		from, to := a.since, a.since
-		if a.lo != 0 {
-			from = a.lo
-		}
-		o.byIP[a.ip] = append(o.byIP[a.ip], lister{name: name, from: from, to: to, list: a.list})
+		o.byIP[a.ip] = append(o.byIP[a.ip], lister{name: name, from: a.lo, to: a.since, list: a.list})
 	}
 }
 
@@ -166,6 +168,23 @@ func (o *observer) earlierOf(ip netip.Addr, self string, selfHanded bool, eligib
 			l = append(l, lister{name: name, from: pendingFrom, to: pendingFrom, list: list})
 		}
 	}
+	if len(o.pendingBy) > 0 {
+		// A Node handed over before a list returned it changed (pending)
+		// is as unsure of its order as once that version is handed over
+		// (listed.resumed): a sync may still read the version from before
+		// the gap.
+		l = slices.Clone(l)
+		for k, x := range l {
+			if list, changed := o.changedIn(x.name); changed {
+				l[k] = x.resumed(list)
+			}
+		}
+	}
+	if len(l) > 2 {
+		// Which of several that none is known to precede is named must not
+		// depend on the order they are held in.
+		l = slices.SortedFunc(slices.Values(l), func(a, b lister) int { return strings.Compare(a.name, b.name) })
+	}
 	i := slices.IndexFunc(l, func(l lister) bool { return l.name == self })
 	if !selfHanded {
 		i = -1
@@ -183,6 +202,30 @@ func (o *observer) earlierOf(ip netip.Addr, self string, selfHanded bool, eligib
 		return ""
 	}
 	return best.name
+}
+
+// changedIn says whether a list returned a version of the Node other than
+// the one handed over last, not handed over yet, and the earliest such
+// list; o.mu is held.
+func (o *observer) changedIn(name string) (uint32, bool) {
+	n, had := o.nodes[name]
+	var list uint32
+	for _, v := range o.pendingBy[name] {
+		if had && v.rv != n.rv && (list == 0 || v.list < list) {
+			list = v.list
+		}
+	}
+	return list, list != 0
+}
+
+// resumed is l once a version a list returned changed is handed over
+// (listed.resumed): it may have begun at any time up to now.
+func (l lister) resumed(list uint32) lister {
+	if l.list != 0 && l.from == l.to {
+		l.from = math.MinInt64
+	}
+	l.to, l.list = pendingFrom, list
+	return l
 }
 
 // after says whether a began to list an address after b did, as far as
@@ -310,11 +353,11 @@ func (o *observer) observe(node *corev1.Node, now time.Time, list uint32) (added
 	next := observed{uid: node.UID, rv: node.ResourceVersion, addrs: make([]listed, 0, len(cur))}
 	for _, ip := range cur {
 		if a, ok := prev.get(ip); ok && resumed {
-			next.addrs = append(next.addrs, a.resumed(now, list))
+			next.addrs = append(next.addrs, a.resumed(o.nanos(now), list))
 		} else if ok {
 			next.addrs = append(next.addrs, a)
 		} else {
-			next.addrs = append(next.addrs, listed{ip: ip, since: now.UnixNano(), list: list})
+			next.addrs = append(next.addrs, listed{ip: ip, since: o.nanos(now), lo: o.nanos(now), list: list})
 			added = append(added, ip)
 		}
 	}
@@ -331,18 +374,17 @@ func (o *observer) observe(node *corev1.Node, now time.Time, list uint32) (added
 
 // resumed is a listing seen before a watch gap and again in list at now:
 // it began between its earliest bound then (none when a list delivered
-// it, or it was seen begin by the watch: since) and now, and it is stable
-// from now.
-func (a listed) resumed(now time.Time, list uint32) listed {
+// it) and now, and it is stable from now.
+func (a listed) resumed(now int64, list uint32) listed {
 	lo := a.lo
-	switch {
-	case lo == 0 && a.list == 0:
-		lo = a.since
-	case lo == 0:
-		lo = math.MinInt64
+	if a.list != 0 && a.lo == a.since {
+		lo = math.MinInt64 // a list delivered it: it began at an unknown time
 	}
-	return listed{ip: a.ip, since: now.UnixNano(), list: list, lo: lo}
+	return listed{ip: a.ip, since: now, lo: lo, list: list}
 }
+
+// nanos is t as the observer keeps it.
+func (o *observer) nanos(t time.Time) int64 { return int64(t.Sub(o.epoch)) }
 
 func (n observed) get(ip netip.Addr) (listed, bool) {
 	for _, a := range n.addrs {
@@ -381,7 +423,7 @@ func (o *observer) firstSeen(name string, uid types.UID) map[netip.Addr]time.Tim
 	out := map[netip.Addr]time.Time{}
 	if n, had := o.nodes[name]; had && n.uid == uid {
 		for _, a := range n.addrs {
-			out[a.ip] = time.Unix(0, a.since)
+			out[a.ip] = o.epoch.Add(time.Duration(a.since))
 		}
 	}
 	return out
@@ -394,7 +436,7 @@ func (o *observer) seen(name string, uid types.UID, now time.Time) map[netip.Add
 	out := map[netip.Addr]time.Duration{}
 	if n, had := o.nodes[name]; had && n.uid == uid {
 		for _, a := range n.addrs {
-			out[a.ip] = now.Sub(time.Unix(0, a.since))
+			out[a.ip] = now.Sub(o.epoch.Add(time.Duration(a.since)))
 		}
 	}
 	return out

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"runtime"
 	"slices"
@@ -362,6 +363,59 @@ func TestARelistDoesNotKeepAnOrderItCannotSee(t *testing.T) {
 					t.Errorf("%s handed over first, n at %s (list %d): earlier lister for %s is %q, want %q", first, step.rv, step.list, name, got, want)
 				}
 			}
+		}
+	}
+}
+
+// A Node a relist returned changed, not handed over yet, is as unsure of
+// its order as once it is: the version before the gap (which a sync may
+// still read from the store) does not let it take an address from a Node
+// the same relist returned.
+func TestAPendingChangeUnsettlesTheOrder(t *testing.T) {
+	t0, ip, lists := listingAt()
+	at := func(name, rv string) *corev1.Node {
+		n := lists(name)
+		n.ResourceVersion = rv
+		return n
+	}
+	o := newObserver(4)
+	o.observe(at("n", "10"), t0, 0)
+	o.pend(at("n", "20"), 2)
+	o.pend(at("m", "21"), 2)
+	for name, want := range map[string]string{"n": "m", "m": "n"} {
+		if got := o.earlier(ip, name, anyNode); got != want {
+			t.Errorf("n returned changed by the relist, not handed over: earlier lister for %s is %q, want %q", name, got, want)
+		}
+	}
+	// Returned unchanged: n keeps its place.
+	o = newObserver(4)
+	o.observe(at("n", "10"), t0, 0)
+	o.pend(at("n", "10"), 2)
+	o.pend(at("m", "21"), 2)
+	for name, want := range map[string]string{"n": "", "m": "n"} {
+		if got := o.earlier(ip, name, anyNode); got != want {
+			t.Errorf("n returned unchanged by the relist: earlier lister for %s is %q, want %q", name, got, want)
+		}
+	}
+}
+
+// Of several earlier listers none of which is known to have begun before
+// the others, the one named is the same however they are held: the
+// Event that names it does not change from one sync to the next.
+func TestTheEarlierListerNamedIsStable(t *testing.T) {
+	ip := netip.MustParseAddr("10.0.0.9")
+	want := ""
+	for i := range 50 {
+		o := newObserver(4)
+		l := []lister{{name: "c", from: 10, to: 10}, {name: "a", from: 20, to: 20}, {name: "b", from: 0, to: 30}}
+		rand.Shuffle(len(l), func(i, j int) { l[i], l[j] = l[j], l[i] })
+		o.byIP[ip] = append(l, lister{name: "self", from: 40, to: 40})
+		got := o.earlier(ip, "self", anyNode)
+		if i == 0 {
+			want = got
+		}
+		if got != want || got == "" {
+			t.Fatalf("order %v: earlier lister %q, earlier %q", l, got, want)
 		}
 	}
 }
