@@ -100,8 +100,8 @@ type listed struct {
 type lister struct {
 	name string
 	// from and to bound since when it has listed the address, as observed
-	// (Unix nanoseconds; equal unless a relist left it unsure; a pending
-	// lister's are pendingFrom).
+	// (nanoseconds from the observer's epoch; equal unless a relist left it
+	// unsure; a pending lister's are pendingFrom).
 	from, to int64
 	list     uint32 // the list it was first seen in (0: none)
 }
@@ -150,6 +150,19 @@ func (o *observer) earlierOf(ip netip.Addr, self string, selfHanded bool, eligib
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	l := o.byIP[ip]
+	if len(o.pendingBy) > 0 {
+		// A Node handed over listing ip before a list returned it changed
+		// (pending) is as unsure of its order as once that version is
+		// handed over (listed.resumed): a sync may still read the version
+		// from before the gap. (One that did not list ip then began to
+		// after the watch's last event: it is pending below.)
+		l = slices.Clone(l)
+		for k, x := range l {
+			if list, changed := o.changedIn(x.name); changed {
+				l[k] = x.resumed(list)
+			}
+		}
+	}
 	if p := o.pending[ip]; len(p) > 0 {
 		// A Node not handed over listing ip, by the earliest list that
 		// returned a version of it listing ip.
@@ -166,18 +179,6 @@ func (o *observer) earlierOf(ip netip.Addr, self string, selfHanded bool, eligib
 		l = slices.Clip(l)
 		for name, list := range earliest {
 			l = append(l, lister{name: name, from: pendingFrom, to: pendingFrom, list: list})
-		}
-	}
-	if len(o.pendingBy) > 0 {
-		// A Node handed over before a list returned it changed (pending)
-		// is as unsure of its order as once that version is handed over
-		// (listed.resumed): a sync may still read the version from before
-		// the gap.
-		l = slices.Clone(l)
-		for k, x := range l {
-			if list, changed := o.changedIn(x.name); changed {
-				l[k] = x.resumed(list)
-			}
 		}
 	}
 	if len(l) > 2 {
@@ -417,13 +418,16 @@ func (o *observer) forget(name string, uid types.UID) []netip.Addr {
 
 // firstSeen is since when each of the Node object's addresses has been
 // observed continuously.
+// The date is the wall clock's now less the address's age on the
+// monotonic clock: a record's claim carries it, and replicas compare them.
 func (o *observer) firstSeen(name string, uid types.UID) map[netip.Addr]time.Time {
+	now := time.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	out := map[netip.Addr]time.Time{}
 	if n, had := o.nodes[name]; had && n.uid == uid {
 		for _, a := range n.addrs {
-			out[a.ip] = o.epoch.Add(time.Duration(a.since))
+			out[a.ip] = now.Round(0).Add(-time.Duration(o.nanos(now) - a.since))
 		}
 	}
 	return out

@@ -387,6 +387,18 @@ func TestAPendingChangeUnsettlesTheOrder(t *testing.T) {
 			t.Errorf("n returned changed by the relist, not handed over: earlier lister for %s is %q, want %q", name, got, want)
 		}
 	}
+	// A Node that did not list the address before the gap, returned
+	// changed listing it, began after every Node the watch saw list it:
+	// it holds nothing against them.
+	o = newObserver(4)
+	o.observe(at("m", "11"), t0, 0)
+	o.observe(func() *corev1.Node { n := at("n", "12"); n.Status.Addresses[0].Address = "10.0.0.10"; return n }(), t0, 0)
+	o.pend(at("n", "20"), 2)
+	for name, want := range map[string]string{"m": "", "n": "m"} {
+		if got := o.earlier(ip, name, anyNode); got != want {
+			t.Errorf("n newly listing the address in the relist, not handed over: earlier lister for %s is %q, want %q", name, got, want)
+		}
+	}
 	// Returned unchanged: n keeps its place.
 	o = newObserver(4)
 	o.observe(at("n", "10"), t0, 0)
