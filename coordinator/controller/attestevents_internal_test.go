@@ -212,18 +212,7 @@ func TestAttestationEntriesOutliveTheirEventWhilePending(t *testing.T) {
 // watch is counted once as ignored.
 func TestIgnoredEventCountedOnce(t *testing.T) {
 	pub, _, _ := ed25519.GenerateKey(rand.Reader)
-	_, other, _ := ed25519.GenerateKey(rand.Reader)
-	request := []byte("request")
-	ignored := 0
-	e := &attestEvents{ignored: func() { ignored++ }, pending: func(string) ([]byte, bool) { return request, true },
-		entries: map[types.UID]*eventEntry{}, byCSR: map[string]map[types.UID]*eventEntry{}, against: map[string]checkAgainst{}}
-	forged := contract.Attestation{CSR: "csr-x", RequestSHA256: contract.RequestDigest(request), Verdict: contract.VerdictApprove, SANs: []string{"n1"}}.Sign("n1", other)
-	ev, err := contract.AttestationEvent("n1", "csr-x", "uid-x", forged, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ev.UID = "ev-1"
-	e.seen(trimEvent(ev), func(string) {})
+	e, ignored, request := forgedEventSeen(t)
 	calls := 0
 	e.verify = func(a contract.Attestation, csr string, request []byte, node string, key ed25519.PublicKey, sans []string) error {
 		calls++
@@ -235,8 +224,8 @@ func TestIgnoredEventCountedOnce(t *testing.T) {
 	if a := e.approval("csr-x", request, "n1", pub, []string{"n1"}); a != nil {
 		t.Fatal("a forged Event approves")
 	}
-	if calls != 2 || ignored != 1 {
-		t.Errorf("checked %d times, counted %d times as ignored; want 2 checks (approval, left) counted once", calls, ignored)
+	if calls != 2 || *ignored != 1 {
+		t.Errorf("checked %d times, counted %d times as ignored; want 2 checks (approval, left) counted once", calls, *ignored)
 	}
 }
 
@@ -247,14 +236,43 @@ func TestIgnoredEventCountedOnce(t *testing.T) {
 func TestIgnoredEventCountedOncePerEvent(t *testing.T) {
 	keyA, _, _ := ed25519.GenerateKey(rand.Reader)
 	keyB, _, _ := ed25519.GenerateKey(rand.Reader)
-	_, other, _ := ed25519.GenerateKey(rand.Reader)
-	request := []byte("request")
-	ignored := 0
-	e := &attestEvents{ignored: func() { ignored++ }, pending: func(string) ([]byte, bool) { return request, true },
-		entries: map[types.UID]*eventEntry{}, byCSR: map[string]map[types.UID]*eventEntry{}, against: map[string]checkAgainst{}}
+	e, ignored, request := forgedEventSeen(t)
 	e.verify = func(contract.Attestation, string, []byte, string, ed25519.PublicKey, []string) error {
 		return fmt.Errorf("not signed by the enrolled key")
 	}
+	for _, key := range []ed25519.PublicKey{keyA, keyB, keyA} {
+		if a := e.approval("csr-x", request, "n1", key, []string{"n1"}); a != nil {
+			t.Fatal("a forged Event approves")
+		}
+	}
+	e.left("ev-1")
+	if *ignored != 1 {
+		t.Errorf("a forged Event checked against two keys and as it left: counted %d times as ignored, want 1", *ignored)
+	}
+	malformed := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "m", UID: "ev-2"}, Reason: contract.EventReasonAttested,
+		InvolvedObject: corev1.ObjectReference{Kind: "CertificateSigningRequest", Name: "csr-x"}}
+	for range 3 {
+		e.seen(trimEvent(malformed), func(string) {}) // created, then changed twice
+	}
+	if *ignored != 2 {
+		t.Errorf("a malformed Event seen three times: counted %d times as ignored in all, want 2", *ignored)
+	}
+	e.left("ev-2")
+	e.seen(trimEvent(malformed), func(string) {}) // back in the watch: counted again
+	if *ignored != 3 {
+		t.Errorf("a malformed Event back in the watch: counted %d times as ignored in all, want 3", *ignored)
+	}
+}
+
+// forgedEventSeen is attestEvents whose CSR csr-x is pending, having seen
+// Event ev-1: an approval of its request signed by a key no node
+// enrolled. ignored counts what it counts as ignored.
+func forgedEventSeen(t *testing.T) (e *attestEvents, ignored *int, request []byte) {
+	t.Helper()
+	_, other, _ := ed25519.GenerateKey(rand.Reader)
+	request, ignored = []byte("request"), new(int)
+	e = &attestEvents{ignored: func() { *ignored++ }, pending: func(string) ([]byte, bool) { return request, true },
+		entries: map[types.UID]*eventEntry{}, byCSR: map[string]map[types.UID]*eventEntry{}, against: map[string]checkAgainst{}}
 	forged := contract.Attestation{CSR: "csr-x", RequestSHA256: contract.RequestDigest(request), Verdict: contract.VerdictApprove, SANs: []string{"n1"}}.Sign("n1", other)
 	ev, err := contract.AttestationEvent("n1", "csr-x", "uid-x", forged, time.Now())
 	if err != nil {
@@ -262,26 +280,5 @@ func TestIgnoredEventCountedOncePerEvent(t *testing.T) {
 	}
 	ev.UID = "ev-1"
 	e.seen(trimEvent(ev), func(string) {})
-	for _, key := range []ed25519.PublicKey{keyA, keyB, keyA} {
-		if a := e.approval("csr-x", request, "n1", key, []string{"n1"}); a != nil {
-			t.Fatal("a forged Event approves")
-		}
-	}
-	e.left("ev-1")
-	if ignored != 1 {
-		t.Errorf("a forged Event checked against two keys and as it left: counted %d times as ignored, want 1", ignored)
-	}
-	malformed := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "m", UID: "ev-2"}, Reason: contract.EventReasonAttested,
-		InvolvedObject: corev1.ObjectReference{Kind: "CertificateSigningRequest", Name: "csr-x"}}
-	for range 3 {
-		e.seen(trimEvent(malformed), func(string) {}) // created, then changed twice
-	}
-	if ignored != 2 {
-		t.Errorf("a malformed Event seen three times: counted %d times as ignored in all, want 2", ignored)
-	}
-	e.left("ev-2")
-	e.seen(trimEvent(malformed), func(string) {}) // back in the watch: counted again
-	if ignored != 3 {
-		t.Errorf("a malformed Event back in the watch: counted %d times as ignored in all, want 3", ignored)
-	}
+	return e, ignored, request
 }

@@ -119,6 +119,26 @@ func TestFirstListOrderIsNotKnown(t *testing.T) {
 
 func anyNode(string) bool { return true }
 
+// atVersion is lists (listingAt) with a resource version.
+func atVersion(lists func(string) *corev1.Node) func(name, rv string) *corev1.Node {
+	return func(name, rv string) *corev1.Node {
+		n := lists(name)
+		n.ResourceVersion = rv
+		return n
+	}
+}
+
+// expectEarlier checks earlier(ip, name) for each name: one of the wants,
+// "|" apart.
+func expectEarlier(t *testing.T, o *observer, ip netip.Addr, what string, want map[string]string) {
+	t.Helper()
+	for name, w := range want {
+		if got := o.earlier(ip, name, anyNode); !slices.Contains(strings.Split(w, "|"), got) {
+			t.Errorf("%s: earlier lister for %s is %q, want %q", what, name, got, w)
+		}
+	}
+}
+
 // Only an eligible Node (the inventory entitles it) is an earlier lister:
 // an ineligible one listing first hides neither the eligible Node that
 // listed next nor the order among the rest.
@@ -306,11 +326,7 @@ func TestAListIsKnownBeforeItIsHandedOver(t *testing.T) {
 // stability counts from the relist.
 func TestARelistDoesNotKeepAnOrderItCannotSee(t *testing.T) {
 	t0, ip, lists := listingAt()
-	at := func(name, rv string) *corev1.Node {
-		n := lists(name)
-		n.ResourceVersion = rv
-		return n
-	}
+	at := atVersion(lists)
 	for _, tc := range []struct {
 		name string
 		// n began first, then p, both seen by the watch; the relist
@@ -332,11 +348,7 @@ func TestARelistDoesNotKeepAnOrderItCannotSee(t *testing.T) {
 		o.observe(at("n", tc.rv), t0.Add(3*time.Second), 2)
 		o.observe(at("m", "21"), t0.Add(3*time.Second), 2)
 		o.observe(at("q", "30"), t0.Add(4*time.Second), 0)
-		for name, want := range tc.want {
-			if got := o.earlier(ip, name, anyNode); !slices.Contains(strings.Split(want, "|"), got) {
-				t.Errorf("%s: earlier lister for %s is %q, want %q", tc.name, name, got, want)
-			}
-		}
+		expectEarlier(t, o, ip, tc.name, tc.want)
 		if got := o.seen("n", "n", t0.Add(time.Minute))[ip]; got != tc.seen {
 			t.Errorf("%s: n's address seen for %v, want %v", tc.name, got, tc.seen)
 		}
@@ -358,11 +370,7 @@ func TestARelistDoesNotKeepAnOrderItCannotSee(t *testing.T) {
 				o.pend(at("n", step.rv), step.list)
 			}
 			o.observe(at("n", step.rv), t0.Add(time.Duration(2+i)*time.Second), step.list)
-			for name, want := range map[string]string{"a": "n", "n": "a"} {
-				if got := o.earlier(ip, name, anyNode); got != want {
-					t.Errorf("%s handed over first, n at %s (list %d): earlier lister for %s is %q, want %q", first, step.rv, step.list, name, got, want)
-				}
-			}
+			expectEarlier(t, o, ip, fmt.Sprintf("%s handed over first, n at %s (list %d)", first, step.rv, step.list), map[string]string{"a": "n", "n": "a"})
 		}
 	}
 }
@@ -373,20 +381,12 @@ func TestARelistDoesNotKeepAnOrderItCannotSee(t *testing.T) {
 // the same relist returned.
 func TestAPendingChangeUnsettlesTheOrder(t *testing.T) {
 	t0, ip, lists := listingAt()
-	at := func(name, rv string) *corev1.Node {
-		n := lists(name)
-		n.ResourceVersion = rv
-		return n
-	}
+	at := atVersion(lists)
 	o := newObserver(4)
 	o.observe(at("n", "10"), t0, 0)
 	o.pend(at("n", "20"), 2)
 	o.pend(at("m", "21"), 2)
-	for name, want := range map[string]string{"n": "m", "m": "n"} {
-		if got := o.earlier(ip, name, anyNode); got != want {
-			t.Errorf("n returned changed by the relist, not handed over: earlier lister for %s is %q, want %q", name, got, want)
-		}
-	}
+	expectEarlier(t, o, ip, "n returned changed by the relist, not handed over", map[string]string{"n": "m", "m": "n"})
 	// A Node that did not list the address before the gap, returned
 	// changed listing it, began after every Node the watch saw list it:
 	// it holds nothing against them.
@@ -394,21 +394,13 @@ func TestAPendingChangeUnsettlesTheOrder(t *testing.T) {
 	o.observe(at("m", "11"), t0, 0)
 	o.observe(func() *corev1.Node { n := at("n", "12"); n.Status.Addresses[0].Address = "10.0.0.10"; return n }(), t0, 0)
 	o.pend(at("n", "20"), 2)
-	for name, want := range map[string]string{"m": "", "n": "m"} {
-		if got := o.earlier(ip, name, anyNode); got != want {
-			t.Errorf("n newly listing the address in the relist, not handed over: earlier lister for %s is %q, want %q", name, got, want)
-		}
-	}
+	expectEarlier(t, o, ip, "n newly listing the address in the relist, not handed over", map[string]string{"m": "", "n": "m"})
 	// Returned unchanged: n keeps its place.
 	o = newObserver(4)
 	o.observe(at("n", "10"), t0, 0)
 	o.pend(at("n", "10"), 2)
 	o.pend(at("m", "21"), 2)
-	for name, want := range map[string]string{"n": "", "m": "n"} {
-		if got := o.earlier(ip, name, anyNode); got != want {
-			t.Errorf("n returned unchanged by the relist: earlier lister for %s is %q, want %q", name, got, want)
-		}
-	}
+	expectEarlier(t, o, ip, "n returned unchanged by the relist", map[string]string{"n": "", "m": "n"})
 }
 
 // Of several earlier listers none of which is known to have begun before
