@@ -423,3 +423,66 @@ func TestTheEarlierListerNamedIsStable(t *testing.T) {
 		}
 	}
 }
+
+// A node prefix's /64 is held against a Node by every other Node listing
+// an address in it that may have begun to before it did: one the watch
+// saw begin earlier, or one of the same list (the first, or a relist),
+// whatever their names. One seen to begin later holds nothing.
+func TestPrefixListersOfOneList(t *testing.T) {
+	t0 := time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)
+	unit := netip.MustParsePrefix("2001:db8:7:1::/64")
+	node := func(name, ip string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name), ResourceVersion: "1"},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeExternalIP, Address: ip}}}}
+	}
+	type seen struct {
+		name, ip string
+		list     uint32
+	}
+	anyone := func(string, netip.Addr) bool { return true }
+	for _, tc := range []struct {
+		order []seen
+		want  map[string]string // earlierIn(unit, name)
+	}{
+		{[]seen{{"a", "2001:db8:7:1::a", 1}, {"z", "2001:db8:7:1::f", 1}}, map[string]string{"a": "z", "z": "a"}},
+		{[]seen{{"z", "2001:db8:7:1::f", 1}, {"a", "2001:db8:7:1::a", 1}}, map[string]string{"a": "z", "z": "a"}},
+		{[]seen{{"a", "2001:db8:7:1::a", 0}, {"z", "2001:db8:7:1::f", 0}}, map[string]string{"a": "", "z": "a"}},
+		{[]seen{{"z", "2001:db8:7:1::f", 0}, {"a", "2001:db8:7:1::a", 0}}, map[string]string{"z": "", "a": "z"}},
+		{[]seen{{"z", "2001:db8:7:1::f", 2}, {"a", "2001:db8:7:1::a", 2}}, map[string]string{"a": "z", "z": "a"}},
+		{[]seen{{"z", "2001:db8:7:1::f", 0}, {"a", "2001:db8:7:1::a", 2}}, map[string]string{"z": "", "a": "z"}},
+		// z lists in another /64: nothing against a; and for z, which
+		// lists nothing in this one, a holds it.
+		{[]seen{{"a", "2001:db8:7:1::a", 1}, {"z", "2001:db8:7:2::f", 1}}, map[string]string{"a": "", "z": "a"}},
+		// Not yet handed over (a list returned it): after every Node the
+		// watch delivered, tied with its own list's.
+		{[]seen{{"z", "2001:db8:7:1::f", 0}}, map[string]string{"z": ""}},
+	} {
+		o := newObserver(4)
+		for i, s := range tc.order {
+			o.observe(node(s.name, s.ip), t0.Add(time.Duration(i)*time.Second), s.list)
+		}
+		for name, want := range tc.want {
+			if got := o.earlierIn(unit, name, anyone); got != want {
+				t.Errorf("seen %v: the /64's earlier lister for %s is %q, want %q", tc.order, name, got, want)
+			}
+		}
+	}
+	// Pending: a list returned b (not handed over yet); a, seen by the
+	// watch before that list, is earlier; b of the same list as c ties.
+	o := newObserver(4)
+	o.observe(node("a", "2001:db8:7:1::a"), t0, 0)
+	o.pend(node("b", "2001:db8:7:1::b"), 2)
+	o.pend(node("c", "2001:db8:7:1::c"), 2)
+	for name, want := range map[string]string{"a": "", "b": "a|c", "c": "a|b"} {
+		if got := o.earlierIn(unit, name, anyone); !slices.Contains(strings.Split(want, "|"), got) {
+			t.Errorf("pending b and c: the /64's earlier lister for %s is %q, want %q", name, got, want)
+		}
+	}
+	// Only an eligible Node counts.
+	o = newObserver(4)
+	o.observe(node("a", "2001:db8:7:1::a"), t0, 1)
+	o.observe(node("z", "2001:db8:7:1::f"), t0, 1)
+	if got := o.earlierIn(unit, "z", func(n string, _ netip.Addr) bool { return n != "a" }); got != "" {
+		t.Errorf("an ineligible Node holds the /64: %q", got)
+	}
+}
