@@ -779,37 +779,6 @@ func TestListersOfTheFirstListAreContested(t *testing.T) {
 	}
 }
 
-// TestPrefixListersOfTheFirstListAreContested: two Nodes list addresses in
-// one /64 (not a shared one) that no record holds when the coordinator
-// starts. Its first list cannot say which began first, so neither carves
-// its pod segment from that node prefix, whatever their names: each holds
-// it against the other (an Event names it), and both get their IPv6 pod
-// CIDR from the pool. A node choosing a name that sorts first must not win
-// a node prefix by a coordinator's restart.
-func TestPrefixListersOfTheFirstListAreContested(t *testing.T) {
-	const unit = "2001:db8:53:1::/64"
-	a := register(t, "prefix-list-a", "10.0.53.1")
-	b := register(t, "prefix-list-b", "10.0.53.2")
-	for _, n := range []struct {
-		*simNode
-		v6 string
-	}{{a, "2001:db8:53:1::a"}, {b, "2001:db8:53:1::b"}} {
-		n.publish(t, report{providerID: "talos://metal/" + n.ip.String(), externalIPs: []string{n.v6}, prefixes: []string{unit}})
-	}
-	startCoordinator(t, "prefix-list", ipamSettings)
-	for self, other := range map[string]string{"prefix-list-a": "prefix-list-b", "prefix-list-b": "prefix-list-a"} {
-		waitFor(t, 20*time.Second, self+" initialized", func() bool { return initialized(get(t, self)) })
-		eventSays(t, 20*time.Second, self, "PrefixHeldByOtherNode", "is Node "+other+"'s")
-		cidrs := podCIDRs(t, get(t, self))
-		if len(cidrs) != 2 || !netip.MustParsePrefix("fd00:10:244::/64").Overlaps(cidrs[1]) {
-			t.Errorf("%s: pod CIDRs %v, want its IPv6 one from the pool, not from %s", self, cidrs, unit)
-		}
-		if p := recordOf(t, self).Spec.Prefix; p != "" {
-			t.Errorf("%s's record holds node prefix %s", self, p)
-		}
-	}
-}
-
 func recordedClaims(t testing.TB, name string) []string {
 	t.Helper()
 	var out []string

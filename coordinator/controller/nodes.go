@@ -56,9 +56,6 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 		return err
 	}
 	in := nodestate.Input{Node: node, Record: rec, Reserved: c.reservedFor(node), Near: c.records.Near, Now: time.Now()}
-	in.PrefixListers = func(unit netip.Prefix) string {
-		return c.observer.earlierIn(unit, name, func(other string, ip netip.Addr) bool { return records.Bound(c.inventory, other, ip) == nil })
-	}
 	in.HasV4, in.HasV6 = c.cidrs.families()
 	in.Review = c.review(node)
 	in.ServingCSRs, in.Asked = c.servingCSRs.Load(), c.kubeletAsked(node)
@@ -237,7 +234,7 @@ func (c *Coordinator) report(node *corev1.Node, d nodestate.Desired) {
 	}
 	if h := d.PrefixHolder; h != "" {
 		if c.say(node, "node", name, corev1.EventTypeWarning, "PrefixHeldByOtherNode", fmt.Sprintf(
-			"node prefix %s is Node %s's (it listed or claimed an address in it first, or carves from it; of two whose order is not known, each holds it against the other): no pod segment is carved from it for this Node. "+
+			"node prefix %s is Node %s's (it claimed an address in it first, or carves from it): no pod segment is carved from it for this Node. "+
 				"If %s is not entitled to it, delete that Node or bind the network to this Node's name in the coordinator's inventory; if the prefix is shared on one link, list it in ipam.sharedPrefixes",
 			d.PrefixSet, h, h)) {
 			c.m.Contested.WithLabelValues("prefix").Inc()

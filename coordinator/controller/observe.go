@@ -149,35 +149,6 @@ func (o *observer) earlier(ip netip.Addr, self string, eligible func(node string
 func (o *observer) earlierOf(ip netip.Addr, self string, selfHanded bool, eligible func(node string) bool) string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	l := o.listersOf(ip)
-	if len(l) > 2 {
-		// Which of several that none is known to precede is named must not
-		// depend on the order they are held in.
-		l = slices.SortedFunc(slices.Values(l), func(a, b lister) int { return strings.Compare(a.name, b.name) })
-	}
-	i := slices.IndexFunc(l, func(l lister) bool { return l.name == self })
-	if !selfHanded {
-		i = -1
-	}
-	var best *lister
-	for _, other := range l {
-		if other.name == self || (i >= 0 && other.after(l[i])) || !eligible(other.name) {
-			continue
-		}
-		if best == nil || best.after(other) || !other.after(*best) && other.name < best.name {
-			best = &other
-		}
-	}
-	if best == nil {
-		return ""
-	}
-	return best.name
-}
-
-// listersOf are the Nodes listing ip, handed over or pending, each with
-// what the observer knows of when it began to; o.mu is held. The slice
-// may be o.byIP's own: callers do not change it.
-func (o *observer) listersOf(ip netip.Addr) []lister {
 	l := o.byIP[ip]
 	if len(o.pendingBy) > 0 {
 		// A Node handed over listing ip before a list returned it changed
@@ -210,52 +181,28 @@ func (o *observer) listersOf(ip netip.Addr) []lister {
 			l = append(l, lister{name: name, from: pendingFrom, to: pendingFrom, list: list})
 		}
 	}
-	return l
-}
-
-// earlierIn returns another Node (eligible for the address it lists)
-// listing an address inside unit (a node prefix's /64, or a shorter
-// prefix) that may have begun to before self began to list any address
-// there, "" when none: the first in name order. A /64 goes to the Node
-// that listed an address in it first, as an address does: what one list
-// returned holds against the rest of that list, whatever their names.
-// When self lists nothing there the observer knows of, every other does.
-func (o *observer) earlierIn(unit netip.Prefix, self string, eligible func(node string, ip netip.Addr) bool) string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	type other struct {
-		lister
-		ip netip.Addr
+	if len(l) > 2 {
+		// Which of several that none is known to precede is named must not
+		// depend on the order they are held in.
+		l = slices.SortedFunc(slices.Values(l), func(a, b lister) int { return strings.Compare(a.name, b.name) })
 	}
-	var mine []lister
-	var others []other
-	seen := map[netip.Addr]bool{}
-	consider := func(ip netip.Addr) {
-		if seen[ip] || !ip.Is6() || !unit.Contains(ip) {
-			return
+	i := slices.IndexFunc(l, func(l lister) bool { return l.name == self })
+	if !selfHanded {
+		i = -1
+	}
+	var best *lister
+	for _, other := range l {
+		if other.name == self || (i >= 0 && other.after(l[i])) || !eligible(other.name) {
+			continue
 		}
-		seen[ip] = true
-		for _, x := range o.listersOf(ip) {
-			if x.name == self {
-				mine = append(mine, x)
-			} else {
-				others = append(others, other{x, ip})
-			}
+		if best == nil || best.after(other) || !other.after(*best) && other.name < best.name {
+			best = &other
 		}
 	}
-	for ip := range o.byIP {
-		consider(ip)
+	if best == nil {
+		return ""
 	}
-	for ip := range o.pending {
-		consider(ip)
-	}
-	slices.SortFunc(others, func(a, b other) int { return strings.Compare(a.name, b.name) })
-	for _, x := range others {
-		if eligible(x.name, x.ip) && !slices.ContainsFunc(mine, func(m lister) bool { return x.after(m) }) {
-			return x.name
-		}
-	}
-	return ""
+	return best.name
 }
 
 // changedIn says whether a list returned a version of the Node other than

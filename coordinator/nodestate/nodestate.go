@@ -87,11 +87,6 @@ type Input struct {
 	FirstSeen map[netip.Addr]time.Time
 	// Near is what other records hold around a prefix (records.Store.Near).
 	Near func(netip.Prefix) []records.Holding
-	// PrefixListers is another Node listing an address inside a node
-	// prefix's unit (records.Unit) that may have begun to before this Node
-	// began to list any there, as the coordinator observed ("" when none):
-	// where no record decides a prefix yet, it holds it.
-	PrefixListers func(netip.Prefix) string
 	// HasV4, HasV6: the allocator hands out segments of that family.
 	HasV4, HasV6 bool
 	Review       Review
@@ -353,14 +348,6 @@ func (d *Desired) nodePrefix(s Settings, in Input, name, held string, existing [
 		near = in.Near(set)
 	}
 	prefix, holder := records.NodePrefix(name, set, d.Claims, held, near, s.Shared, existing)
-	if holder == "" && len(existing) == 0 && prefix != held && in.PrefixListers != nil {
-		// No record decides it yet: it is the Node's that listed an address
-		// in it first, as an address is (two of one list hold it against
-		// each other).
-		if other := in.PrefixListers(records.Unit(set)); other != "" {
-			prefix, holder = held, other
-		}
-	}
 	if holder == "" || len(existing) > 0 {
 		return prefix
 	}

@@ -266,36 +266,6 @@ func TestPrefixHeldByAnotherNode(t *testing.T) {
 	}
 }
 
-// A node prefix no record decides yet goes to the Node that listed an
-// address in its /64 first, as the coordinator saw: another that may have
-// listed one there earlier (the same list, whatever the names) holds it,
-// and the IPv6 pool serves. A Node already holding it keeps it.
-func TestPrefixHeldByAnEarlierLister(t *testing.T) {
-	s, node := dualStack(t)
-	asked := netip.Prefix{}
-	base := nodestate.Input{Node: node, Now: now, HasV4: true, HasV6: true, PrefixListers: func(p netip.Prefix) string { asked = p; return "n0" }}
-	d, err := nodestate.Decide(s, base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d.PrefixHolder != "n0" || d.Request.IPv6Prefix.IsValid() || !d.Request.IPv6 || asked != netip.MustParsePrefix("2001:db8:1:2::/64") {
-		t.Fatalf("an earlier lister in the /64: holder %q, request %+v, asked about %v (want n0, the IPv6 pool)", d.PrefixHolder, d.Request, asked)
-	}
-	if d.Record != nil && d.Record.Prefix != "" {
-		t.Errorf("the node prefix was recorded: %q", d.Record.Prefix)
-	}
-	first := base
-	first.PrefixListers = func(netip.Prefix) string { return "" }
-	if d, _ := nodestate.Decide(s, first); !d.Request.IPv6Prefix.IsValid() || d.PrefixHolder != "" {
-		t.Errorf("no earlier lister: request %+v holder %q, want the node prefix", d.Request, d.PrefixHolder)
-	}
-	holding := base
-	holding.Record = &records.Record{Name: "n1", ResourceVersion: "2", Spec: records.Spec{NodeUID: "uid-1", Prefix: "2001:db8:1:2::/64"}}
-	if d, _ := nodestate.Decide(s, holding); !d.Request.IPv6Prefix.IsValid() || d.PrefixHolder != "" {
-		t.Errorf("the Node's record holds the prefix: request %+v holder %q, want it kept", d.Request, d.PrefixHolder)
-	}
-}
-
 func TestSteadyStateWritesNothing(t *testing.T) {
 	s := settings(t, "")
 	in := nodestate.Input{Node: joined("n1", "uid-1", "10.0.0.1", agentKey(1)), Now: now, HasV4: true}

@@ -142,9 +142,6 @@ func InPrefix(node string, ip netip.Addr, near []Holding) string {
 	return ""
 }
 
-// Unit is what one Node owns when it carves from p (unit).
-func Unit(p netip.Prefix) netip.Prefix { return unit(p) }
-
 // unit is what one Node owns when it carves from p: the whole /64 for a
 // longer prefix (so that no one takes a /96 of a /64 another Node claimed
 // first, or claims an address beside a carved /96), p itself otherwise.
