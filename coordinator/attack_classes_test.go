@@ -154,6 +154,70 @@ func TestAttackClasses(t *testing.T) {
 		}
 	})
 
+	// Class 6 again: the renewal rule knows the certificate it approved by
+	// the CSR object (its UID), not by the name the requester chose.
+	// kube-controller-manager's cleaner deletes an issued CSR after an
+	// hour, while its certificate stays valid: root on the node (credential
+	// and agent key) may then use the name again.
+	t.Run("renewal memory across a CSR name used again", func(t *testing.T) {
+		n := honestJoin(t, "reuser", "10.0.8.60", nil)
+		n.csr("reuser-1", []string{"reuser"}, "10.0.8.60")
+		n.agentAttests("reuser-1")
+		issued(t, "reuser-1")
+		more := []string{"reuser", "reuser.nodes.example.com"}
+		deleteCSR(t, "reuser-1") // as kube-controller-manager's cleaner does
+		// The recorded name, another request with other names.
+		n.csr("reuser-1", more, "10.0.8.60")
+		n.attest("reuser-1", n.key)
+		t.Logf("reuser-1 again: %s", heldWith(t, "reuser-1", "RenewalNamesChanged"))
+		// While that one is pending under the recorded name, another name.
+		n.csr("reuser-2", more, "10.0.8.60")
+		n.attest("reuser-2", n.key)
+		t.Logf("reuser-2: %s", heldWith(t, "reuser-2", "RenewalNamesChanged"))
+		// A request under the recorded name that is denied does not clear
+		// what the record keeps of the issued certificate.
+		deleteCSR(t, "reuser-1")
+		n.csr("reuser-1", []string{"reuser", "elsewhere.example.com"}, "10.0.8.60")
+		n.attest("reuser-1", n.key)
+		until(t, 20*time.Second, "reuser-1 (bad names) denied", func() bool {
+			c, _ := csrCondition(t, "reuser-1")
+			return c.Type == certificatesv1.CertificateDenied
+		})
+		n.csr("reuser-3", more, "10.0.8.60")
+		n.attest("reuser-3", n.key)
+		t.Logf("reuser-3: %s", heldWith(t, "reuser-3", "RenewalNamesChanged"))
+		if s := nodeRecord(t, "reuser").Spec.Serving; s == nil || s.CSR != "reuser-1" || len(s.SANs) != 2 || !slices.Contains(s.SANs, "dns:reuser") || !slices.Contains(s.SANs, "ip:10.0.8.60") {
+			t.Fatalf("the record keeps %+v of the issued certificate, want its SANs", s)
+		}
+	})
+
+	// Class 5 (names): a DNS name two Nodes' identities give them, one as
+	// its Node name and one through the admin's "{node}" pattern, is
+	// certified to neither. The attacker joins a Node named after the
+	// victim's pattern name, with its own agent key.
+	t.Run("a name two Nodes derive from their identities", func(t *testing.T) {
+		victim := honestJoin(t, "twin", "10.0.8.61", nil)
+		squat := honestJoin(t, "twin.nodes.example.com", "10.0.8.62", nil)
+		squat.csr("twin-squat", []string{"twin.nodes.example.com"}, "10.0.8.62")
+		squat.attest("twin-squat", squat.key)
+		t.Logf("the squatter's own name: %s", refused(t, "twin-squat"))
+		victim.csr("twin-own", []string{"twin", "twin.nodes.example.com"}, "10.0.8.61")
+		victim.attest("twin-own", victim.key)
+		until(t, 20*time.Second, "twin-own held", func() bool {
+			if c, _ := csrCondition(t, "twin-own"); c.Type != "" {
+				t.Fatalf("twin-own decided (%s): %s; want it held while both Nodes exist", c.Type, c.Message)
+			}
+			return slices.ContainsFunc(eventsFor(t, "twin-own"), func(e corev1.Event) bool {
+				return e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, "twin.nodes.example.com")
+			})
+		})
+		// The squatter gone, the name is the victim's.
+		if err := adminClient().CoreV1().Nodes().Delete(t.Context(), "twin.nodes.example.com", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		issued(t, "twin-own")
+	})
+
 	// Class 3: a node prefix is carved for one Node, and no segment is
 	// carved around an address recorded for another. The attacker (root on
 	// a node it joined) lists an unused address of the victim's /64 before
@@ -289,4 +353,17 @@ func eventWith(t *testing.T, name, reason string) string {
 		return false
 	})
 	return msg
+}
+
+// deleteCSR deletes a CSR as an admin (or kube-controller-manager's
+// cleaner) does, and waits until it is gone.
+func deleteCSR(t *testing.T, name string) {
+	t.Helper()
+	if err := adminClient().CertificatesV1().CertificateSigningRequests().Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	until(t, 10*time.Second, name+" gone", func() bool {
+		_, err := adminClient().CertificatesV1().CertificateSigningRequests().Get(t.Context(), name, metav1.GetOptions{})
+		return err != nil
+	})
 }

@@ -312,6 +312,17 @@ func EnrolCommand(node string) string {
 	return fmt.Sprintf(`kubectl patch noderecord %s --type=json -p '[{"op":"copy","from":"/spec/pendingAgentKey","path":"/spec/agentKey"}]'`, node)
 }
 
+// FloodLimit is the flood guard's limit for csr.maxPending; 0: no guard.
+// The default (0) sets none. FloodCount counts only requesters with a
+// Node, each at most twice, so a limit that grows with the Nodes (as
+// OpenShift's machines + 100 does, and this guard's Nodes + 100 did) is
+// crossed by Nodes alone: registering Nodes (the bootstrap token every
+// Talos worker carries mints them), or kubelets that keep an older
+// request pending beside a new one, would pause approval for everyone.
+// Each CSR is still checked on its own; an admin who wants a pause above
+// some number sets it.
+func FloodLimit(maxPending int) int { return max(maxPending, 0) }
+
 // FloodCount is what csr.maxPending limits, from the pending serving CSRs
 // of each requester (by node name): only requesters with a Node count, each
 // at most twice, so one node filing in a loop cannot pause approval for

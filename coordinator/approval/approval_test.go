@@ -452,3 +452,25 @@ func TestFloodCount(t *testing.T) {
 		})
 	}
 }
+
+// TestNodesAloneNeverPauseTheDefaultGuard: at csr.maxPending's default, no
+// number of Nodes pauses approval, each with as many pending CSRs as it
+// likes. Nodes are what the bootstrap token every Talos worker carries
+// mints, and kubelets keep an older request pending beside a new one, so
+// a default that Nodes can cross is a switch anyone can flip for everyone.
+func TestNodesAloneNeverPauseTheDefaultGuard(t *testing.T) {
+	for _, n := range []int{0, 1, 50, 100, 101, 150, 1000, 5000} {
+		pending := map[string]int{}
+		for i := range n {
+			pending[fmt.Sprintf("node-%d", i)] = 2 + i%3
+		}
+		count := FloodCount(pending, func(string) bool { return true })
+		if limit := FloodLimit(0); limit > 0 && count > limit {
+			t.Errorf("%d Nodes with pending CSRs count %d, over the default limit %d: approval paused for everyone", n, count, limit)
+		}
+		// An admin's limit still pauses.
+		if limit := FloodLimit(10); n > 5 && (limit != 10 || count <= limit) {
+			t.Errorf("%d Nodes: csr.maxPending 10 gives limit %d against count %d", n, limit, count)
+		}
+	}
+}

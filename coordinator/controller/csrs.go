@@ -142,7 +142,7 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 	var sans []string
 	if parsed, err := in.CSR.Parse(); err == nil {
 		sans = contract.RequestSANs(parsed)
-		in.Facts.Names, in.Facts.Hostnames = c.names(parsed.DNSNames, self.Name)
+		in.Facts.Names, in.Facts.Hostnames, in.Facts.SharedNames = c.names(parsed.DNSNames, self.Name)
 		in.Facts.ReservedNames, in.Facts.APIServerNames, in.Facts.ControlPlane = c.settings.CSR.ReservedNames, c.cfg.APIServerNames, c.controlPlane(self)
 		for _, raw := range parsed.IPAddresses {
 			ip, ok := netip.AddrFromSlice(raw)
@@ -180,7 +180,11 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 				in.Attestation = a
 			}
 		}
-		in.PreviousSANs = c.previousSANs(rec, csr.Name, now)
+	}
+	if rec != nil {
+		// The last certificate survives the Node object (records.Survives):
+		// the renewal rule holds whatever happened to it.
+		in.PreviousSANs = c.previousSANs(rec, now)
 	}
 	if in.Review != "" && in.Review != csr.Name {
 		if other, err := c.csr(in.Review); err == nil && pending(other) && csrcheck.NodeName(other.Spec.Username) == nodeName {
@@ -191,14 +195,18 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 }
 
 // previousSANs are the SANs of the node's last approved certificate while
-// it is valid, for the renewal rule; nil when there is none, when csr is
-// that certificate's own request, or when that request was not approved.
-func (c *Coordinator) previousSANs(rec *records.Record, csr string, now time.Time) []string {
+// it is valid, for the renewal rule; nil when there is none, or when its
+// request, still there, was not approved (the record names a certificate
+// before the approval is written). The CSR being decided is compared too,
+// whatever its name: the recorded one's own request names the same SANs,
+// and another object under that name (the name is free once the issued
+// CSR is deleted) is a new request like any other.
+func (c *Coordinator) previousSANs(rec *records.Record, now time.Time) []string {
 	s := rec.Spec.Serving
-	if s == nil || s.CSR == csr || now.After(s.ValidUntil) {
+	if s == nil || now.After(s.ValidUntil) {
 		return nil
 	}
-	if prev, err := c.csr(s.CSR); err == nil && !approved(prev) {
+	if prev, err := c.csr(s.CSR); err == nil && s.Is(prev.Name, string(prev.UID)) && !approved(prev) {
 		return nil
 	}
 	return s.SANs
@@ -233,10 +241,7 @@ func (c *Coordinator) pendingCount() (count, limit int) {
 		}
 	}
 	count = approval.FloodCount(byRequester, func(name string) bool { _, err := c.nodes.Get(name); return err == nil })
-	limit = c.settings.CSR.MaxPending
-	if limit == 0 {
-		limit = len(c.nodeIndex.ListKeys()) + 100
-	}
+	limit = approval.FloodLimit(c.settings.CSR.MaxPending)
 	c.m.PendingCSRs.Set(float64(count))
 	guard := 0.0
 	if limit > 0 && count > limit {
@@ -301,7 +306,7 @@ func (c *Coordinator) servingUnderReview(node, name string) *records.Serving {
 // serving is what the record keeps of csr's certificate, whose request
 // names sans.
 func (c *Coordinator) serving(csr *certificatesv1.CertificateSigningRequest, sans []string) *records.Serving {
-	return &records.Serving{CSR: csr.Name, SANs: sans, ValidUntil: time.Now().Add(c.certDuration(csr)).UTC().Truncate(time.Second)}
+	return &records.Serving{CSR: csr.Name, UID: string(csr.UID), SANs: sans, ValidUntil: time.Now().Add(c.certDuration(csr)).UTC().Truncate(time.Second)}
 }
 
 // certDuration is how long the certificate csr asks for will be valid at most.
@@ -431,8 +436,8 @@ func (c *Coordinator) handedOff(csr string) {
 }
 
 // recordServing keeps the record's serving SANs true after a decision:
-// set on an approval of another CSR than the one recorded, cleared on a
-// denial of the recorded one.
+// set on an approval of another CSR object than the one recorded, cleared
+// on a denial of the recorded one (the same object: Serving.Is).
 func (c *Coordinator) recordServing(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, d approval.Decision) error {
 	nodeName := csrcheck.NodeName(csr.Spec.Username)
 	rec, err := c.records.Get(nodeName)
@@ -441,9 +446,9 @@ func (c *Coordinator) recordServing(ctx context.Context, csr *certificatesv1.Cer
 	}
 	next := rec.Spec
 	switch {
-	case d.Action == approval.Approve && (rec.Spec.Serving == nil || rec.Spec.Serving.CSR != csr.Name):
+	case d.Action == approval.Approve && !rec.Spec.Serving.Is(csr.Name, string(csr.UID)):
 		next.Serving = c.serving(csr, d.SANs)
-	case d.Action == approval.Deny && rec.Spec.Serving != nil && rec.Spec.Serving.CSR == csr.Name:
+	case d.Action == approval.Deny && rec.Spec.Serving.Is(csr.Name, string(csr.UID)):
 		next.Serving = nil
 	default:
 		return nil

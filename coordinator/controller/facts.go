@@ -143,22 +143,32 @@ func hasLabel(node *corev1.Node, key string) bool {
 	return ok
 }
 
-// names maps each of the DNS names that is a Node's name, or that a
-// "{node}" pattern gives another Node by its name (csrcheck.IdentityOwners),
-// to that Node (authenticated: a node creates only its own Node), and each
-// that another Node lists as its Hostname (node-written: a conflict to
-// hold, never a reason to deny) to that Node.
-func (c *Coordinator) names(dns []string, self string) (names, hosts map[string]string) {
-	names, hosts = map[string]string{}, map[string]string{}
+// names sorts the DNS names of self's request by who else may have them.
+// A name that another existing Node's identity gives it (its Node name, or
+// a "{node}" pattern's name: csrcheck.IdentityOwners), and self's does not,
+// maps to that Node in names: never certified to self. One that self's
+// identity gives it too maps to the other Node in shared: certified to
+// neither while both exist. A node creates only its own Node, so these are
+// authenticated. One that another Node lists as its Hostname (node-written:
+// a conflict to hold, never a reason to deny) maps to that Node in hosts.
+func (c *Coordinator) names(dns []string, self string) (names, hosts, shared map[string]string) {
+	names, hosts, shared = map[string]string{}, map[string]string{}, map[string]string{}
 	for _, n := range dns {
 		lower := strings.ToLower(n)
-		if node, err := c.nodes.Get(lower); err == nil {
-			names[lower] = node.Name
+		// The requester's identity is authenticated, whether or not its
+		// Node is in the informer yet.
+		owners := csrcheck.IdentityOwners(lower, c.policy)
+		mine := slices.Contains(owners, self)
+		others := c.existing(slices.DeleteFunc(owners, func(o string) bool { return o == self }))
+		switch {
+		case len(others) > 0 && !mine:
+			names[lower] = others[0]
 			continue
-		}
-		if owner := c.identityOwner(lower, self); owner != "" {
-			names[lower] = owner
+		case len(others) > 0:
+			shared[lower] = others[0]
 			continue
+		case mine:
+			continue // csrcheck.FromIdentity gives it the name
 		}
 		objs, _ := c.nodeIndex.ByIndex(byHostname, lower)
 		for _, o := range objs {
@@ -168,22 +178,18 @@ func (c *Coordinator) names(dns []string, self string) (names, hosts map[string]
 			}
 		}
 	}
-	return names, hosts
+	return names, hosts, shared
 }
 
-// identityOwner is the other Node whose name a "{node}" pattern turns into
-// name, "" when none exists or self is one of them.
-func (c *Coordinator) identityOwner(name, self string) string {
-	owners := csrcheck.IdentityOwners(name, c.policy)
-	if slices.Contains(owners, self) {
-		return ""
-	}
-	for _, o := range owners[1:] {
-		if node, err := c.nodes.Get(o); err == nil {
-			return node.Name
+// existing are the names in names that are existing Nodes', in order.
+func (c *Coordinator) existing(names []string) []string {
+	var out []string
+	for _, n := range names {
+		if node, err := c.nodes.Get(n); err == nil {
+			out = append(out, node.Name)
 		}
 	}
-	return ""
+	return out
 }
 
 // hostnames indexes Nodes by their Hostname addresses.

@@ -175,9 +175,18 @@ func Decide(s Settings, in Input) (Desired, error) {
 		rep.Metadata = &md
 		refusedID = fmt.Sprintf("providerID %q: the API server refused it (%s)", r.ID, r.Reason)
 	}
+	// A record describes one Node object (NodeUID). The first sync of
+	// another object of its name releases what it held for the old one,
+	// as that object's deletion does (records.Released), whatever this
+	// one is waiting for: the old claims are nobody's now, and must not
+	// hold other Nodes' addresses in the name of an object that is gone.
+	stale := staleRecord(node, rec)
 	if len(rep.Problems) > 0 {
 		d.Malformed = rep.Problems
 		d.Record = releaseWithdrawn(node, rec, cfg.MaxNodeAddresses)
+		if stale != nil {
+			d.Record = stale
+		}
 		return d, nil
 	}
 	uninitialized := contract.Uninitialized(node)
@@ -197,6 +206,7 @@ func Decide(s Settings, in Input) (Desired, error) {
 	existing, err := finalize.PodCIDRs(node)
 	if err != nil {
 		d.InvalidPodCIDR = err
+		d.Record = stale
 		return d, nil
 	}
 
@@ -238,6 +248,7 @@ func Decide(s Settings, in Input) (Desired, error) {
 		if refusedID != "" {
 			d.Plan.Refused = append(d.Plan.Refused, refusedID+"; initialization waits for one set by whoever may")
 		}
+		d.Record = stale
 		return d, nil
 	}
 	d.Initialize = uninitialized
@@ -358,6 +369,21 @@ func (d *Desired) nodePrefix(s Settings, in Input, name, held string, existing [
 
 // releaseWithdrawn is rec without the addresses node no longer lists, and
 // nothing else changed; nil when that changes nothing.
+// staleRecord is rec released (records.Released) when it describes
+// another Node object than node and still holds more than that; nil
+// otherwise. A record without a NodeUID describes whichever Node has the
+// name.
+func staleRecord(node *corev1.Node, rec *records.Record) *records.Spec {
+	if rec == nil || rec.Spec.NodeUID == "" || rec.Spec.NodeUID == string(node.UID) {
+		return nil
+	}
+	kept := records.Released(rec.Spec)
+	if kept.Equal(rec.Spec) {
+		return nil
+	}
+	return &kept
+}
+
 func releaseWithdrawn(node *corev1.Node, rec *records.Record, max int) *records.Spec {
 	if rec == nil || rec.Spec.NodeUID != string(node.UID) {
 		return nil

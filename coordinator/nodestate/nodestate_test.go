@@ -557,3 +557,41 @@ func TestAddressInOwnPodCIDR(t *testing.T) {
 		})
 	}
 }
+
+// TestARecreatedNodeReleasesTheOldObjectsClaims: a record describes one
+// Node object (its NodeUID). When the coordinator first syncs another
+// object of the name (the old one deleted, and registered again before
+// the deletion was synced), the old object's claims, prefix and grants are
+// released at once, whatever the new object is waiting for: they are
+// nobody's, and other Nodes listing those addresses must not be held by
+// a name that no longer lists them.
+func TestARecreatedNodeReleasesTheOldObjectsClaims(t *testing.T) {
+	s := settings(t, "")
+	old := records.Spec{NodeUID: "uid-old", EnrolUID: "uid-old", AgentKey: agentKey(1), Prefix: "2001:db8:1::/64",
+		Addresses:     []records.Claim{{IP: "10.0.0.1", Since: now.Add(-time.Hour)}, {IP: "2001:db8:1::1", Since: now.Add(-time.Hour)}},
+		GrantedLabels: []string{"example.com/x=y"}}
+	rec := &records.Record{Name: "n1", ResourceVersion: "3", Spec: old}
+	waiting := joined("n1", "uid-new", "10.0.0.1", agentKey(1))
+	delete(waiting.Annotations, contract.AnnotationMetadata) // no report yet
+	malformed := joined("n1", "uid-new", "10.0.0.1", agentKey(1))
+	malformed.Annotations[contract.AnnotationRequestedLabels] = "{not json"
+	badCIDR := joined("n1", "uid-new", "10.0.0.1", agentKey(1))
+	badCIDR.Spec.PodCIDRs = []string{"not a CIDR"}
+	for name, node := range map[string]*corev1.Node{"waiting for its report": waiting, "a malformed report": malformed, "an invalid pod CIDR": badCIDR} {
+		t.Run(name, func(t *testing.T) {
+			d := decide(t, s, nodestate.Input{Node: node, Record: rec, Now: now, HasV4: true})
+			want := records.Released(old)
+			if d.Record == nil || !d.Record.Equal(want) {
+				t.Fatalf("record %+v, want the old object's claims released: %+v", d.Record, want)
+			}
+			if d.Patch != nil {
+				t.Errorf("patch %s", d.Patch)
+			}
+			// Released once: the next sync writes nothing more.
+			again := decide(t, s, nodestate.Input{Node: node, Record: &records.Record{Name: "n1", Spec: *d.Record}, Now: now, HasV4: true})
+			if again.Record != nil {
+				t.Errorf("second sync writes %+v", again.Record)
+			}
+		})
+	}
+}

@@ -234,3 +234,29 @@ func TestPrefixHolder(t *testing.T) {
 		t.Errorf("InPrefix of its own = %q", got)
 	}
 }
+
+// TestServingIs: the certificate the record names is one CSR object. The
+// same name on another object (the name is free once the issued CSR is
+// deleted) is not it, so it neither skips nor clears the renewal rule.
+func TestServingIs(t *testing.T) {
+	s := &Serving{CSR: "csr-1", UID: "u1"}
+	legacy := &Serving{CSR: "csr-1"}
+	for _, c := range []struct {
+		name string
+		s    *Serving
+		csr  string
+		uid  string
+		want bool
+	}{
+		{"the recorded object", s, "csr-1", "u1", true},
+		{"its name on another object", s, "csr-1", "u2", false},
+		{"another name", s, "csr-2", "u1", false},
+		{"no certificate recorded", nil, "csr-1", "u1", false},
+		{"a record from before UIDs: the name alone", legacy, "csr-1", "u2", true},
+		{"a record from before UIDs, another name", legacy, "csr-2", "u2", false},
+	} {
+		if got := c.s.Is(c.csr, c.uid); got != c.want {
+			t.Errorf("%s: Is(%q, %q) = %v, want %v", c.name, c.csr, c.uid, got, c.want)
+		}
+	}
+}

@@ -87,9 +87,22 @@ type Claim struct {
 
 // Serving is the serving certificate the coordinator approved.
 type Serving struct {
-	CSR        string    `json:"csr"`
+	CSR string `json:"csr"`
+	// UID is the CSR object's: a CSR's name is the requester's choice and
+	// free again once the object is deleted (kube-controller-manager's
+	// cleaner deletes an issued CSR after an hour), so only the name and
+	// the UID together say "this certificate's own request" (Is). Empty
+	// in records written before it was kept.
+	UID        string    `json:"uid,omitempty"`
 	SANs       []string  `json:"sans"`
 	ValidUntil time.Time `json:"validUntil"`
+}
+
+// Is reports whether the serving certificate was approved for this CSR
+// object: the name and the UID, or the name alone for a record from
+// before UIDs were kept.
+func (s *Serving) Is(csr string, uid string) bool {
+	return s != nil && s.CSR == csr && (s.UID == "" || s.UID == uid)
 }
 
 // holdings lists the record's IPv6 claims and carved prefix, as node's.

@@ -113,6 +113,11 @@ type Facts struct {
 	// name another Node lists is held pending, never decided on, unless
 	// the requester's identity gives it the name (FromIdentity).
 	Names, Hostnames map[string]string
+	// SharedNames maps a name that the requester's identity gives it and
+	// another existing Node's identity gives that Node too (one's Node
+	// name, the other's through a "{node}" pattern) to that other Node:
+	// certified to neither while both exist, held, never denied.
+	SharedNames map[string]string
 	// ReservedNames are names no certificate ever carries, whoever asks,
 	// even as a node's own name: the admin's csr.reservedNames.
 	ReservedNames []string
@@ -526,6 +531,10 @@ func CheckDNSSAN(name, node string, facts Facts, policy Policy) error {
 	}
 	if owner := facts.Names[lower]; owner != "" && owner != node {
 		return fmt.Errorf("DNS SAN %q is Node %s's name", name, owner)
+	}
+	if other := facts.SharedNames[lower]; other != "" && other != node {
+		return retryError{msg: fmt.Sprintf("DNS SAN %q is Node %s's by its identity as well as this Node's (one's Node name, the other's through a \"{node}\" pattern): "+
+			"certified to neither while both exist; it stays pending (delete the Node that should not have it)", name, other), conflict: true}
 	}
 	if FromIdentity(lower, node, policy) {
 		return nil

@@ -112,3 +112,29 @@ func TestIdentityOwners(t *testing.T) {
 		}
 	}
 }
+
+// TestSharedIdentityNames: a Node named after another's "{node}" name
+// ("w.nodes.example.com", and "w" with the pattern "{node}.nodes.example.com"):
+// each one's identity gives it the name, so neither is certified for it
+// and neither is denied (the coordinator's facts map it, for each, to the
+// other Node: SharedNames). Whichever of them registered first.
+func TestSharedIdentityNames(t *testing.T) {
+	policy := Policy{DNSPatterns: []string{"{node}.nodes.example.com", "*.nodes.example.com"}, ClusterDomain: "cluster.local"}
+	const name = "w.nodes.example.com"
+	for _, c := range []struct{ node, other string }{{"w", name}, {name, "w"}} {
+		for _, san := range []string{name, "W.Nodes.Example.com"} {
+			facts := Facts{SharedNames: map[string]string{name: c.other}}
+			err := CheckDNSSAN(san, c.node, facts, policy)
+			var retry retryError
+			if !errors.As(err, &retry) || !retry.conflict || !strings.Contains(err.Error(), "Node "+c.other+"'s by its identity") {
+				t.Errorf("CheckDNSSAN(%q) for %s: %v, want held as Node %s's too", san, c.node, err, c.other)
+			}
+		}
+	}
+	// w's other names are its own as before.
+	for _, san := range []string{"w", "W"} {
+		if err := CheckDNSSAN(san, "w", Facts{SharedNames: map[string]string{name: name}}, policy); err != nil {
+			t.Errorf("w's own name %q: %v", san, err)
+		}
+	}
+}

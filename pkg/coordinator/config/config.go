@@ -148,7 +148,8 @@ type CSR struct {
 	// applies the checks alone.
 	Renewals RenewalPolicy `yaml:"renewals,omitempty"`
 	// MaxPending stops automatic approval while more serving CSRs are
-	// pending (each Node counted at most twice); 0: the number of Nodes + 100.
+	// pending (each Node counted at most twice); 0: no limit
+	// (approval.FloodLimit says why there is no default).
 	MaxPending int `yaml:"maxPending,omitempty"`
 	// ReservedAddresses and ReservedNames are never certified for a node
 	// nor recorded as its address: a Talos shared VIP, a load balancer in
@@ -434,7 +435,7 @@ func (c *Config) validate(doc *document, raw *Config) Errors {
 		ps = append(ps, checkPrefixes(at+".networks", b.Networks)...)
 	}
 	if c.CSR.MaxPending < 0 {
-		ps = append(ps, problem{"csr.maxPending", fmt.Sprintf("%d is negative", c.CSR.MaxPending), "want 0 (automatic: the number of Nodes + 100) or more"})
+		ps = append(ps, problem{"csr.maxPending", fmt.Sprintf("%d is negative", c.CSR.MaxPending), "want 0 (no limit) or more"})
 	}
 	if len(c.CSR.AllowedIPRanges) > 0 {
 		ps = append(ps, problem{"csr.allowedIPRanges", "was replaced by the top-level nodeNetworks (the networks node addresses come from)", "move the ranges there"})
