@@ -112,6 +112,10 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	for _, w := range envflag.Repeated(envPrefix, envflag.Environ()) {
 		log.Warn(w)
 	}
+	// A misspelt setting would keep its default without a word.
+	for _, w := range envflag.Unknown(fs, envPrefix, envflag.Environ()) {
+		log.Warn(w)
+	}
 	defer telemetry.RouteKlog(log)()                   // from here on client-go logs too, until run returns
 	pol, _ := desired.ParseProviderIDPolicy(*f.policy) // checked above
 	optionalRules := *f.rulesFile == DefaultRulesFile

@@ -129,6 +129,10 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return envflag.Fail(fs, err.Error())
 	}
+	// A misspelt setting would keep its default without a word.
+	for _, w := range envflag.Unknown(fs, envPrefix, envflag.Environ()) {
+		log.Warn(w)
+	}
 	defer telemetry.RouteKlog(log)() // from here on client-go logs too, until run returns
 	settings, err := loadConfig(*configFile)
 	if err != nil {

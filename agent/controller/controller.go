@@ -109,7 +109,11 @@ type Agent struct {
 	// to sync again soon (see checkWatch).
 	missingSince time.Time
 	foundAt      time.Time
-	recheck      bool
+	// readErr is the last direct read of the Node that failed otherwise
+	// than NotFound (an API server unreachable, or refusing the node's
+	// credentials); nil once a read gets an answer.
+	readErr error
+	recheck bool
 }
 
 // New validates the config and fills in defaults.
@@ -343,6 +347,13 @@ func (a *Agent) sync(ctx context.Context) error {
 	node := a.observed()
 	if node == nil {
 		a.checkWatch(ctx)
+		if err := a.readErr; err != nil {
+			a.once("read", err.Error(), func() {
+				a.log.Warn("cannot read this node's Node from the API server: check the kubeconfig's server and the kubelet's credentials", "node", a.nodeName, "err", err)
+			})
+			return a.waiting("the API server, which did not answer a read of Node " + a.nodeName + ": " + err.Error())
+		}
+		a.once("read", "", nil) // answered: a failure again is said again
 		return a.waiting("Node " + a.nodeName + " to be registered by the kubelet")
 	}
 	a.missingSince, a.foundAt = time.Time{}, time.Time{}
@@ -450,9 +461,13 @@ func (a *Agent) checkWatch(ctx context.Context) {
 	}
 	asked := time.Now()
 	a.missingSince = asked
-	if _, err := a.client.GetNode(ctx, a.nodeName); err != nil {
+	_, err := a.client.GetNode(ctx, a.nodeName)
+	a.readErr = nil
+	if err != nil {
 		if apierrors.IsNotFound(err) {
 			a.foundAt = time.Time{}
+		} else if ctx.Err() == nil {
+			a.readErr = err // said in sync, until a read gets an answer
 		}
 		return // not registered yet (or unreachable): keep waiting
 	}

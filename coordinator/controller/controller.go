@@ -83,6 +83,10 @@ type Config struct {
 	// labels), in the log and in nodeinit_coordinator_node_init_seconds;
 	// Warnings are always recorded.
 	InitializedEvents bool
+	// WaitingLogAfter is how long after its registration a Node still
+	// waiting (for its agent's report, its providerID…) is named in the
+	// log, with what it waits for; 0: 30 s.
+	WaitingLogAfter time.Duration
 }
 
 // Coordinator is one replica.
@@ -838,6 +842,7 @@ func (c *Coordinator) rebuild(nodes []corev1.Node) error {
 		return err
 	}
 	v4, v6 := c.settings.Families()
+	c.checkPool(nodes)
 	for n, err := range c.cidrs.rebuild(alloc, v4, v6, c.serviceRanges(), nodes) {
 		c.m.PodCIDRConflicts.Inc()
 		c.recorder.Eventf(n, corev1.EventTypeWarning, "PodCIDRConflict", "cannot account for this node's pod CIDRs: %v", err)

@@ -27,6 +27,9 @@ type Metrics struct {
 	// RecordsReconciled counts records a new leader released: their Node
 	// was deleted while no coordinator led.
 	RecordsReconciled prometheus.Counter
+	// PodCIDRsOutsidePool is how many Nodes had IPv4 pod CIDRs outside
+	// ipam.ipv4Pool when the leader rebuilt its allocator.
+	PodCIDRsOutsidePool prometheus.Gauge
 	// RecordsUnreadable is how many NodeRecords the informer holds that
 	// this version cannot read (records.Cached with Err).
 	RecordsUnreadable prometheus.Gauge
@@ -92,6 +95,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "nodeinit_coordinator_records_reconciled_total",
 			Help: "NodeRecords whose Node was deleted (or re-created) while no coordinator led, released (claims, prefix, grants) when a leader started.",
 		}),
+		PodCIDRsOutsidePool: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nodeinit_coordinator_nodes_pod_cidr_outside_pool",
+			Help: "Nodes whose IPv4 pod CIDRs lay outside ipam.ipv4Pool when this leader rebuilt its allocator: ipam.ipv4Pool is probably not the cluster's pod subnet (cluster.network.podSubnets), and Nodes that join get segments the CNI may not route.",
+		}),
 		RecordsUnreadable: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "nodeinit_coordinator_noderecords_unreadable",
 			Help: "NodeRecords this replica cannot read (an edit the API server accepted, such as a date in lower case): each still holds the addresses and node prefix it names, and its Node's serving CSRs wait (NodeRecordUnreadable Events) until it is fixed.",
@@ -104,7 +111,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.Leader, m.Allocations, m.PoolSegments, m.CSRDecisions, m.GrantsRefused, m.NodeInitTime, m.NodeWrites, m.RebuildSeconds,
-			m.MalformedReports, m.AddressesRefused, m.FloodGuard, m.PendingCSRs, m.NotAdopted, m.PodCIDRConflicts, m.NodesWaiting, m.Contested, m.RecordsReconciled, m.RecordsUnreadable, m.AttestationEventsIgnored)
+			m.MalformedReports, m.AddressesRefused, m.FloodGuard, m.PendingCSRs, m.NotAdopted, m.PodCIDRConflicts, m.NodesWaiting, m.Contested, m.RecordsReconciled, m.RecordsUnreadable, m.AttestationEventsIgnored, m.PodCIDRsOutsidePool)
 		reg.MustRegister(m.Queues.collectors()...)
 	}
 	return m

@@ -99,6 +99,7 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	c.notAdopted(name, d.NotAdopted)
 	if d.InvalidPodCIDR == nil && !d.NotAdopted {
 		c.setWaiting(name, node.ResourceVersion, len(d.Waiting) > 0)
+		c.sayWaiting(node, d.Waiting, in.Now)
 	}
 	written, err := c.putRecord(ctx, name, rec, d.Record)
 	if err != nil {
@@ -312,6 +313,7 @@ func (c *Coordinator) reconcileCIDRs(node *corev1.Node, existing []netip.Prefix)
 // gets neither a fresh enrolment nor a fresh renewal memory.
 func (c *Coordinator) nodeGone(ctx context.Context, name string) error {
 	c.setWaiting(name, "", false)
+	c.nodeStatus.say(name, "")
 	c.refusedIDs.forget(name)
 	if c.cidrs.release(name) {
 		c.log.Info("released pod CIDRs of a deleted node", "node", name)
@@ -492,10 +494,11 @@ type nodeStatus struct {
 	mu        sync.Mutex
 	waiting   map[string]string
 	unadopted map[string]bool
+	said      map[string]string // what sayWaiting last said a Node waits for
 }
 
 func newNodeStatus(m *Metrics, log *slog.Logger) *nodeStatus {
-	return &nodeStatus{m: m, log: log, waiting: map[string]string{}, unadopted: map[string]bool{}}
+	return &nodeStatus{m: m, log: log, waiting: map[string]string{}, unadopted: map[string]bool{}, said: map[string]string{}}
 }
 
 // notAdopted counts the initialized Nodes without a record that the
@@ -518,6 +521,44 @@ func (c *Coordinator) notAdopted(name string, is bool) {
 		delete(s.unadopted, name)
 	}
 	s.m.NotAdopted.Set(float64(len(s.unadopted)))
+}
+
+// sayWaiting names in the log a Node that still waits waitingLogAfter
+// after its registration, and what for: once per Node and reasons.
+// nodeinit_coordinator_nodes_waiting counts such Nodes; this says which.
+// A Node waiting for less is synced again when that time has passed, as
+// nothing else may change it (an agent that never runs writes nothing).
+func (c *Coordinator) sayWaiting(node *corev1.Node, waiting []string, now time.Time) {
+	what := strings.Join(waiting, "; ")
+	after := c.cfg.WaitingLogAfter
+	if after <= 0 {
+		after = 30 * time.Second
+	}
+	age := now.Sub(node.CreationTimestamp.Time)
+	switch {
+	case what == "":
+		c.nodeStatus.say(node.Name, "")
+	case age < after:
+		c.nodeQueue.AddAfter(node.Name, after-age)
+	case c.nodeStatus.say(node.Name, what):
+		c.log.Info("Node still waits: nothing is written to it until then", "node", node.Name, "for", what, "registered", age.Round(time.Second).String()+" ago")
+	}
+}
+
+// say records what was last said of Node name's wait; it reports whether
+// what is news ("" forgets it).
+func (s *nodeStatus) say(name, what string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if what == "" {
+		delete(s.said, name)
+		return false
+	}
+	if s.said[name] == what {
+		return false
+	}
+	s.said[name] = what
+	return true
 }
 
 // setWaiting keeps nodeinit_coordinator_nodes_waiting: the Nodes synced and

@@ -200,3 +200,25 @@ func (p *podCIDRs) metrics() {
 		p.m.PoolSegments.WithLabelValues(u.Pool, "total").Set(float64(u.Total))
 	}
 }
+
+// checkPool says, once per leadership, when Nodes already hold IPv4 pod
+// CIDRs outside ipam.ipv4Pool (ipam.OutsidePool): the pool is then probably
+// not the cluster's pod subnet. Their CIDRs are taken over all the same.
+func (c *Coordinator) checkPool(nodes []corev1.Node) {
+	pool, err := netip.ParsePrefix(c.settings.IPAM.IPv4Pool)
+	if err != nil {
+		return
+	}
+	cidrs := make(map[string][]netip.Prefix, len(nodes))
+	for i := range nodes {
+		if cs, err := finalize.PodCIDRs(&nodes[i]); err == nil {
+			cidrs[nodes[i].Name] = cs
+		}
+	}
+	outside := ipam.OutsidePool(cidrs, pool)
+	c.m.PodCIDRsOutsidePool.Set(float64(len(outside)))
+	if len(outside) > 0 {
+		c.log.Warn("Nodes hold IPv4 pod CIDRs outside ipam.ipv4Pool: is it the cluster's pod subnet (cluster.network.podSubnets)? Nodes that join get segments from the pool, which the CNI may not route",
+			"pool", pool, "nodes", len(outside), "first", outside[:min(3, len(outside))], "example", cidrs[outside[0]])
+	}
+}

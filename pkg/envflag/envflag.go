@@ -242,3 +242,69 @@ func (v *versionFlag) Set(s string) (err error) {
 	v.on, err = strconv.ParseBool(s)
 	return err
 }
+
+// Unknown names each variable with prefix in environ that is no flag of
+// fs, and the flag's variable it was probably meant as: a message per
+// variable, for a warning at start. A misspelt setting is otherwise
+// ignored without a word, and the flag keeps its default.
+func Unknown(fs *flag.FlagSet, prefix string, environ []string) []string {
+	known := map[string]bool{}
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) {
+		n := Name(prefix, f.Name)
+		known[n] = true
+		names = append(names, n)
+	})
+	seen := map[string]bool{}
+	var out []string
+	for _, e := range environ {
+		k, _, ok := strings.Cut(e, "=")
+		if !ok || !strings.HasPrefix(k, prefix) || known[k] || seen[k] {
+			continue
+		}
+		seen[k] = true
+		msg := fmt.Sprintf("%s is not a setting of %s: ignored", k, fs.Name())
+		if near := nearest(k, names); near != "" {
+			msg += "; did you mean " + near + "?"
+		}
+		out = append(out, msg)
+	}
+	return out
+}
+
+// nearest is the name in names that k is probably a misspelling of: the
+// same but for underscores and case, or at most two edits away.
+func nearest(k string, names []string) string {
+	squash := func(s string) string { return strings.ToUpper(strings.ReplaceAll(s, "_", "")) }
+	best, bestD := "", 3
+	for _, n := range names {
+		if squash(n) == squash(k) {
+			return n
+		}
+		if d := distance(strings.ToUpper(k), n); d < bestD {
+			best, bestD = n, d
+		}
+	}
+	return best
+}
+
+// distance is the Levenshtein distance between a and b.
+func distance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}

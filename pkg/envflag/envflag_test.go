@@ -3,6 +3,7 @@ package envflag
 import (
 	"bytes"
 	"flag"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -187,5 +188,30 @@ func TestRepeatedEnvironment(t *testing.T) {
 	mode := fs.String("mode", "default", "")
 	if err := ParseEnviron(fs, "NI_", []string{"--mode", "cli"}, []string{"NI_MODE=a", "NI_MODE=b"}); err != nil || *mode != "cli" {
 		t.Errorf("--mode %q (%v), want cli", *mode, err)
+	}
+}
+
+// A misspelt NODEINIT_ variable is said, with the setting it was probably
+// meant as; the flags' own variables and other prefixes are not.
+func TestUnknownEnvironment(t *testing.T) {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.String("provider-id-policy", "metadata", "")
+	fs.String("rules-file", "", "")
+	fs.Bool("dry-run", false, "")
+	got := Unknown(fs, "NODEINIT_", []string{
+		"NODEINIT_PROVIDERID_POLICY=talos-fallback", // underscores
+		"NODEINIT_RULES_FIEL=/x",                    // two letters swapped
+		"NODEINIT_PROVIDER_ID_POLICY=metadata",      // a setting
+		"NODEINIT_SOMETHING_ELSE=1",                 // nothing near
+		"NODEINIT_PROVIDERID_POLICY=again",          // said once
+		"PATH=/bin", "KUBERNETES_SERVICE_HOST=10.96.0.1",
+	})
+	want := []string{
+		"NODEINIT_PROVIDERID_POLICY is not a setting of run: ignored; did you mean NODEINIT_PROVIDER_ID_POLICY?",
+		"NODEINIT_RULES_FIEL is not a setting of run: ignored; did you mean NODEINIT_RULES_FILE?",
+		"NODEINIT_SOMETHING_ELSE is not a setting of run: ignored",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Unknown:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -553,3 +553,25 @@ func (a *Allocator) Usage() []Usage {
 	}
 	return append(out, sets)
 }
+
+// OutsidePool lists, sorted, the Nodes (name → their pod CIDRs) holding an
+// IPv4 pod CIDR outside pool, the configured ipam.ipv4Pool: on a cluster
+// whose Nodes already have pod CIDRs, any such Node says the pool is
+// probably not the cluster's pod subnet, and Nodes that join get segments
+// the CNI may not route. IPv6 pod CIDRs are left out (they come from each
+// Node's own prefix by design). An invalid pool lists nothing.
+func OutsidePool(cidrs map[string][]netip.Prefix, pool netip.Prefix) []string {
+	if !pool.IsValid() || !pool.Addr().Is4() {
+		return nil
+	}
+	var out []string
+	for node, cs := range cidrs {
+		if slices.ContainsFunc(cs, func(c netip.Prefix) bool {
+			return c.Addr().Unmap().Is4() && !(pool.Bits() <= c.Bits() && pool.Contains(c.Addr().Unmap()))
+		}) {
+			out = append(out, node)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

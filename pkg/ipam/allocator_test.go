@@ -697,3 +697,25 @@ func TestAllocateAgainAvoidsAddressesListedSince(t *testing.T) {
 		t.Errorf("the first /80 is still held by %q", holder)
 	}
 }
+
+// TestOutsidePool: a pool that is not the cluster's pod subnet shows as
+// existing Nodes' IPv4 pod CIDRs outside it; IPv6 ones never count.
+func TestOutsidePool(t *testing.T) {
+	pool := netip.MustParsePrefix("10.244.0.0/16")
+	p := netip.MustParsePrefix
+	got := OutsidePool(map[string][]netip.Prefix{
+		"inside":      {p("10.244.3.0/24")},
+		"outside":     {p("10.42.0.0/24")},
+		"wider":       {p("10.244.0.0/15")},
+		"dual, v4 in": {p("10.244.4.0/24"), p("2001:db8:1:2::/80")},
+		"v6 only":     {p("2001:db8:1:3::/80")},
+		"mapped out":  {p("::ffff:10.42.1.0/120")},
+		"none":        nil,
+	}, pool)
+	if want := []string{"mapped out", "outside", "wider"}; !slices.Equal(got, want) {
+		t.Errorf("OutsidePool = %v, want %v", got, want)
+	}
+	if got := OutsidePool(map[string][]netip.Prefix{"a": {p("10.42.0.0/24")}}, netip.Prefix{}); got != nil {
+		t.Errorf("no IPv4 pool: %v", got)
+	}
+}
