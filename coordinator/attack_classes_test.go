@@ -212,10 +212,32 @@ func TestAttackClasses(t *testing.T) {
 			})
 		})
 		// The squatter gone, the name is the victim's.
-		if err := adminClient().CoreV1().Nodes().Delete(t.Context(), "twin.nodes.example.com", metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		deleteNode(t, "twin.nodes.example.com")
 		issued(t, "twin-own")
+		// Certified, it stays the victim's: against the squatter registered
+		// again, and while the victim's own Node is gone for a moment (its
+		// record's valid certificate outlives the object).
+		again := honestJoin(t, "twin.nodes.example.com", "10.0.8.62", nil)
+		again.csr("twin-squat-2", []string{"twin.nodes.example.com"}, "10.0.8.62")
+		t.Logf("the squatter again: %s", deniedNaming(t, "twin-squat-2", "twin"))
+		deleteNode(t, "twin")
+		again.csr("twin-squat-3", []string{"twin.nodes.example.com"}, "10.0.8.62")
+		t.Logf("the squatter, the victim's Node gone: %s", deniedNaming(t, "twin-squat-3", "twin"))
+
+		// The other way round: a Node named like a pattern's name, already
+		// certified for it, keeps it when a Node of the name the pattern
+		// derives it from is registered (anyone can, with the bootstrap
+		// token): its renewals go on.
+		named := honestJoin(t, "twin2.nodes.example.com", "10.0.8.63", nil)
+		named.csr("twin2-1", []string{"twin2.nodes.example.com"}, "10.0.8.63")
+		named.agentAttests("twin2-1")
+		issued(t, "twin2-1")
+		derived := honestJoin(t, "twin2", "10.0.8.64", nil)
+		named.csr("twin2-2", []string{"twin2.nodes.example.com"}, "10.0.8.63")
+		named.agentAttests("twin2-2")
+		issued(t, "twin2-2")
+		derived.csr("twin2-derived", []string{"twin2", "twin2.nodes.example.com"}, "10.0.8.64")
+		t.Logf("the derived name's requester: %s", deniedNaming(t, "twin2-derived", "twin2.nodes.example.com"))
 	})
 
 	// Class 3: a node prefix is carved for one Node, and no segment is
@@ -366,4 +388,37 @@ func deleteCSR(t *testing.T, name string) {
 		_, err := adminClient().CertificatesV1().CertificateSigningRequests().Get(t.Context(), name, metav1.GetOptions{})
 		return err != nil
 	})
+}
+
+// deleteNode deletes a Node as an admin does, and waits until it is gone.
+func deleteNode(t *testing.T, name string) {
+	t.Helper()
+	if err := adminClient().CoreV1().Nodes().Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	until(t, 10*time.Second, "Node "+name+" gone", func() bool {
+		_, err := adminClient().CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
+		return err != nil
+	})
+}
+
+// deniedNaming waits for csrName to be denied with a reason naming owner.
+func deniedNaming(t *testing.T, csrName, owner string) string {
+	t.Helper()
+	var msg string
+	until(t, 20*time.Second, csrName+" denied", func() bool {
+		c, _ := csrCondition(t, csrName)
+		switch c.Type {
+		case certificatesv1.CertificateApproved:
+			t.Fatalf("%s APPROVED: %s", csrName, c.Message)
+		case certificatesv1.CertificateDenied:
+			msg = c.Message
+			return true
+		}
+		return false
+	})
+	if !strings.Contains(msg, "Node "+owner+"'s") {
+		t.Errorf("%s denied, but not as Node %s's name: %s", csrName, owner, msg)
+	}
+	return msg
 }

@@ -81,6 +81,11 @@ type Input struct {
 	// RecordUnreadable is why the Node's NodeRecord cannot be read (nil:
 	// it can, or there is none): nothing is decided from it.
 	RecordUnreadable error
+	// RecordOfAnotherObject: the Node's record describes an earlier Node
+	// object of its name (its nodeUID), not yet released by this one's
+	// first sync: nothing is decided from claims that are not this
+	// object's.
+	RecordOfAnotherObject bool
 
 	// Pending counts pending serving CSRs (each Node at most twice);
 	// MaxPending is the flood guard's limit.
@@ -110,26 +115,29 @@ type Decision struct {
 type Category string
 
 const (
-	CategoryNotAdopted          Category = "not-adopted"
-	CategoryRecordUnreadable    Category = "record-unreadable"
-	CategoryCheck               Category = "check"
-	CategoryNodeUnknown         Category = "node-unknown"
-	CategoryAddressNotSettled   Category = "address-not-settled"
-	CategoryAddressClaimed      Category = "address-claimed"
-	CategoryRenewalNamesChanged Category = "renewal-names-changed"
-	CategoryFloodGuard          Category = "flood-guard"
-	CategoryStatic              Category = "static"
-	CategoryNoEnrolledKey       Category = "no-enrolled-key"
-	CategoryAgentKeyChanged     Category = "agent-key-changed"
-	CategoryAttestationStale    Category = "attestation-stale"
-	CategoryAttestationInvalid  Category = "attestation-invalid"
-	CategoryAttested            Category = "attested"
-	CategoryAgentRejected       Category = "agent-rejected"
-	CategoryReview              Category = "review"
-	CategoryAskedAgain          Category = "asked-again"
-	CategoryTimeoutApproved     Category = "timeout-approved"
-	CategoryTimeoutPending      Category = "timeout-pending"
-	CategoryWaiting             Category = "wait"
+	CategoryNotAdopted       Category = "not-adopted"
+	CategoryRecordUnreadable Category = "record-unreadable"
+	// CategoryRecordOfAnotherObject: the record describes an earlier
+	// Node object of the name, not yet released.
+	CategoryRecordOfAnotherObject Category = "record-of-another-object"
+	CategoryCheck                 Category = "check"
+	CategoryNodeUnknown           Category = "node-unknown"
+	CategoryAddressNotSettled     Category = "address-not-settled"
+	CategoryAddressClaimed        Category = "address-claimed"
+	CategoryRenewalNamesChanged   Category = "renewal-names-changed"
+	CategoryFloodGuard            Category = "flood-guard"
+	CategoryStatic                Category = "static"
+	CategoryNoEnrolledKey         Category = "no-enrolled-key"
+	CategoryAgentKeyChanged       Category = "agent-key-changed"
+	CategoryAttestationStale      Category = "attestation-stale"
+	CategoryAttestationInvalid    Category = "attestation-invalid"
+	CategoryAttested              Category = "attested"
+	CategoryAgentRejected         Category = "agent-rejected"
+	CategoryReview                Category = "review"
+	CategoryAskedAgain            Category = "asked-again"
+	CategoryTimeoutApproved       Category = "timeout-approved"
+	CategoryTimeoutPending        Category = "timeout-pending"
+	CategoryWaiting               Category = "wait"
 )
 
 // CheckFailed is the category of a denial by the named check.
@@ -165,6 +173,12 @@ func Decide(in Input) Decision {
 		return Decision{Action: Hold, Category: CategoryRecordUnreadable, After: recordRecheck,
 			Reason: fmt.Sprintf("Node %s's NodeRecord cannot be read (%s), so nothing is approved for it: its claims, enrolled agent key and last certificate are there. "+
 				"Fix the record (kubectl edit noderecord %s); until then it still holds the addresses and prefix it names", in.Node.Name, contract.NodeText(in.RecordUnreadable.Error()), in.Node.Name)}
+	}
+	if v.Decision != csrcheck.Deny && in.RecordOfAnotherObject && in.Node != nil {
+		// The record's claims are the earlier object's: this one's first
+		// sync releases them (nodestate.Decide), then it is decided.
+		return Decision{Action: Wait, Category: CategoryRecordOfAnotherObject, After: claimRecheck,
+			Reason: fmt.Sprintf("Node %s's NodeRecord still describes an earlier Node object of this name: decided once the coordinator has synced this one", in.Node.Name)}
 	}
 	switch v.Decision {
 	case csrcheck.Deny:

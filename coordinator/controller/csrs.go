@@ -142,7 +142,7 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 	var sans []string
 	if parsed, err := in.CSR.Parse(); err == nil {
 		sans = contract.RequestSANs(parsed)
-		in.Facts.Names, in.Facts.Hostnames, in.Facts.SharedNames = c.names(parsed.DNSNames, self.Name)
+		in.Facts.Names, in.Facts.Hostnames, in.Facts.SharedNames = c.names(parsed.DNSNames, self.Name, now)
 		in.Facts.ReservedNames, in.Facts.APIServerNames, in.Facts.ControlPlane = c.settings.CSR.ReservedNames, c.cfg.APIServerNames, c.controlPlane(self)
 		for _, raw := range parsed.IPAddresses {
 			ip, ok := netip.AddrFromSlice(raw)
@@ -160,6 +160,7 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 	}
 	rec, err := c.records.Get(nodeName)
 	in.RecordUnreadable = err
+	in.RecordOfAnotherObject = rec != nil && rec.Spec.NodeUID != "" && rec.Spec.NodeUID != string(self.UID) && !records.Released(rec.Spec).Equal(rec.Spec)
 	in.NotAdopted = rec != nil && rec.Spec.NotAdopted && rec.Spec.NodeUID == string(self.UID) && !c.settings.AdoptExisting
 	if rec != nil && rec.Spec.NodeUID == string(self.UID) {
 		// An address counts as stable only as long as it has been both

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -144,14 +145,19 @@ func hasLabel(node *corev1.Node, key string) bool {
 }
 
 // names sorts the DNS names of self's request by who else may have them.
-// A name that another existing Node's identity gives it (its Node name, or
-// a "{node}" pattern's name: csrcheck.IdentityOwners), and self's does not,
-// maps to that Node in names: never certified to self. One that self's
-// identity gives it too maps to the other Node in shared: certified to
-// neither while both exist. A node creates only its own Node, so these are
-// authenticated. One that another Node lists as its Hostname (node-written:
-// a conflict to hold, never a reason to deny) maps to that Node in hosts.
-func (c *Coordinator) names(dns []string, self string) (names, hosts, shared map[string]string) {
+// The Nodes whose identity gives a name (its Node name, or a "{node}"
+// pattern's name: csrcheck.IdentityOwners) own it, authenticated (a node
+// creates only its own Node), and so does one whose record holds a valid
+// certificate carrying it, which outlives its Node object: a Node deleted
+// for a moment loses none of its names. An owner with such a certificate
+// keeps the name against owners without one. A name another owner has,
+// and self's identity does not give self, maps to that owner in names:
+// never certified to self. One that self's identity gives it too, where
+// the other owner is as entitled, maps to the other in shared: certified
+// to neither while both are there. One that another Node lists as its
+// Hostname (node-written: a conflict to hold, never a reason to deny)
+// maps to that Node in hosts.
+func (c *Coordinator) names(dns []string, self string, now time.Time) (names, hosts, shared map[string]string) {
 	names, hosts, shared = map[string]string{}, map[string]string{}, map[string]string{}
 	for _, n := range dns {
 		lower := strings.ToLower(n)
@@ -159,7 +165,23 @@ func (c *Coordinator) names(dns []string, self string) (names, hosts, shared map
 		// Node is in the informer yet.
 		owners := csrcheck.IdentityOwners(lower, c.policy)
 		mine := slices.Contains(owners, self)
-		others := c.existing(slices.DeleteFunc(owners, func(o string) bool { return o == self }))
+		var others, certified []string
+		for _, o := range owners {
+			has := c.certifies(o, lower, now)
+			if has {
+				certified = append(certified, o)
+			}
+			if o != self && (has || c.nodeExists(o)) {
+				others = append(others, o)
+			}
+		}
+		if len(certified) > 0 {
+			// Owners without a certificate for it do not count against one with.
+			others = slices.DeleteFunc(others, func(o string) bool { return !slices.Contains(certified, o) })
+			if !slices.Contains(certified, self) {
+				mine = mine && len(others) == 0
+			}
+		}
 		switch {
 		case len(others) > 0 && !mine:
 			names[lower] = others[0]
@@ -181,15 +203,20 @@ func (c *Coordinator) names(dns []string, self string) (names, hosts, shared map
 	return names, hosts, shared
 }
 
-// existing are the names in names that are existing Nodes', in order.
-func (c *Coordinator) existing(names []string) []string {
-	var out []string
-	for _, n := range names {
-		if node, err := c.nodes.Get(n); err == nil {
-			out = append(out, node.Name)
-		}
+// nodeExists reports whether a Node of that name is in the informer.
+func (c *Coordinator) nodeExists(name string) bool {
+	_, err := c.nodes.Get(name)
+	return err == nil
+}
+
+// certifies reports whether Node name's record holds a serving certificate
+// valid at now that carries the DNS name dns.
+func (c *Coordinator) certifies(name, dns string, now time.Time) bool {
+	rec, err := c.records.Get(name)
+	if err != nil || rec == nil || rec.Spec.Serving == nil || !now.Before(rec.Spec.Serving.ValidUntil) {
+		return false
 	}
-	return out
+	return slices.Contains(rec.Spec.Serving.SANs, "dns:"+dns)
 }
 
 // hostnames indexes Nodes by their Hostname addresses.

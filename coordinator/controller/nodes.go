@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -79,6 +80,12 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	if d.Allocate {
 		cidrs, err := c.allocate(name, d.Request)
 		if err != nil {
+			// An earlier object's claims are released all the same
+			// (nodestate.Decide): they must not outlast a pool that stays
+			// exhausted, or a request that can never be met.
+			if _, werr := c.putRecord(ctx, name, rec, d.Record); werr != nil {
+				err = errors.Join(err, werr)
+			}
 			c.report(node, d)
 			c.m.Allocations.WithLabelValues(poolOf(d.Request, netip.Prefix{}), "error").Inc()
 			c.say(node, "node", name, corev1.EventTypeWarning, "PodCIDRAllocationFailed", err.Error())

@@ -240,6 +240,7 @@ func Decide(s Settings, in Input) (Desired, error) {
 	if cfg.IPAMEnabled() && len(existing) == 0 && len(d.Waiting) == 0 {
 		if in.Allocated == nil {
 			d.Allocate = true
+			d.Record = stale // written even when the allocation fails
 			return d, nil
 		}
 		d.CIDRs = in.Allocated

@@ -577,6 +577,12 @@ func TestARecreatedNodeReleasesTheOldObjectsClaims(t *testing.T) {
 	malformed.Annotations[contract.AnnotationRequestedLabels] = "{not json"
 	badCIDR := joined("n1", "uid-new", "10.0.0.1", agentKey(1))
 	badCIDR.Spec.PodCIDRs = []string{"not a CIDR"}
+	// Asking for an allocation, which may fail (an exhausted pool, a
+	// prefix no segment can be carved from): released before it.
+	ready := joined("n1", "uid-new", "10.0.0.1", agentKey(1))
+	if d, err := nodestate.Decide(s, nodestate.Input{Node: ready, Record: rec, Now: now, HasV4: true}); err != nil || !d.Allocate || d.Record == nil || !d.Record.Equal(records.Released(old)) {
+		t.Errorf("asking for an allocation: allocate %v, record %+v (%v), want the old object's claims released with the ask", d.Allocate, d.Record, err)
+	}
 	for name, node := range map[string]*corev1.Node{"waiting for its report": waiting, "a malformed report": malformed, "an invalid pod CIDR": badCIDR} {
 		t.Run(name, func(t *testing.T) {
 			d := decide(t, s, nodestate.Input{Node: node, Record: rec, Now: now, HasV4: true})

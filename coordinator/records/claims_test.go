@@ -237,7 +237,9 @@ func TestPrefixHolder(t *testing.T) {
 
 // TestServingIs: the certificate the record names is one CSR object. The
 // same name on another object (the name is free once the issued CSR is
-// deleted) is not it, so it neither skips nor clears the renewal rule.
+// deleted) is not it, so it neither skips nor clears the renewal rule; a
+// record from before UIDs were kept names no object (its name may be
+// anyone's by now).
 func TestServingIs(t *testing.T) {
 	s := &Serving{CSR: "csr-1", UID: "u1"}
 	legacy := &Serving{CSR: "csr-1"}
@@ -252,7 +254,8 @@ func TestServingIs(t *testing.T) {
 		{"its name on another object", s, "csr-1", "u2", false},
 		{"another name", s, "csr-2", "u1", false},
 		{"no certificate recorded", nil, "csr-1", "u1", false},
-		{"a record from before UIDs: the name alone", legacy, "csr-1", "u2", true},
+		{"a record from before UIDs is no object's", legacy, "csr-1", "u2", false},
+		{"not even with an empty UID", legacy, "csr-1", "", false},
 		{"a record from before UIDs, another name", legacy, "csr-2", "u2", false},
 	} {
 		if got := c.s.Is(c.csr, c.uid); got != c.want {

@@ -99,10 +99,12 @@ type Serving struct {
 }
 
 // Is reports whether the serving certificate was approved for this CSR
-// object: the name and the UID, or the name alone for a record from
-// before UIDs were kept.
+// object: the name and the UID. A record from before UIDs were kept is
+// no object's: its certificate is compared with every request (its own
+// request names the same SANs), only a new approval replaces it (and
+// records the UID), and no denial clears it.
 func (s *Serving) Is(csr string, uid string) bool {
-	return s != nil && s.CSR == csr && (s.UID == "" || s.UID == uid)
+	return s != nil && s.UID != "" && s.CSR == csr && s.UID == uid
 }
 
 // holdings lists the record's IPv6 claims and carved prefix, as node's.

@@ -497,6 +497,11 @@ func MatchDNSPattern(pattern, node, name string) bool {
 // "{node}" is substituted, "*" only as a whole label and never in the last
 // two labels (no "*.com"), and not cluster-internal.
 func CheckPattern(pattern, clusterDomain string) error {
+	if strings.Count(pattern, "{node}") > 1 {
+		// A name would be given by two node names' identities at once, and
+		// IdentityOwners, which inverts a pattern, could not say whose.
+		return fmt.Errorf("pattern %q: \"{node}\" may appear once", pattern)
+	}
 	sample := strings.ReplaceAll(pattern, "{node}", "node")
 	labels := strings.Split(sample, ".")
 	for i, l := range labels {

@@ -373,7 +373,8 @@ func TestDNSPatterns(t *testing.T) {
 			t.Errorf("MatchDNSPattern(%q, %q, %q) = %v, want %v", c.pattern, c.node, c.name, got, c.want)
 		}
 	}
-	for _, bad := range []string{"*", "*.com", "x.*", "a*.example.com", "{node}.svc", "*.default.svc.cluster.local", "kubernetes.{node}.example.com", "{node}.cluster.local", "bad_name.example.com"} {
+	for _, bad := range []string{"*", "*.com", "x.*", "a*.example.com", "{node}.svc", "*.default.svc.cluster.local", "kubernetes.{node}.example.com", "{node}.cluster.local", "bad_name.example.com",
+		"{node}.{node}.example.com", "{node}-{node}.example.com"} { // IdentityOwners inverts a pattern with one {node}
 		if err := CheckPattern(bad, "cluster.local"); err == nil {
 			t.Errorf("pattern %q accepted", bad)
 		}
