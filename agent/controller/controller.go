@@ -357,6 +357,8 @@ func (a *Agent) sync(ctx context.Context) error {
 		return a.waiting("Node " + a.nodeName + " to be registered by the kubelet")
 	}
 	a.missingSince, a.foundAt = time.Time{}, time.Time{}
+	a.readErr = nil
+	a.once("read", "", nil) // the Node is here: a failing read later is said again
 	want, ok, err := desired.Compute(desired.Inputs{
 		NodeName: a.nodeName, Talos: *a.facts, Addresses: a.addrs, Classifier: a.cfg.Classifier,
 		Rules: a.cfg.Rules, Policy: a.cfg.Policy, AgentVersion: a.cfg.Version, AgentKey: a.agentKey,

@@ -176,8 +176,11 @@ func Decide(in Input) Decision {
 	}
 	if v.Decision != csrcheck.Deny && in.RecordOfAnotherObject && in.Node != nil {
 		// The record's claims are the earlier object's: this one's first
-		// sync releases them (nodestate.Decide), then it is decided.
-		return Decision{Action: Wait, Category: CategoryRecordOfAnotherObject, After: claimRecheck,
+		// sync releases them (nodestate.Decide), then it is decided. Held,
+		// not a wait: a wait would want the agent's review before the
+		// checks that may hold it have run, and the initializing write
+		// records the request under review.
+		return Decision{Action: Hold, Category: CategoryRecordOfAnotherObject, After: claimRecheck,
 			Reason: fmt.Sprintf("Node %s's NodeRecord still describes an earlier Node object of this name: decided once the coordinator has synced this one", in.Node.Name)}
 	}
 	switch v.Decision {

@@ -91,18 +91,18 @@ func TestDecide(t *testing.T) {
 			in.RecordUnreadable = fmt.Errorf("NodeRecord node-a: unreadable")
 			return in
 		}, Hold, "cannot be read"},
-		{"the Node's record describes an earlier object of its name: wait, whatever the attestation", func() Input {
+		{"the Node's record describes an earlier object of its name: held (no review), whatever the attestation", func() Input {
 			in := base(good)
 			in.Attestation = attest(good, contract.VerdictApprove, "ok")
 			in.RecordOfAnotherObject = true
 			return in
-		}, Wait, "earlier Node object"},
-		{"the Node's record describes an earlier object, attestation not required: wait", func() Input {
+		}, Hold, "earlier Node object"},
+		{"the Node's record describes an earlier object, attestation not required: held", func() Input {
 			in := base(good)
 			in.AttestationRequired = false
 			in.RecordOfAnotherObject = true
 			return in
-		}, Wait, "earlier Node object"},
+		}, Hold, "earlier Node object"},
 		{"agent rejection denies with its reason", func() Input {
 			in := base(good)
 			in.Attestation = attest(good, contract.VerdictReject, "IP SAN 10.9.9.9 is not on this node's interfaces")

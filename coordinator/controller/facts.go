@@ -147,16 +147,16 @@ func hasLabel(node *corev1.Node, key string) bool {
 // names sorts the DNS names of self's request by who else may have them.
 // The Nodes whose identity gives a name (its Node name, or a "{node}"
 // pattern's name: csrcheck.IdentityOwners) own it, authenticated (a node
-// creates only its own Node), and so does one whose record holds a valid
-// certificate carrying it, which outlives its Node object: a Node deleted
-// for a moment loses none of its names. An owner with such a certificate
-// keeps the name against owners without one. A name another owner has,
-// and self's identity does not give self, maps to that owner in names:
-// never certified to self. One that self's identity gives it too, where
-// the other owner is as entitled, maps to the other in shared: certified
-// to neither while both are there. One that another Node lists as its
-// Hostname (node-written: a conflict to hold, never a reason to deny)
-// maps to that Node in hosts.
+// creates only its own Node), and so does one whose record holds a
+// certificate carrying it, approved and valid, which outlives its Node
+// object: a Node deleted for a moment loses none of its names. An owner
+// with such a certificate keeps the name against owners without one. A
+// name another owner has, and self's identity does not give self, maps to
+// that owner in names: never certified to self. One that self's identity
+// gives it too maps to the other owner in shared: certified to neither
+// while both are there, held, never denied (the owner first may be the
+// squatter). One that another Node lists as its Hostname (node-written: a
+// conflict to hold, never a reason to deny) maps to that Node in hosts.
 func (c *Coordinator) names(dns []string, self string, now time.Time) (names, hosts, shared map[string]string) {
 	names, hosts, shared = map[string]string{}, map[string]string{}, map[string]string{}
 	for _, n := range dns {
@@ -175,12 +175,9 @@ func (c *Coordinator) names(dns []string, self string, now time.Time) (names, ho
 				others = append(others, o)
 			}
 		}
-		if len(certified) > 0 {
+		if slices.Contains(certified, self) {
 			// Owners without a certificate for it do not count against one with.
 			others = slices.DeleteFunc(others, func(o string) bool { return !slices.Contains(certified, o) })
-			if !slices.Contains(certified, self) {
-				mine = mine && len(others) == 0
-			}
 		}
 		switch {
 		case len(others) > 0 && !mine:
@@ -210,13 +207,23 @@ func (c *Coordinator) nodeExists(name string) bool {
 }
 
 // certifies reports whether Node name's record holds a serving certificate
-// valid at now that carries the DNS name dns.
+// valid at now that carries the DNS name dns, and was approved: the record
+// names a certificate before its approval is written, so one whose
+// request is still there unapproved is a request, not a certificate
+// (previousSANs reads it the same way).
 func (c *Coordinator) certifies(name, dns string, now time.Time) bool {
 	rec, err := c.records.Get(name)
-	if err != nil || rec == nil || rec.Spec.Serving == nil || !now.Before(rec.Spec.Serving.ValidUntil) {
+	if err != nil || rec == nil {
 		return false
 	}
-	return slices.Contains(rec.Spec.Serving.SANs, "dns:"+dns)
+	s := rec.Spec.Serving
+	if s == nil || !now.Before(s.ValidUntil) || !slices.Contains(s.SANs, "dns:"+dns) {
+		return false
+	}
+	if req, err := c.csr(s.CSR); err == nil && s.Is(req.Name, string(req.UID)) && !approved(req) {
+		return false
+	}
+	return true
 }
 
 // hostnames indexes Nodes by their Hostname addresses.

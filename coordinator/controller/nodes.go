@@ -536,7 +536,12 @@ func (c *Coordinator) notAdopted(name string, is bool) {
 // A Node waiting for less is synced again when that time has passed, as
 // nothing else may change it (an agent that never runs writes nothing).
 func (c *Coordinator) sayWaiting(node *corev1.Node, waiting []string, now time.Time) {
-	what := strings.Join(waiting, "; ")
+	// Some reasons quote what the node wrote (its provided-node-ip):
+	// kept and logged as one bounded line.
+	what := ""
+	if len(waiting) > 0 {
+		what = contract.NodeText(strings.Join(waiting, "; "))
+	}
 	after := c.cfg.WaitingLogAfter
 	if after <= 0 {
 		after = 30 * time.Second

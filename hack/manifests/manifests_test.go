@@ -472,16 +472,6 @@ func TestChartValues(t *testing.T) {
 			}
 		},
 	}, {
-		name:   "one replica, no disruption budget",
-		values: map[string]any{"replicas": 1},
-		check: func(t *testing.T, objs []*unstructured.Unstructured, d *appsv1.Deployment) {
-			// A budget over one replica lets no drain evict it: talosctl
-			// upgrade of a single control-plane node would wait on it.
-			if pdb, ok := byKey(objs)["PodDisruptionBudget kube-system/nodeinit-coordinator"]; ok || *d.Spec.Replicas != 1 {
-				t.Errorf("replicas %d, budget %v", *d.Spec.Replicas, pdb)
-			}
-		},
-	}, {
 		name: "placement",
 		// Helm merges maps with the defaults: null drops a default key.
 		values: map[string]any{"nodeSelector": map[string]any{"pool": "system", "node-role.kubernetes.io/control-plane": nil}, "tolerations": []any{map[string]any{"operator": "Exists"}}},

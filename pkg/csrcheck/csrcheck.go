@@ -538,8 +538,8 @@ func CheckDNSSAN(name, node string, facts Facts, policy Policy) error {
 		return fmt.Errorf("DNS SAN %q is Node %s's name", name, owner)
 	}
 	if other := facts.SharedNames[lower]; other != "" && other != node {
-		return retryError{msg: fmt.Sprintf("DNS SAN %q is Node %s's by its identity as well as this Node's (one's Node name, the other's through a \"{node}\" pattern): "+
-			"certified to neither while both exist; it stays pending (delete the Node that should not have it)", name, other), conflict: true}
+		return retryError{msg: fmt.Sprintf("DNS SAN %q is also Node %s's (its Node name or a \"{node}\" pattern's name, or its valid certificate carries it): "+
+			"certified to neither while both have it; it stays pending (delete the Node that should not have it)", name, other), conflict: true}
 	}
 	if FromIdentity(lower, node, policy) {
 		return nil
