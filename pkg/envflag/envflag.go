@@ -13,6 +13,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/suggest"
 )
 
 // Name is the environment variable for a flag: prefix, then the flag name in
@@ -249,11 +251,10 @@ func (v *versionFlag) Set(s string) (err error) {
 // ignored without a word, and the flag keeps its default.
 func Unknown(fs *flag.FlagSet, prefix string, environ []string) []string {
 	known := map[string]bool{}
-	var names []string
+	var names []string // without the prefix, which every one shares
 	fs.VisitAll(func(f *flag.Flag) {
-		n := Name(prefix, f.Name)
-		known[n] = true
-		names = append(names, n)
+		known[Name(prefix, f.Name)] = true
+		names = append(names, strings.TrimPrefix(Name(prefix, f.Name), prefix))
 	})
 	seen := map[string]bool{}
 	var out []string
@@ -264,47 +265,10 @@ func Unknown(fs *flag.FlagSet, prefix string, environ []string) []string {
 		}
 		seen[k] = true
 		msg := fmt.Sprintf("%s is not a setting of %s: ignored", k, fs.Name())
-		if near := nearest(k, names); near != "" {
-			msg += "; did you mean " + near + "?"
+		if near, ok := suggest.Typo(strings.TrimPrefix(k, prefix), names); ok {
+			msg += "; did you mean " + prefix + near + "?"
 		}
 		out = append(out, msg)
 	}
 	return out
-}
-
-// nearest is the name in names that k is probably a misspelling of: the
-// same but for underscores and case, or at most two edits away.
-func nearest(k string, names []string) string {
-	squash := func(s string) string { return strings.ToUpper(strings.ReplaceAll(s, "_", "")) }
-	best, bestD := "", 3
-	for _, n := range names {
-		if squash(n) == squash(k) {
-			return n
-		}
-		if d := distance(strings.ToUpper(k), n); d < bestD {
-			best, bestD = n, d
-		}
-	}
-	return best
-}
-
-// distance is the Levenshtein distance between a and b.
-func distance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }
