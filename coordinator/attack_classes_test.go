@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/ed25519"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -191,6 +192,57 @@ func TestAttackClasses(t *testing.T) {
 		}
 	})
 
+	// The record follows decisions taken by hand: a certificate an admin
+	// approves is the one the renewal rule and the names' ownership go
+	// by; a request the record names at the join and that an admin denies,
+	// or that is deleted unapproved (kube-controller-manager's cleaner
+	// deletes a pending CSR after a day), is no certificate.
+	t.Run("the record follows decisions taken by hand", func(t *testing.T) {
+		handy := honestJoin(t, "handy", "10.0.8.71", nil)
+		handy.csr("handy-1", []string{"handy"}, "10.0.8.71")
+		handy.agentAttests("handy-1")
+		issued(t, "handy-1")
+		more := []string{"handy", "handy.nodes.example.com"}
+		// A certificate approved by hand replaces the recorded one only
+		// when its request is newer, and creation times have whole
+		// seconds (a kubelet asks again months later, not within one).
+		time.Sleep(1100 * time.Millisecond)
+		handy.csr("handy-2", more, "10.0.8.71")
+		handy.attest("handy-2", handy.key)
+		heldWith(t, "handy-2", "RenewalNamesChanged")
+		approveByHand(t, "handy-2")
+		issued(t, "handy-2")
+		until(t, 20*time.Second, "the record names the certificate approved by hand", func() bool {
+			s := nodeRecord(t, "handy").Spec.Serving
+			return s != nil && s.CSR == "handy-2"
+		})
+		handy.csr("handy-3", more, "10.0.8.71")
+		handy.attest("handy-3", handy.key)
+		issued(t, "handy-3") // the same names as the certificate the node has
+
+		for i, how := range []string{"denied", "deleted"} {
+			name := "byhand-" + how
+			ip := fmt.Sprintf("10.0.8.%d", 72+i)
+			a := newActor(t, name, ip, true)
+			a.csr(name+"-1", []string{name}, ip)
+			a.status(internal(ip), hostname(name))
+			a.report(nil, a.key.Public().(ed25519.PublicKey))
+			until(t, 20*time.Second, name+" initialized with its request under review", func() bool {
+				r := recordOrNil(t, name)
+				return r != nil && r.Spec.Serving != nil && r.Spec.Serving.CSR == name+"-1"
+			})
+			if how == "denied" {
+				denyByHand(t, name+"-1")
+			} else {
+				deleteCSR(t, name+"-1")
+			}
+			until(t, 20*time.Second, "the record of "+name+" keeps no certificate", func() bool {
+				r := recordOrNil(t, name)
+				return r != nil && r.Spec.Serving == nil
+			})
+		}
+	})
+
 	// Class 5 (names): a DNS name two Nodes' identities give them, one as
 	// its Node name and one through the admin's "{node}" pattern, is
 	// certified to neither. The attacker joins a Node named after the
@@ -268,16 +320,27 @@ func TestAttackClasses(t *testing.T) {
 		rec9.status(internal("10.0.8.67"), hostname("rec9.nodes.example.com"))
 		rec9.report(nil, rec9.key.Public().(ed25519.PublicKey))
 		until(t, 20*time.Second, "rec9.nodes.example.com initialized with rec9-squat under review", func() bool {
-			u, err := dynamic.NewForConfigOrDie(cluster.Admin()).Resource(records.GVR).Get(t.Context(), "rec9.nodes.example.com", metav1.GetOptions{})
-			if err != nil {
-				return false // not written yet
-			}
-			r, err := records.FromUnstructured(u)
-			return err == nil && r.Spec.Serving != nil && r.Spec.Serving.CSR == "rec9-squat"
+			r := recordOrNil(t, "rec9.nodes.example.com")
+			return r != nil && r.Spec.Serving != nil && r.Spec.Serving.CSR == "rec9-squat"
 		})
 		honestJoin(t, "rec9", "10.0.8.68", nil)
 		rec9.attest("rec9-squat", rec9.key)
 		t.Logf("a request recorded at the join: %s", refused(t, "rec9-squat"))
+
+		// A name a "*" pattern allowed is its certified holder's too: a
+		// Node registered under that name is held, and the holder's
+		// renewal goes on.
+		star := honestJoin(t, "starv", "10.0.8.69", nil)
+		star.csr("starv-1", []string{"starv", "Web9.lb.example.com"}, "10.0.8.69")
+		star.agentAttests("starv-1")
+		issued(t, "starv-1")
+		named9 := honestJoin(t, "web9.lb.example.com", "10.0.8.70", nil)
+		named9.csr("web9-own", []string{"web9.lb.example.com"}, "10.0.8.70")
+		named9.attest("web9-own", named9.key)
+		t.Logf("a Node named like another's certified * name: %s", refused(t, "web9-own"))
+		star.csr("starv-2", []string{"starv", "Web9.lb.example.com"}, "10.0.8.69")
+		star.agentAttests("starv-2")
+		issued(t, "starv-2")
 	})
 
 	// Class 3: a node prefix is carved for one Node, and no segment is
@@ -440,4 +503,37 @@ func deleteNode(t *testing.T, name string) {
 		_, err := adminClient().CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
 		return err != nil
 	})
+}
+
+// recordOrNil is Node name's record, nil while none can be read.
+func recordOrNil(t *testing.T, name string) *records.Record {
+	u, err := dynamic.NewForConfigOrDie(cluster.Admin()).Resource(records.GVR).Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+	r, err := records.FromUnstructured(u)
+	if err != nil {
+		return nil
+	}
+	return r
+}
+
+// approveByHand and denyByHand decide a CSR as an admin does with
+// kubectl certificate approve|deny.
+func approveByHand(t *testing.T, name string) {
+	decideByHand(t, name, certificatesv1.CertificateApproved)
+}
+func denyByHand(t *testing.T, name string) { decideByHand(t, name, certificatesv1.CertificateDenied) }
+
+func decideByHand(t *testing.T, name string, typ certificatesv1.RequestConditionType) {
+	t.Helper()
+	csr, err := adminClient().CertificatesV1().CertificateSigningRequests().Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		Type: typ, Status: corev1.ConditionTrue, Reason: "KubectlByHand", Message: "decided by an admin", LastUpdateTime: metav1.Now()})
+	if _, err := adminClient().CertificatesV1().CertificateSigningRequests().UpdateApproval(t.Context(), name, csr, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }

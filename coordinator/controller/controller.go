@@ -278,12 +278,21 @@ func New(cfg Config) (*Coordinator, error) {
 		return obj, nil
 	})
 	c.handle(csrInf.Informer(), cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { c.enqueueCSR(obj) },
+		AddFunc: func(obj any) {
+			if csr, ok := obj.(*certificatesv1.CertificateSigningRequest); ok && !pending(csr) && c.servingChanges(csr) {
+				// Decided elsewhere while no coordinator watched.
+				c.csrQueue.Add(servingKey + csr.Name)
+			}
+			c.enqueueCSR(obj)
+		},
 		UpdateFunc: func(_, obj any) {
 			if csr, ok := obj.(*certificatesv1.CertificateSigningRequest); ok && !pending(csr) {
 				// Decided, by whoever (an admin by hand too): its Node's
-				// review moves on.
+				// review moves on, and its record follows the decision.
 				c.handedOff(csr.Name)
+				if c.servingChanges(csr) {
+					c.csrQueue.Add(servingKey + csr.Name)
+				}
 			}
 			c.enqueueCSR(obj)
 		},
@@ -296,6 +305,12 @@ func New(cfg Config) (*Coordinator, error) {
 				}
 				if csr, ok := obj.(*certificatesv1.CertificateSigningRequest); ok {
 					c.requests.gone(csr.UID)
+					if node := csrcheck.NodeName(csr.Spec.Username); node != "" && !approved(csr) && c.recordNames(node, csr) {
+						// Never approved, and gone: the record names a
+						// request, not a certificate (kube-controller-
+						// manager's cleaner, an admin).
+						c.csrQueue.Add(goneKey + node + ":" + string(csr.UID))
+					}
 				}
 				if node := c.reviews.gone(key); node != "" {
 					c.nodeQueue.Add(node) // the review may move on

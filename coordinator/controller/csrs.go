@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,6 +41,13 @@ var heldReasons = map[approval.Category]string{
 const reviewRecheck = 30 * time.Second
 
 func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
+	if rest, ok := strings.CutPrefix(name, servingKey); ok {
+		return c.syncServing(ctx, rest)
+	}
+	if rest, ok := strings.CutPrefix(name, goneKey); ok {
+		node, uid, _ := strings.Cut(rest, ":")
+		return c.servingGone(ctx, node, uid)
+	}
 	csr, err := c.csr(name)
 	if apierrors.IsNotFound(err) {
 		c.forget("csr", name)
@@ -434,6 +442,93 @@ func (c *Coordinator) handedOff(csr string) {
 	if node := c.reviews.drop(csr); node != "" {
 		c.nodeQueue.Add(node)
 	}
+}
+
+// Keys of the CSR queue that are no CSR name (a name never holds ':'):
+// a decided CSR whose record must follow the decision (servingKey +
+// name), and a never-approved CSR gone that the record names (goneKey +
+// node + ":" + UID).
+const (
+	servingKey = "serving:"
+	goneKey    = "gone:"
+)
+
+// recordNames reports whether node's record names this CSR object as its
+// serving certificate.
+func (c *Coordinator) recordNames(node string, csr *certificatesv1.CertificateSigningRequest) bool {
+	rec, err := c.records.Get(node)
+	return err == nil && rec != nil && rec.Spec.Serving.Is(csr.Name, string(csr.UID))
+}
+
+// servingChanges reports whether a CSR decided by someone else than this
+// coordinator changes what its node's record keeps of the serving
+// certificate: one denied that the record names (a request, never a
+// certificate), or one approved by hand that the record does not name
+// and that is newer than the one it names. Its own decisions are in the
+// record before they are written (recordServing), so they change nothing.
+func (c *Coordinator) servingChanges(csr *certificatesv1.CertificateSigningRequest) bool {
+	node := csrcheck.NodeName(csr.Spec.Username)
+	if node == "" {
+		return false
+	}
+	rec, err := c.records.Get(node)
+	if err != nil || rec == nil {
+		return false
+	}
+	named := rec.Spec.Serving.Is(csr.Name, string(csr.UID))
+	switch {
+	case denied(csr):
+		return named
+	case approved(csr) && !named:
+		if s := rec.Spec.Serving; s != nil {
+			if prev, err := c.csr(s.CSR); err == nil && !prev.CreationTimestamp.Before(&csr.CreationTimestamp) {
+				return false // the record names one as new (to the second) or newer
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// syncServing makes the record follow a decision taken elsewhere
+// (servingChanges): the certificate approved by hand recorded, the
+// request denied cleared.
+func (c *Coordinator) syncServing(ctx context.Context, name string) error {
+	csr, err := c.csr(name)
+	if err != nil || !c.servingChanges(csr) {
+		return nil // gone, or the record caught up
+	}
+	d := approval.Decision{Action: approval.Deny}
+	if approved(csr) {
+		parsed, err := c.requests.of(csr).Parse()
+		if err != nil {
+			return nil // approved by hand, unparsable: nothing to compare with
+		}
+		d = approval.Decision{Action: approval.Approve, SANs: contract.RequestSANs(parsed)}
+	}
+	return c.recordServing(ctx, csr, d)
+}
+
+// servingGone clears what node's record keeps of a serving certificate
+// whose request (by UID) was deleted without ever being approved.
+func (c *Coordinator) servingGone(ctx context.Context, node, uid string) error {
+	rec, err := c.records.Get(node)
+	if err != nil || rec == nil || rec.Spec.Serving == nil || rec.Spec.Serving.UID != uid {
+		return err
+	}
+	next := rec.Spec
+	next.Serving = nil
+	_, err = c.putRecord(ctx, node, rec, &next)
+	return err
+}
+
+func denied(csr *certificatesv1.CertificateSigningRequest) bool {
+	for _, cond := range csr.Status.Conditions {
+		if cond.Type == certificatesv1.CertificateDenied || cond.Type == certificatesv1.CertificateFailed {
+			return true
+		}
+	}
+	return false
 }
 
 // recordServing keeps the record's serving SANs true after a decision:

@@ -148,8 +148,9 @@ func hasLabel(node *corev1.Node, key string) bool {
 // The Nodes whose identity gives a name (its Node name, or a "{node}"
 // pattern's name: csrcheck.IdentityOwners) own it, authenticated (a node
 // creates only its own Node), and so does one whose record holds a
-// certificate carrying it, approved and valid, which outlives its Node
-// object: a Node deleted for a moment loses none of its names. An owner
+// certificate carrying it, approved and valid, through whichever pattern
+// (records.ServingHolders), which outlives its Node object: a Node
+// deleted for a moment loses none of its names. An owner
 // with such a certificate keeps the name against owners without one. A
 // name another owner has, and self's identity does not give self, maps to
 // that owner in names: never certified to self. One that self's identity
@@ -163,18 +164,25 @@ func (c *Coordinator) names(dns []string, self string, now time.Time) (names, ho
 		lower := strings.ToLower(n)
 		// The requester's identity is authenticated, whether or not its
 		// Node is in the informer yet.
-		owners := csrcheck.IdentityOwners(lower, c.policy)
-		mine := slices.Contains(owners, self)
+		identity := csrcheck.IdentityOwners(lower, c.policy)
+		// Whoever holds a certificate for it, through whichever pattern.
+		owners := slices.Clone(identity)
+		for _, h := range c.records.ServingHolders(lower) {
+			if !slices.Contains(owners, h) {
+				owners = append(owners, h)
+			}
+		}
 		var others, certified []string
 		for _, o := range owners {
 			has := c.certifies(o, lower, now)
 			if has {
 				certified = append(certified, o)
 			}
-			if o != self && (has || c.nodeExists(o)) {
+			if o != self && (has || slices.Contains(identity, o) && c.nodeExists(o)) {
 				others = append(others, o)
 			}
 		}
+		mine := slices.Contains(identity, self) || slices.Contains(certified, self)
 		if slices.Contains(certified, self) {
 			// Owners without a certificate for it do not count against one with.
 			others = slices.DeleteFunc(others, func(o string) bool { return !slices.Contains(certified, o) })
@@ -187,7 +195,9 @@ func (c *Coordinator) names(dns []string, self string, now time.Time) (names, ho
 			shared[lower] = others[0]
 			continue
 		case mine:
-			continue // csrcheck.FromIdentity gives it the name
+			// Its identity gives it the name (csrcheck.FromIdentity), or its
+			// certificate does, within the patterns the policy still allows.
+			continue
 		}
 		objs, _ := c.nodeIndex.ByIndex(byHostname, lower)
 		for _, o := range objs {
@@ -217,7 +227,7 @@ func (c *Coordinator) certifies(name, dns string, now time.Time) bool {
 		return false
 	}
 	s := rec.Spec.Serving
-	if s == nil || !now.Before(s.ValidUntil) || !slices.Contains(s.SANs, "dns:"+dns) {
+	if s == nil || !now.Before(s.ValidUntil) || !slices.ContainsFunc(s.SANs, func(x string) bool { return strings.EqualFold(x, "dns:"+dns) }) {
 		return false
 	}
 	if req, err := c.csr(s.CSR); err == nil && s.Is(req.Name, string(req.UID)) && !approved(req) {

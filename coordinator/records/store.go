@@ -22,7 +22,10 @@ import (
 
 const (
 	byClaim = "byClaim"
-	by64    = "by64" // the /64 of every IPv6 claim and carved prefix
+	// byServingName: the lower-cased DNS names of the serving certificate
+	// a record names, for ServingHolders.
+	byServingName = "byServingName"
+	by64          = "by64" // the /64 of every IPv6 claim and carved prefix
 )
 
 func key64(a netip.Addr) string { p, _ := a.Prefix(64); return p.String() }
@@ -164,6 +167,17 @@ func NewStore(client dynamic.Interface) *Store {
 	s := &Store{client: client.Resource(GVR), written: map[string]*Record{}}
 	s.informer = dynamicinformer.NewFilteredDynamicInformer(client, GVR, "", 0, cache.Indexers{
 		byClaim: claimIndex,
+		byServingName: func(obj any) ([]string, error) {
+			var keys []string
+			if sp := held(obj); sp != nil && sp.Serving != nil {
+				for _, san := range sp.Serving.SANs {
+					if name, ok := strings.CutPrefix(san, "dns:"); ok && !slices.Contains(keys, strings.ToLower(name)) {
+						keys = append(keys, strings.ToLower(name))
+					}
+				}
+			}
+			return keys, nil
+		},
 		by64: func(obj any) ([]string, error) {
 			var keys []string
 			if sp := held(obj); sp != nil {
@@ -268,6 +282,20 @@ func (s *Store) Owner(ip netip.Addr) string {
 	}
 	s.each(byClaim, key, consider)
 	return best
+}
+
+// ServingHolders returns the records (by name, sorted) whose serving
+// certificate names the DNS name dns, whatever its case; valid or not,
+// approved or not: the caller decides.
+func (s *Store) ServingHolders(dns string) []string {
+	var out []string
+	s.each(byServingName, strings.ToLower(dns), func(name string, spec *Spec) {
+		if spec.Serving != nil && slices.ContainsFunc(spec.Serving.SANs, func(x string) bool { return strings.EqualFold(x, "dns:"+dns) }) && !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	})
+	slices.Sort(out)
+	return out
 }
 
 // each calls f with every record the informer's index holds under key,
