@@ -220,6 +220,22 @@ func TestAttackClasses(t *testing.T) {
 		handy.attest("handy-3", handy.key)
 		issued(t, "handy-3") // the same names as the certificate the node has
 
+		// A CSR's name is the requester's, ':' and all: none names a
+		// queue key of the coordinator's own (root on handy would clear
+		// its record's certificate, and escape the renewal rule).
+		until(t, 20*time.Second, "the record names handy-3", func() bool {
+			s := nodeRecord(t, "handy").Spec.Serving
+			return s != nil && s.CSR == "handy-3"
+		})
+		kept := nodeRecord(t, "handy").Spec.Serving
+		for _, forged := range []string{"gone:handy:" + kept.UID, "serving:handy-3"} {
+			handy.csr(forged, []string{"handy"}, "10.0.8.71")
+		}
+		time.Sleep(2 * time.Second)
+		if s := nodeRecord(t, "handy").Spec.Serving; s == nil || s.UID != kept.UID {
+			t.Fatalf("a CSR named like a queue key changed the record's certificate: %+v, was %+v", s, kept)
+		}
+
 		for i, how := range []string{"denied", "deleted"} {
 			name := "byhand-" + how
 			ip := fmt.Sprintf("10.0.8.%d", 72+i)

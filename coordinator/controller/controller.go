@@ -278,20 +278,19 @@ func New(cfg Config) (*Coordinator, error) {
 		return obj, nil
 	})
 	c.handle(csrInf.Informer(), cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) {
-			if csr, ok := obj.(*certificatesv1.CertificateSigningRequest); ok && !pending(csr) && c.servingChanges(csr) {
-				// Decided elsewhere while no coordinator watched.
-				c.csrQueue.Add(servingKey + csr.Name)
-			}
-			c.enqueueCSR(obj)
-		},
-		UpdateFunc: func(_, obj any) {
+		AddFunc: func(obj any) { c.enqueueCSR(obj) },
+		UpdateFunc: func(oldObj, obj any) {
 			if csr, ok := obj.(*certificatesv1.CertificateSigningRequest); ok && !pending(csr) {
 				// Decided, by whoever (an admin by hand too): its Node's
 				// review moves on, and its record follows the decision.
 				c.handedOff(csr.Name)
-				if c.servingChanges(csr) {
-					c.csrQueue.Add(servingKey + csr.Name)
+				old, _ := oldObj.(*certificatesv1.CertificateSigningRequest)
+				if live := old != nil && pending(old); c.servingChanges(csr, live) {
+					key := servingKey + csr.Name
+					if live {
+						key = servingKey + liveKey + csr.Name
+					}
+					c.csrQueue.Add(key)
 				}
 			}
 			c.enqueueCSR(obj)
@@ -309,7 +308,7 @@ func New(cfg Config) (*Coordinator, error) {
 						// Never approved, and gone: the record names a
 						// request, not a certificate (kube-controller-
 						// manager's cleaner, an admin).
-						c.csrQueue.Add(goneKey + node + ":" + string(csr.UID))
+						c.csrQueue.Add(goneKey + node + "/" + string(csr.UID))
 					}
 				}
 				if node := c.reviews.gone(key); node != "" {
@@ -796,6 +795,10 @@ func (c *Coordinator) lead(ctx context.Context) {
 	csrs, _ := c.csrs.List(labels.Everything())
 	for _, csr := range csrs {
 		c.enqueueCSR(csr)
+		if !pending(csr) && c.servingChanges(csr, false) {
+			// Decided by hand while no replica led.
+			c.csrQueue.Add(servingKey + csr.Name)
+		}
 	}
 	c.setReady(nil)
 	<-ctx.Done()

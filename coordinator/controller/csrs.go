@@ -42,10 +42,11 @@ const reviewRecheck = 30 * time.Second
 
 func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 	if rest, ok := strings.CutPrefix(name, servingKey); ok {
-		return c.syncServing(ctx, rest)
+		csr, live := strings.CutPrefix(rest, liveKey)
+		return c.syncServing(ctx, csr, live)
 	}
 	if rest, ok := strings.CutPrefix(name, goneKey); ok {
-		node, uid, _ := strings.Cut(rest, ":")
+		node, uid, _ := strings.Cut(rest, "/")
 		return c.servingGone(ctx, node, uid)
 	}
 	csr, err := c.csr(name)
@@ -444,13 +445,15 @@ func (c *Coordinator) handedOff(csr string) {
 	}
 }
 
-// Keys of the CSR queue that are no CSR name (a name never holds ':'):
-// a decided CSR whose record must follow the decision (servingKey +
-// name), and a never-approved CSR gone that the record names (goneKey +
-// node + ":" + UID).
+// Keys of the CSR queue that are no CSR name: the API server refuses a
+// name holding '/' (a path segment), and takes ':' and anything else. A
+// decided CSR whose record must follow the decision (servingKey + name),
+// and a never-approved CSR gone that the record names (goneKey + node +
+// "/" + UID).
 const (
-	servingKey = "serving:"
-	goneKey    = "gone:"
+	servingKey = "serving/"
+	liveKey    = "live/" // after servingKey: decided in the update that queued it
+	goneKey    = "gone/"
 )
 
 // recordNames reports whether node's record names this CSR object as its
@@ -462,11 +465,14 @@ func (c *Coordinator) recordNames(node string, csr *certificatesv1.CertificateSi
 
 // servingChanges reports whether a CSR decided by someone else than this
 // coordinator changes what its node's record keeps of the serving
-// certificate: one denied that the record names (a request, never a
-// certificate), or one approved by hand that the record does not name
-// and that is newer than the one it names. Its own decisions are in the
+// certificate: one denied, never approved, that the record names (a
+// request, never a certificate), or one approved by hand that the record
+// does not name. Approved now (live: this update is the decision), it is
+// the node's newest certificate; seen later (a new leader's list), only
+// when the record names an older CSR object that is still there (a
+// recorded one gone could be either). Its own decisions are in the
 // record before they are written (recordServing), so they change nothing.
-func (c *Coordinator) servingChanges(csr *certificatesv1.CertificateSigningRequest) bool {
+func (c *Coordinator) servingChanges(csr *certificatesv1.CertificateSigningRequest, live bool) bool {
 	node := csrcheck.NodeName(csr.Spec.Username)
 	if node == "" {
 		return false
@@ -475,17 +481,16 @@ func (c *Coordinator) servingChanges(csr *certificatesv1.CertificateSigningReque
 	if err != nil || rec == nil {
 		return false
 	}
-	named := rec.Spec.Serving.Is(csr.Name, string(csr.UID))
+	s := rec.Spec.Serving
+	named := s.Is(csr.Name, string(csr.UID))
 	switch {
-	case denied(csr):
+	case denied(csr) && !approved(csr):
 		return named
-	case approved(csr) && !named:
-		if s := rec.Spec.Serving; s != nil {
-			if prev, err := c.csr(s.CSR); err == nil && !prev.CreationTimestamp.Before(&csr.CreationTimestamp) {
-				return false // the record names one as new (to the second) or newer
-			}
-		}
+	case approved(csr) && !named && live:
 		return true
+	case approved(csr) && !named && s != nil:
+		prev, err := c.csr(s.CSR)
+		return err == nil && s.Is(prev.Name, string(prev.UID)) && prev.CreationTimestamp.Before(&csr.CreationTimestamp)
 	}
 	return false
 }
@@ -493,9 +498,9 @@ func (c *Coordinator) servingChanges(csr *certificatesv1.CertificateSigningReque
 // syncServing makes the record follow a decision taken elsewhere
 // (servingChanges): the certificate approved by hand recorded, the
 // request denied cleared.
-func (c *Coordinator) syncServing(ctx context.Context, name string) error {
+func (c *Coordinator) syncServing(ctx context.Context, name string, live bool) error {
 	csr, err := c.csr(name)
-	if err != nil || !c.servingChanges(csr) {
+	if err != nil || !c.servingChanges(csr, live) {
 		return nil // gone, or the record caught up
 	}
 	d := approval.Decision{Action: approval.Deny}
@@ -514,7 +519,7 @@ func (c *Coordinator) syncServing(ctx context.Context, name string) error {
 func (c *Coordinator) servingGone(ctx context.Context, node, uid string) error {
 	rec, err := c.records.Get(node)
 	if err != nil || rec == nil || rec.Spec.Serving == nil || rec.Spec.Serving.UID != uid {
-		return err
+		return nil // unreadable (nothing is decided from it), or no longer naming it
 	}
 	next := rec.Spec
 	next.Serving = nil
