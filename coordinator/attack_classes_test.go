@@ -17,6 +17,7 @@ import (
 
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck/csrtest"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeletsim"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testcluster"
 )
@@ -189,6 +190,33 @@ func TestAttackClasses(t *testing.T) {
 		t.Logf("reuser-3: %s", heldWith(t, "reuser-3", "RenewalNamesChanged"))
 		if s := nodeRecord(t, "reuser").Spec.Serving; s == nil || s.CSR != "reuser-1" || len(s.SANs) != 2 || !slices.Contains(s.SANs, "dns:reuser") || !slices.Contains(s.SANs, "ip:10.0.8.60") {
 			t.Fatalf("the record keeps %+v of the issued certificate, want its SANs", s)
+		}
+	})
+
+	// Class 6 again: the certificate's validity the rule goes by is the
+	// node's longest with the same names, not the last one's: a request
+	// for ten minutes (spec.expirationSeconds is the requester's) does
+	// not end the rule while the year-long certificate is valid.
+	t.Run("a short certificate does not end the renewal rule", func(t *testing.T) {
+		n := honestJoin(t, "shorty", "10.0.8.74", nil)
+		n.csr("shorty-1", []string{"shorty"}, "10.0.8.74")
+		n.agentAttests("shorty-1")
+		issued(t, "shorty-1")
+		long := nodeRecord(t, "shorty").Spec.Serving.ValidUntil
+		ten := int32(600)
+		if _, err := n.self.CertificatesV1().CertificateSigningRequests().Create(t.Context(), &certificatesv1.CertificateSigningRequest{
+			ObjectMeta: metav1.ObjectMeta{Name: "shorty-2"},
+			Spec: certificatesv1.CertificateSigningRequestSpec{Request: csrtest.PEM(t, nil, "shorty", []string{"shorty"}, "10.0.8.74"),
+				SignerName: certificatesv1.KubeletServingSignerName, ExpirationSeconds: &ten,
+				Usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		n.attest("shorty-2", n.key)
+		issued(t, "shorty-2")
+		until(t, 20*time.Second, "the record names shorty-2", func() bool { return nodeRecord(t, "shorty").Spec.Serving.CSR == "shorty-2" })
+		if got := nodeRecord(t, "shorty").Spec.Serving.ValidUntil; got.Before(long) {
+			t.Fatalf("the record's certificate is valid until %v after a ten-minute one, was %v: the renewal rule would end then", got, long)
 		}
 	})
 

@@ -486,11 +486,17 @@ func (c *Coordinator) servingChanges(csr *certificatesv1.CertificateSigningReque
 	switch {
 	case denied(csr) && !approved(csr):
 		return named
-	case approved(csr) && !named && live:
-		return true
 	case approved(csr) && !named && s != nil:
 		prev, err := c.csr(s.CSR)
-		return err == nil && s.Is(prev.Name, string(prev.UID)) && prev.CreationTimestamp.Before(&csr.CreationTimestamp)
+		if err != nil || !s.Is(prev.Name, string(prev.UID)) {
+			return live // the recorded one gone: only a decision seen now is known to be newer
+		}
+		if live {
+			return !csr.CreationTimestamp.Before(&prev.CreationTimestamp) // not the older of two approved at once
+		}
+		return prev.CreationTimestamp.Before(&csr.CreationTimestamp)
+	case approved(csr) && !named:
+		return live
 	}
 	return false
 }
@@ -549,6 +555,12 @@ func (c *Coordinator) recordServing(ctx context.Context, csr *certificatesv1.Cer
 	switch {
 	case d.Action == approval.Approve && !rec.Spec.Serving.Is(csr.Name, string(csr.UID)):
 		next.Serving = c.serving(csr, d.SANs)
+		if prev := rec.Spec.Serving; prev != nil && slices.Equal(prev.SANs, d.SANs) && prev.ValidUntil.After(next.Serving.ValidUntil) {
+			// The same names, a shorter certificate (the requester sets
+			// expirationSeconds): the earlier one is still valid, and the
+			// renewal rule holds until it expires.
+			next.Serving.ValidUntil = prev.ValidUntil
+		}
 	case d.Action == approval.Deny && rec.Spec.Serving.Is(csr.Name, string(csr.UID)):
 		next.Serving = nil
 	default:

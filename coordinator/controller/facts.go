@@ -153,12 +153,11 @@ func hasLabel(node *corev1.Node, key string) bool {
 // deleted for a moment loses none of its names. An owner
 // with such a certificate keeps the name against owners without one. A
 // name another owner has, and self's identity does not give self, maps to
-// that owner in names when the owner's identity gives it the name (never
-// certified to self, refused), in shared when only its certificate does
-// (held, as a name another Node lists is). One that self's identity gives
-// it too maps to the other owner in shared: certified to neither while
-// both are there, held, never denied (the owner first may be the
-// squatter). One that another Node lists as its Hostname (node-written: a
+// that owner in names: never certified to self, refused. One that self's
+// identity gives it too maps to the other owner in shared: certified to
+// neither while both are there, held, never denied (the owner first may be
+// the squatter). A name no Node's identity gives (one only a "*" pattern
+// allows) is nobody's, whoever holds a certificate for it. One that another Node lists as its Hostname (node-written: a
 // conflict to hold, never a reason to deny) maps to that Node in hosts.
 func (c *Coordinator) names(dns []string, self string, now time.Time) (names, hosts, shared map[string]string) {
 	names, hosts, shared = map[string]string{}, map[string]string{}, map[string]string{}
@@ -196,11 +195,8 @@ func (c *Coordinator) names(dns []string, self string, now time.Time) (names, ho
 		}
 		switch {
 		case len(others) > 0 && !mine:
-			if i := slices.IndexFunc(others, func(o string) bool { return slices.Contains(identity, o) }); i >= 0 {
-				names[lower] = others[i] // another Node's own name: refused
-			} else {
-				shared[lower] = others[0] // another's certificate only: held, as a name it lists
-			}
+			// Past the gate above, an identity owner is a Node, and first.
+			names[lower] = others[0]
 			continue
 		case len(others) > 0:
 			shared[lower] = others[0]

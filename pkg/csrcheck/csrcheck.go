@@ -539,8 +539,8 @@ func CheckDNSSAN(name, node string, facts Facts, policy Policy) error {
 	}
 	if other := facts.SharedNames[lower]; other != "" && other != node {
 		return retryError{msg: fmt.Sprintf("DNS SAN %q is also Node %s's (its Node name or a \"{node}\" pattern's name, or its valid certificate carries it): "+
-			"certified to neither while both have it; it stays pending. Delete the Node that should not have it and its NodeRecord (kubectl delete noderecord <node>), "+
-			"or approve this request by hand (kubectl certificate approve): the approved certificate is then this Node's", name, other), conflict: true}
+			"certified to neither while both have it; it stays pending. Delete the Node that should not have it and its NodeRecord (kubectl delete noderecord <node>); "+
+			"if both should, no Node can hold it: change csr.allowedDNSNames or a Node's name", name, other), conflict: true}
 	}
 	if FromIdentity(lower, node, policy) {
 		return nil
