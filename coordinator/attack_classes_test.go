@@ -122,9 +122,7 @@ func TestAttackClasses(t *testing.T) {
 	// is valid is held, as it would have been without the re-creation.
 	t.Run("renewal memory across re-creation", func(t *testing.T) {
 		n := honestJoin(t, "renewer", "10.0.8.20", nil)
-		n.csr("renewer-1", []string{"renewer"}, "10.0.8.20")
-		n.agentAttests("renewer-1")
-		issued(t, "renewer-1")
+		n.certified("renewer-1", []string{"renewer"}, "10.0.8.20")
 		old := getNode(t, "renewer").UID
 		if err := adminClient().CoreV1().Nodes().Delete(t.Context(), "renewer", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
@@ -163,9 +161,7 @@ func TestAttackClasses(t *testing.T) {
 	// and agent key) may then use the name again.
 	t.Run("renewal memory across a CSR name used again", func(t *testing.T) {
 		n := honestJoin(t, "reuser", "10.0.8.60", nil)
-		n.csr("reuser-1", []string{"reuser"}, "10.0.8.60")
-		n.agentAttests("reuser-1")
-		issued(t, "reuser-1")
+		n.certified("reuser-1", []string{"reuser"}, "10.0.8.60")
 		more := []string{"reuser", "reuser.nodes.example.com"}
 		deleteCSR(t, "reuser-1") // as kube-controller-manager's cleaner does
 		// The recorded name, another request with other names.
@@ -199,9 +195,7 @@ func TestAttackClasses(t *testing.T) {
 	// not end the rule while the year-long certificate is valid.
 	t.Run("a short certificate does not end the renewal rule", func(t *testing.T) {
 		n := honestJoin(t, "shorty", "10.0.8.74", nil)
-		n.csr("shorty-1", []string{"shorty"}, "10.0.8.74")
-		n.agentAttests("shorty-1")
-		issued(t, "shorty-1")
+		n.certified("shorty-1", []string{"shorty"}, "10.0.8.74")
 		long := nodeRecord(t, "shorty").Spec.Serving.ValidUntil
 		ten := int32(600)
 		if _, err := n.self.CertificatesV1().CertificateSigningRequests().Create(t.Context(), &certificatesv1.CertificateSigningRequest{
@@ -227,9 +221,7 @@ func TestAttackClasses(t *testing.T) {
 	// deletes a pending CSR after a day), is no certificate.
 	t.Run("the record follows decisions taken by hand", func(t *testing.T) {
 		handy := honestJoin(t, "handy", "10.0.8.71", nil)
-		handy.csr("handy-1", []string{"handy"}, "10.0.8.71")
-		handy.agentAttests("handy-1")
-		issued(t, "handy-1")
+		handy.certified("handy-1", []string{"handy"}, "10.0.8.71")
 		more := []string{"handy", "handy.nodes.example.com"}
 		// A certificate approved by hand replaces the recorded one only
 		// when its request is newer, and creation times have whole
@@ -327,13 +319,9 @@ func TestAttackClasses(t *testing.T) {
 		// derives it from is registered (anyone can, with the bootstrap
 		// token): its renewals go on.
 		named := honestJoin(t, "twin2.nodes.example.com", "10.0.8.63", nil)
-		named.csr("twin2-1", []string{"twin2.nodes.example.com"}, "10.0.8.63")
-		named.agentAttests("twin2-1")
-		issued(t, "twin2-1")
+		named.certified("twin2-1", []string{"twin2.nodes.example.com"}, "10.0.8.63")
 		derived := honestJoin(t, "twin2", "10.0.8.64", nil)
-		named.csr("twin2-2", []string{"twin2.nodes.example.com"}, "10.0.8.63")
-		named.agentAttests("twin2-2")
-		issued(t, "twin2-2")
+		named.certified("twin2-2", []string{"twin2.nodes.example.com"}, "10.0.8.63")
 		derived.csr("twin2-derived", []string{"twin2", "twin2.nodes.example.com"}, "10.0.8.64")
 		derived.attest("twin2-derived", derived.key)
 		t.Logf("the derived name's requester: %s", refused(t, "twin2-derived"))
@@ -344,9 +332,7 @@ func TestAttackClasses(t *testing.T) {
 		// The Node the pattern gives it to is then held, never denied: the
 		// Event names the squatter, whom the admin deletes.
 		early := honestJoin(t, "pre9.nodes.example.com", "10.0.8.65", nil)
-		early.csr("pre9-squat", []string{"pre9.nodes.example.com"}, "10.0.8.65")
-		early.agentAttests("pre9-squat")
-		issued(t, "pre9-squat")
+		early.certified("pre9-squat", []string{"pre9.nodes.example.com"}, "10.0.8.65")
 		late := honestJoin(t, "pre9", "10.0.8.66", nil)
 		late.csr("pre9-own", []string{"pre9", "pre9.nodes.example.com"}, "10.0.8.66")
 		late.attest("pre9-own", late.key)
@@ -375,16 +361,12 @@ func TestAttackClasses(t *testing.T) {
 		// Node registered under that name is held, and the holder's
 		// renewal goes on.
 		star := honestJoin(t, "starv", "10.0.8.69", nil)
-		star.csr("starv-1", []string{"starv", "Web9.lb.example.com"}, "10.0.8.69")
-		star.agentAttests("starv-1")
-		issued(t, "starv-1")
+		star.certified("starv-1", []string{"starv", "Web9.lb.example.com"}, "10.0.8.69")
 		named9 := honestJoin(t, "web9.lb.example.com", "10.0.8.70", nil)
 		named9.csr("web9-own", []string{"web9.lb.example.com"}, "10.0.8.70")
 		named9.attest("web9-own", named9.key)
 		t.Logf("a Node named like another's certified * name: %s", refused(t, "web9-own"))
-		star.csr("starv-2", []string{"starv", "Web9.lb.example.com"}, "10.0.8.69")
-		star.agentAttests("starv-2")
-		issued(t, "starv-2")
+		star.certified("starv-2", []string{"starv", "Web9.lb.example.com"}, "10.0.8.69")
 	})
 
 	// Class 3: a node prefix is carved for one Node, and no segment is
@@ -461,9 +443,7 @@ func TestAttackClasses(t *testing.T) {
 		}
 		bound := honestJoin(t, "bound-1", "10.0.9.5", nil)
 		time.Sleep(time.Second) // csr.minAddressAge
-		bound.csr("bound-1-serving", []string{"bound-1"}, "10.0.9.5")
-		bound.agentAttests("bound-1-serving")
-		issued(t, "bound-1-serving")
+		bound.certified("bound-1-serving", []string{"bound-1"}, "10.0.9.5")
 		sq.csr("squatter-9-serving", []string{"squatter-9"}, "10.0.9.5")
 		sq.attest("squatter-9-serving", sq.key)
 		t.Logf("squatter-9-serving: %s", refused(t, "squatter-9-serving"))
@@ -580,4 +560,13 @@ func decideByHand(t *testing.T, name string, typ certificatesv1.RequestCondition
 	if _, err := adminClient().CertificatesV1().CertificateSigningRequests().UpdateApproval(t.Context(), name, csr, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// certified files a serving CSR, attests it when the coordinator asks, as
+// the node's honest agent, and waits for its certificate.
+func (a *actor) certified(csrName string, dns []string, ip string) {
+	a.t.Helper()
+	a.csr(csrName, dns, ip)
+	a.agentAttests(csrName)
+	issued(a.t, csrName)
 }
