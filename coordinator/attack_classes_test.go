@@ -251,6 +251,17 @@ func TestAttackClasses(t *testing.T) {
 		for _, forged := range []string{"gone:handy:" + kept.UID, "serving:handy-3"} {
 			handy.csr(forged, []string{"handy"}, "10.0.8.71")
 		}
+		// The coordinator's own keys hold a '/', which the API server
+		// refuses in a name.
+		for _, forged := range []string{"gone/handy/" + kept.UID, "serving/handy-3"} {
+			if _, err := handy.self.CertificatesV1().CertificateSigningRequests().Create(t.Context(), &certificatesv1.CertificateSigningRequest{
+				ObjectMeta: metav1.ObjectMeta{Name: forged},
+				Spec: certificatesv1.CertificateSigningRequestSpec{Request: csrtest.PEM(t, nil, "handy", []string{"handy"}, "10.0.8.71"),
+					SignerName: certificatesv1.KubeletServingSignerName, Usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth}},
+			}, metav1.CreateOptions{}); err == nil {
+				t.Fatalf("a CSR named %q was created: the coordinator's queue keys would not be its own", forged)
+			}
+		}
 		time.Sleep(2 * time.Second)
 		if s := nodeRecord(t, "handy").Spec.Serving; s == nil || s.UID != kept.UID {
 			t.Fatalf("a CSR named like a queue key changed the record's certificate: %+v, was %+v", s, kept)
@@ -288,7 +299,7 @@ func TestAttackClasses(t *testing.T) {
 		squat := honestJoin(t, "twin.nodes.example.com", "10.0.8.62", nil)
 		squat.csr("twin-squat", []string{"twin.nodes.example.com"}, "10.0.8.62")
 		squat.attest("twin-squat", squat.key)
-		t.Logf("the squatter's own name: %s", refused(t, "twin-squat"))
+		t.Logf("the squatter's own name: %s", heldWith(t, "twin-squat", "AddressClaimedByOtherNode"))
 		victim.csr("twin-own", []string{"twin", "twin.nodes.example.com"}, "10.0.8.61")
 		victim.attest("twin-own", victim.key)
 		until(t, 20*time.Second, "twin-own held", func() bool {
@@ -308,11 +319,11 @@ func TestAttackClasses(t *testing.T) {
 		again := honestJoin(t, "twin.nodes.example.com", "10.0.8.62", nil)
 		again.csr("twin-squat-2", []string{"twin.nodes.example.com"}, "10.0.8.62")
 		again.attest("twin-squat-2", again.key)
-		t.Logf("the squatter again: %s", refused(t, "twin-squat-2"))
+		t.Logf("the squatter again: %s", heldWith(t, "twin-squat-2", "AddressClaimedByOtherNode"))
 		deleteNode(t, "twin")
 		again.csr("twin-squat-3", []string{"twin.nodes.example.com"}, "10.0.8.62")
 		again.attest("twin-squat-3", again.key)
-		t.Logf("the squatter, the victim's Node gone: %s", refused(t, "twin-squat-3"))
+		t.Logf("the squatter, the victim's Node gone: %s", heldWith(t, "twin-squat-3", "AddressClaimedByOtherNode"))
 
 		// The other way round: a Node named like a pattern's name, already
 		// certified for it, keeps it when a Node of the name the pattern
@@ -324,7 +335,7 @@ func TestAttackClasses(t *testing.T) {
 		named.certified("twin2-2", []string{"twin2.nodes.example.com"}, "10.0.8.63")
 		derived.csr("twin2-derived", []string{"twin2", "twin2.nodes.example.com"}, "10.0.8.64")
 		derived.attest("twin2-derived", derived.key)
-		t.Logf("the derived name's requester: %s", refused(t, "twin2-derived"))
+		t.Logf("the derived name's requester: %s", heldWith(t, "twin2-derived", "AddressClaimedByOtherNode"))
 
 		// Registered first, the squatter is the name's only owner and is
 		// certified for it (first use: SECURITY.md, "Still open"; the
@@ -355,7 +366,7 @@ func TestAttackClasses(t *testing.T) {
 		})
 		honestJoin(t, "rec9", "10.0.8.68", nil)
 		rec9.attest("rec9-squat", rec9.key)
-		t.Logf("a request recorded at the join: %s", refused(t, "rec9-squat"))
+		t.Logf("a request recorded at the join: %s", heldWith(t, "rec9-squat", "AddressClaimedByOtherNode"))
 
 		// A name a "*" pattern allowed is its certified holder's too: a
 		// Node registered under that name is held, and the holder's
@@ -365,7 +376,7 @@ func TestAttackClasses(t *testing.T) {
 		named9 := honestJoin(t, "web9.lb.example.com", "10.0.8.70", nil)
 		named9.csr("web9-own", []string{"web9.lb.example.com"}, "10.0.8.70")
 		named9.attest("web9-own", named9.key)
-		t.Logf("a Node named like another's certified * name: %s", refused(t, "web9-own"))
+		t.Logf("a Node named like another's certified * name: %s", heldWith(t, "web9-own", "AddressClaimedByOtherNode"))
 		star.certified("starv-2", []string{"starv", "Web9.lb.example.com"}, "10.0.8.69")
 	})
 

@@ -299,12 +299,13 @@ func New(cfg Config) (*Coordinator, error) {
 			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 				c.forget("csr", key)
 				c.attestations.settled(key)
+				lastSeen := false // a watch gap: the object as last seen, maybe before its approval
 				if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-					obj = d.Obj
+					obj, lastSeen = d.Obj, true
 				}
 				if csr, ok := obj.(*certificatesv1.CertificateSigningRequest); ok {
 					c.requests.gone(csr.UID)
-					if node := csrcheck.NodeName(csr.Spec.Username); node != "" && !approved(csr) && c.recordNames(node, csr) {
+					if node := csrcheck.NodeName(csr.Spec.Username); node != "" && !lastSeen && !approved(csr) && c.recordNames(node, csr) {
 						// Never approved, and gone: the record names a
 						// request, not a certificate (kube-controller-
 						// manager's cleaner, an admin).

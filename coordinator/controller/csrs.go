@@ -533,6 +533,15 @@ func (c *Coordinator) servingGone(ctx context.Context, node, uid string) error {
 	return err
 }
 
+// servingApproved reports whether the certificate a record names was
+// approved: its request is gone (an issued CSR is deleted an hour after
+// its certificate) or approved; the record names one before the approval
+// is written.
+func (c *Coordinator) servingApproved(s *records.Serving) bool {
+	req, err := c.csr(s.CSR)
+	return err != nil || !s.Is(req.Name, string(req.UID)) || approved(req)
+}
+
 func denied(csr *certificatesv1.CertificateSigningRequest) bool {
 	for _, cond := range csr.Status.Conditions {
 		if cond.Type == certificatesv1.CertificateDenied || cond.Type == certificatesv1.CertificateFailed {
@@ -555,7 +564,7 @@ func (c *Coordinator) recordServing(ctx context.Context, csr *certificatesv1.Cer
 	switch {
 	case d.Action == approval.Approve && !rec.Spec.Serving.Is(csr.Name, string(csr.UID)):
 		next.Serving = c.serving(csr, d.SANs)
-		if prev := rec.Spec.Serving; prev != nil && slices.Equal(prev.SANs, d.SANs) && prev.ValidUntil.After(next.Serving.ValidUntil) {
+		if prev := rec.Spec.Serving; prev != nil && slices.Equal(prev.SANs, d.SANs) && prev.ValidUntil.After(next.Serving.ValidUntil) && c.servingApproved(prev) {
 			// The same names, a shorter certificate (the requester sets
 			// expirationSeconds): the earlier one is still valid, and the
 			// renewal rule holds until it expires.

@@ -195,7 +195,8 @@ func (c *Coordinator) names(dns []string, self string, now time.Time) (names, ho
 		}
 		switch {
 		case len(others) > 0 && !mine:
-			// Past the gate above, an identity owner is a Node, and first.
+			// Identity owners come first in others: the name is theirs
+			// (their Node's, or a deleted one's whose certificate outlives it).
 			names[lower] = others[0]
 			continue
 		case len(others) > 0:
@@ -237,10 +238,7 @@ func (c *Coordinator) certifies(name, dns string, now time.Time) bool {
 	if s == nil || !now.Before(s.ValidUntil) || !slices.ContainsFunc(s.SANs, func(x string) bool { return strings.EqualFold(x, "dns:"+dns) }) {
 		return false
 	}
-	if req, err := c.csr(s.CSR); err == nil && s.Is(req.Name, string(req.UID)) && !approved(req) {
-		return false
-	}
-	return true
+	return c.servingApproved(s)
 }
 
 // hostnames indexes Nodes by their Hostname addresses.

@@ -99,7 +99,8 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	c.report(node, d)
 	if len(d.Malformed) > 0 {
 		// Never act on partial data: nothing the coordinator grants
-		// changes; d.Record only releases withdrawn addresses.
+		// changes; d.Record only releases withdrawn addresses, or an
+		// earlier object's whole record (nodestate's staleRecord).
 		_, err := c.putRecord(ctx, name, rec, d.Record)
 		return err
 	}

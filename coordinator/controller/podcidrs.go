@@ -206,8 +206,8 @@ func (p *podCIDRs) metrics() {
 // not the cluster's pod subnet. Their CIDRs are taken over all the same.
 func (c *Coordinator) checkPool(nodes []corev1.Node) {
 	pool, err := netip.ParsePrefix(c.settings.IPAM.IPv4Pool)
-	if err != nil || !c.settings.IPAMEnabled() {
-		return // without ipam, another allocator's CIDRs are its own business
+	if v4, _ := c.settings.Families(); err != nil || !v4 || !c.settings.IPAMEnabled() {
+		return // without IPv4 from ipam, another allocator's CIDRs are its own business
 	}
 	cidrs := make(map[string][]netip.Prefix, len(nodes))
 	for i := range nodes {
