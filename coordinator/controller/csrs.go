@@ -169,7 +169,7 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 	}
 	rec, err := c.records.Get(nodeName)
 	in.RecordUnreadable = err
-	in.RecordOfAnotherObject = rec != nil && rec.Spec.NodeUID != "" && rec.Spec.NodeUID != string(self.UID) && !records.Released(rec.Spec).Equal(rec.Spec)
+	in.RecordOfAnotherObject = nodestate.StaleRecord(self, rec) != nil
 	in.NotAdopted = rec != nil && rec.Spec.NotAdopted && rec.Spec.NodeUID == string(self.UID) && !c.settings.AdoptExisting
 	if rec != nil && rec.Spec.NodeUID == string(self.UID) {
 		// An address counts as stable only as long as it has been both
@@ -250,7 +250,7 @@ func (c *Coordinator) pendingCount() (count, limit int) {
 			}
 		}
 	}
-	count = approval.FloodCount(byRequester, func(name string) bool { _, err := c.nodes.Get(name); return err == nil })
+	count = approval.FloodCount(byRequester, c.nodeExists)
 	limit = approval.FloodLimit(c.settings.CSR.MaxPending)
 	c.m.PendingCSRs.Set(float64(count))
 	guard := 0.0

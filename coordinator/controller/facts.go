@@ -150,15 +150,16 @@ func hasLabel(node *corev1.Node, key string) bool {
 // creates only its own Node), and so does one whose record holds a
 // certificate carrying it, approved and valid, through whichever pattern
 // (records.ServingHolders), which outlives its Node object: a Node
-// deleted for a moment loses none of its names. An owner
-// with such a certificate keeps the name against owners without one. A
-// name another owner has, and self's identity does not give self, maps to
-// that owner in names: never certified to self, refused. One that self's
-// identity gives it too maps to the other owner in shared: certified to
-// neither while both are there, held, never denied (the owner first may be
-// the squatter). A name no Node's identity gives (one only a "*" pattern
-// allows) is nobody's, whoever holds a certificate for it. One that another Node lists as its Hostname (node-written: a
-// conflict to hold, never a reason to deny) maps to that Node in hosts.
+// deleted for a moment loses none of its names. An owner with such a
+// certificate keeps the name against owners without one. A name another
+// owner has, and self's identity does not give self, maps to that owner
+// in names: never certified to self, refused. One that self's identity
+// gives it too maps to the other owner in shared: certified to neither
+// while both are there, held, never denied (the owner first may be the
+// squatter). A name no Node's identity gives (one only a "*" pattern
+// allows) is nobody's, whoever holds a certificate for it. One that
+// another Node lists as its Hostname (node-written: a conflict to hold,
+// never a reason to deny) maps to that Node in hosts.
 func (c *Coordinator) names(dns []string, self string, now time.Time) (names, hosts, shared map[string]string) {
 	names, hosts, shared = map[string]string{}, map[string]string{}, map[string]string{}
 	for _, n := range dns {

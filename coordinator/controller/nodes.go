@@ -100,7 +100,7 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	if len(d.Malformed) > 0 {
 		// Never act on partial data: nothing the coordinator grants
 		// changes; d.Record only releases withdrawn addresses, or an
-		// earlier object's whole record (nodestate's staleRecord).
+		// earlier object's whole record (nodestate.StaleRecord).
 		_, err := c.putRecord(ctx, name, rec, d.Record)
 		return err
 	}

@@ -180,7 +180,7 @@ func Decide(s Settings, in Input) (Desired, error) {
 	// as that object's deletion does (records.Released), whatever this
 	// one is waiting for: the old claims are nobody's now, and must not
 	// hold other Nodes' addresses in the name of an object that is gone.
-	stale := staleRecord(node, rec)
+	stale := StaleRecord(node, rec)
 	if len(rep.Problems) > 0 {
 		d.Malformed = rep.Problems
 		d.Record = releaseWithdrawn(node, rec, cfg.MaxNodeAddresses)
@@ -370,11 +370,12 @@ func (d *Desired) nodePrefix(s Settings, in Input, name, held string, existing [
 
 // releaseWithdrawn is rec without the addresses node no longer lists, and
 // nothing else changed; nil when that changes nothing.
-// staleRecord is rec released (records.Released) when it describes
+// StaleRecord is rec released (records.Released) when it describes
 // another Node object than node and still holds more than that; nil
 // otherwise. A record without a NodeUID describes whichever Node has the
-// name.
-func staleRecord(node *corev1.Node, rec *records.Record) *records.Spec {
+// name. Decide writes it at the node's first sync; until then no CSR of
+// the node is decided from the record (approval.Input.RecordOfAnotherObject).
+func StaleRecord(node *corev1.Node, rec *records.Record) *records.Spec {
 	if rec == nil || rec.Spec.NodeUID == "" || rec.Spec.NodeUID == string(node.UID) {
 		return nil
 	}
