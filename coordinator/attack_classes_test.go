@@ -299,7 +299,7 @@ func TestAttackClasses(t *testing.T) {
 		squat := honestJoin(t, "twin.nodes.example.com", "10.0.8.62", nil)
 		squat.csr("twin-squat", []string{"twin.nodes.example.com"}, "10.0.8.62")
 		squat.attest("twin-squat", squat.key)
-		t.Logf("the squatter's own name: %s", heldWith(t, "twin-squat", "AddressClaimedByOtherNode"))
+		t.Logf("the squatter's own name: %s", heldWith(t, "twin-squat", "NameClaimedByOtherNode"))
 		victim.csr("twin-own", []string{"twin", "twin.nodes.example.com"}, "10.0.8.61")
 		victim.attest("twin-own", victim.key)
 		until(t, 20*time.Second, "twin-own held", func() bool {
@@ -319,11 +319,11 @@ func TestAttackClasses(t *testing.T) {
 		again := honestJoin(t, "twin.nodes.example.com", "10.0.8.62", nil)
 		again.csr("twin-squat-2", []string{"twin.nodes.example.com"}, "10.0.8.62")
 		again.attest("twin-squat-2", again.key)
-		t.Logf("the squatter again: %s", heldWith(t, "twin-squat-2", "AddressClaimedByOtherNode"))
+		t.Logf("the squatter again: %s", heldWith(t, "twin-squat-2", "NameClaimedByOtherNode"))
 		deleteNode(t, "twin")
 		again.csr("twin-squat-3", []string{"twin.nodes.example.com"}, "10.0.8.62")
 		again.attest("twin-squat-3", again.key)
-		t.Logf("the squatter, the victim's Node gone: %s", heldWith(t, "twin-squat-3", "AddressClaimedByOtherNode"))
+		t.Logf("the squatter, the victim's Node gone: %s", heldWith(t, "twin-squat-3", "NameClaimedByOtherNode"))
 
 		// The other way round: a Node named like a pattern's name, already
 		// certified for it, keeps it when a Node of the name the pattern
@@ -335,7 +335,7 @@ func TestAttackClasses(t *testing.T) {
 		named.certified("twin2-2", []string{"twin2.nodes.example.com"}, "10.0.8.63")
 		derived.csr("twin2-derived", []string{"twin2", "twin2.nodes.example.com"}, "10.0.8.64")
 		derived.attest("twin2-derived", derived.key)
-		t.Logf("the derived name's requester: %s", heldWith(t, "twin2-derived", "AddressClaimedByOtherNode"))
+		t.Logf("the derived name's requester: %s", heldWith(t, "twin2-derived", "NameClaimedByOtherNode"))
 
 		// Registered first, the squatter is the name's only owner and is
 		// certified for it (first use: SECURITY.md, "Still open"; the
@@ -366,7 +366,7 @@ func TestAttackClasses(t *testing.T) {
 		})
 		honestJoin(t, "rec9", "10.0.8.68", nil)
 		rec9.attest("rec9-squat", rec9.key)
-		t.Logf("a request recorded at the join: %s", heldWith(t, "rec9-squat", "AddressClaimedByOtherNode"))
+		t.Logf("a request recorded at the join: %s", heldWith(t, "rec9-squat", "NameClaimedByOtherNode"))
 
 		// A name a "*" pattern allowed is its certified holder's too: a
 		// Node registered under that name is held, and the holder's
@@ -376,7 +376,7 @@ func TestAttackClasses(t *testing.T) {
 		named9 := honestJoin(t, "web9.lb.example.com", "10.0.8.70", nil)
 		named9.csr("web9-own", []string{"web9.lb.example.com"}, "10.0.8.70")
 		named9.attest("web9-own", named9.key)
-		t.Logf("a Node named like another's certified * name: %s", heldWith(t, "web9-own", "AddressClaimedByOtherNode"))
+		t.Logf("a Node named like another's certified * name: %s", heldWith(t, "web9-own", "NameClaimedByOtherNode"))
 		star.certified("starv-2", []string{"starv", "Web9.lb.example.com"}, "10.0.8.69")
 	})
 

@@ -124,6 +124,7 @@ const (
 	CategoryNodeUnknown           Category = "node-unknown"
 	CategoryAddressNotSettled     Category = "address-not-settled"
 	CategoryAddressClaimed        Category = "address-claimed"
+	CategoryNameClaimed           Category = "name-claimed"
 	CategoryRenewalNamesChanged   Category = "renewal-names-changed"
 	CategoryFloodGuard            Category = "flood-guard"
 	CategoryStatic                Category = "static"
@@ -201,10 +202,14 @@ func Decide(in Input) Decision {
 		if after <= 0 {
 			after = claimRecheck
 		}
-		if v.Conflict {
+		if v.Conflict || v.NameConflict {
 			// Another Node holds a SAN for as long as it chooses: held,
 			// rechecked, and the review free for the node's newer CSR.
-			return Decision{Action: Hold, After: after, Reason: v.Reason(), Category: CategoryAddressClaimed}
+			cat := CategoryAddressClaimed
+			if !v.Conflict {
+				cat = CategoryNameClaimed
+			}
+			return Decision{Action: Hold, After: after, Reason: v.Reason(), Category: cat}
 		}
 		return Decision{Action: Wait, After: after, Reason: v.Reason(), Category: CategoryAddressNotSettled}
 	}

@@ -486,3 +486,39 @@ func TestNodesAloneNeverPauseTheDefaultGuard(t *testing.T) {
 		}
 	}
 }
+
+// TestAConflictIsNamedForWhatIsShared: a CSR held because another Node holds
+// one of its SANs says which kind: an address (AddressClaimedByOtherNode) or
+// a DNS name (NameClaimedByOtherNode), so an operator reading the Event's
+// reason knows where to look; both at once are named as the address.
+func TestAConflictIsNamedForWhatIsShared(t *testing.T) {
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	nodeA, _, policy := nodeAFixture()
+	ip := netip.MustParseAddr("10.0.0.1")
+	settled := map[netip.Addr]time.Duration{ip: time.Minute}
+	for _, tc := range []struct {
+		name  string
+		facts csrcheck.Facts
+		want  Category
+	}{
+		{"an address another Node holds", csrcheck.Facts{Claims: map[netip.Addr]string{ip: "node-b"}, Seen: settled,
+			Names: map[string]string{"node-a": "node-a"}}, CategoryAddressClaimed},
+		{"a name another Node's identity also gives", csrcheck.Facts{Claims: map[netip.Addr]string{ip: "node-a"}, Seen: settled,
+			Names: map[string]string{"node-a": "node-a"}, SharedNames: map[string]string{"node-a": "node-b"}}, CategoryNameClaimed},
+		{"a name another Node lists as its Hostname", csrcheck.Facts{Claims: map[netip.Addr]string{ip: "node-a"}, Seen: settled,
+			Hostnames: map[string]string{"web.example.com": "node-b"}}, CategoryNameClaimed},
+		{"both", csrcheck.Facts{Claims: map[netip.Addr]string{ip: "node-b"}, Seen: settled,
+			Names: map[string]string{"node-a": "node-a"}, SharedNames: map[string]string{"node-a": "node-b"}}, CategoryAddressClaimed},
+	} {
+		dns := []string{"node-a"}
+		if tc.facts.Hostnames != nil {
+			dns = []string{"web.example.com"}
+		}
+		p := policy
+		p.DNSPatterns = []string{"*.example.com"}
+		in := Input{CSR: request(t, "csr-a", dns, ip.String()), Created: now, Node: nodeA, Facts: tc.facts, Policy: p, Now: now, Renewals: config.RenewSameNames}
+		if d := Decide(in); d.Action != Hold || d.Category != tc.want {
+			t.Errorf("%s: %s %s (%s), want held as %s", tc.name, d.Action, d.Category, d.Reason, tc.want)
+		}
+	}
+}

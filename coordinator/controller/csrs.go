@@ -25,15 +25,17 @@ import (
 
 // heldReasons name the Event for each reason a CSR is held pending.
 var heldReasons = map[approval.Category]string{
-	approval.CategoryRenewalNamesChanged: "RenewalNamesChanged",
-	approval.CategoryFloodGuard:          "ApprovalPaused",
-	approval.CategoryNoEnrolledKey:       "NoEnrolledAgentKey",
-	approval.CategoryNotAdopted:          "NodeNotAdopted",
-	approval.CategoryRecordUnreadable:    "NodeRecordUnreadable",
-	approval.CategoryAgentKeyChanged:     "AgentKeyChanged",
-	approval.CategoryAddressClaimed:      "AddressClaimedByOtherNode",
-	approval.CategoryAttestationInvalid:  "AttestationIgnored",
-	approval.CategoryAskedAgain:          "AttestationAskedAgain",
+	approval.CategoryRenewalNamesChanged:   "RenewalNamesChanged",
+	approval.CategoryFloodGuard:            "ApprovalPaused",
+	approval.CategoryNoEnrolledKey:         "NoEnrolledAgentKey",
+	approval.CategoryNotAdopted:            "NodeNotAdopted",
+	approval.CategoryRecordUnreadable:      "NodeRecordUnreadable",
+	approval.CategoryAgentKeyChanged:       "AgentKeyChanged",
+	approval.CategoryAddressClaimed:        "AddressClaimedByOtherNode",
+	approval.CategoryNameClaimed:           "NameClaimedByOtherNode",
+	approval.CategoryRecordOfAnotherObject: "NodeRecordOfEarlierObject",
+	approval.CategoryAttestationInvalid:    "AttestationIgnored",
+	approval.CategoryAskedAgain:            "AttestationAskedAgain",
 }
 
 // reviewRecheck is when a CSR waiting for its Node's sync to ask for its

@@ -42,9 +42,9 @@ func TestHostnameSquatting(t *testing.T) {
 	v.csr(t, "squat-v-serving", dns, []string{"10.0.12.1"})
 	waitFor(t, 15*time.Second, "squat-v-serving under review or held", func() bool {
 		return get(t, "squat-v").Annotations[contract.AnnotationCSRReview] == "squat-v-serving" ||
-			len(events(t, "squat-v-serving", "AddressClaimedByOtherNode")) > 0
+			len(events(t, "squat-v-serving", "NameClaimedByOtherNode")) > 0
 	})
-	if e := events(t, "squat-v-serving", "AddressClaimedByOtherNode"); len(e) > 0 {
+	if e := events(t, "squat-v-serving", "NameClaimedByOtherNode"); len(e) > 0 {
 		t.Fatalf("the victim's CSR is held by the squatter's Hostname: %s", e[0].Message)
 	}
 	v.attestNames(t, "squat-v-serving", dns)

@@ -181,8 +181,10 @@ type Verdict struct {
 	Parsed *x509.CertificateRequest
 	// After is when a Retry verdict may turn (0: unknown, use backoff).
 	After time.Duration
-	// Conflict says an address is recorded as another Node's.
-	Conflict bool
+	// Conflict says an address is recorded as another Node's; NameConflict
+	// that a DNS name is another Node's too.
+	Conflict     bool
+	NameConflict bool
 }
 
 // Reason joins the failures into one line for a condition or an Event.
@@ -209,11 +211,13 @@ type check struct {
 }
 
 // retryError marks a failure that may resolve by itself; conflict says
-// another Node holds an address (worth telling someone about).
+// another Node holds an address, name that it holds a DNS name (worth
+// telling someone about).
 type retryError struct {
 	msg      string
 	after    time.Duration
 	conflict bool
+	name     bool
 }
 
 func (e retryError) Error() string { return e.msg }
@@ -274,6 +278,7 @@ func Check(req Request, node *Node, facts Facts, policy Policy) Verdict {
 		if errors.As(err, &retry) {
 			v.After = max(v.After, retry.after)
 			v.Conflict = v.Conflict || retry.conflict
+			v.NameConflict = v.NameConflict || retry.name
 		}
 		v.Failures = append(v.Failures, Failure{Check: c.name, Reason: err.Error(), Retry: errors.As(err, &retry)})
 	}
@@ -540,13 +545,13 @@ func CheckDNSSAN(name, node string, facts Facts, policy Policy) error {
 	if other := facts.SharedNames[lower]; other != "" && other != node {
 		return retryError{msg: fmt.Sprintf("DNS SAN %q is also Node %s's (its Node name or a \"{node}\" pattern's name, or its valid certificate carries it): "+
 			"certified to neither while both have it; it stays pending. Delete the Node that should not have it and its NodeRecord (kubectl delete noderecord <node>); "+
-			"if both should, no Node can hold it: change csr.allowedDNSNames or a Node's name", name, other), conflict: true}
+			"if both should, no Node can hold it: change csr.allowedDNSNames or a Node's name", name, other), name: true}
 	}
 	if FromIdentity(lower, node, policy) {
 		return nil
 	}
 	if owner := facts.Hostnames[lower]; owner != "" && owner != node {
-		return retryError{msg: fmt.Sprintf("DNS SAN %q is also Node %s's Hostname; it stays pending", name, owner), conflict: true}
+		return retryError{msg: fmt.Sprintf("DNS SAN %q is also Node %s's Hostname; it stays pending", name, owner), name: true}
 	}
 	for _, p := range policy.DNSPatterns {
 		if MatchDNSPattern(p, node, lower) {
@@ -647,6 +652,7 @@ func (v *sanVerdicts) add(err error) {
 		v.retry.msg = strings.TrimPrefix(v.retry.msg+", "+r.msg, ", ")
 		v.retry.after = max(v.retry.after, r.after)
 		v.retry.conflict = v.retry.conflict || r.conflict
+		v.retry.name = v.retry.name || r.name
 	case err != nil:
 		v.refused = append(v.refused, err)
 	}

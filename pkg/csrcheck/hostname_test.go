@@ -126,7 +126,7 @@ func TestSharedIdentityNames(t *testing.T) {
 			facts := Facts{SharedNames: map[string]string{name: c.other}}
 			err := CheckDNSSAN(san, c.node, facts, policy)
 			var retry retryError
-			if !errors.As(err, &retry) || !retry.conflict || !strings.Contains(err.Error(), "is also Node "+c.other+"'s") {
+			if !errors.As(err, &retry) || !retry.name || !strings.Contains(err.Error(), "is also Node "+c.other+"'s") {
 				t.Errorf("CheckDNSSAN(%q) for %s: %v, want held as Node %s's too", san, c.node, err, c.other)
 			}
 		}
