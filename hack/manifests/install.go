@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/config"
@@ -68,6 +69,10 @@ type Install struct {
 	// a machinedAccess container under it, and clusters created with 1.14
 	// have it on, so MODE=container with the multidoc form requires it.
 	IsolationOff bool
+	// Replicas is the coordinator Deployment's replicas; 0: as shipped (2).
+	// A cluster with a single control-plane node holds one: the replicas
+	// share the host network there, and a second stays Pending.
+	Replicas int
 }
 
 // Install file names.
@@ -99,6 +104,11 @@ func (in Install) Render(deployDir, extensionDir string) (map[string][]byte, err
 	}
 	if _, err := config.Parse(rendered); err != nil {
 		return nil, fmt.Errorf("the coordinator's configuration: %w", err)
+	}
+	if in.Replicas != 0 {
+		if rendered, err = withReplicas(rendered, in.Replicas); err != nil {
+			return nil, err
+		}
 	}
 	allocates, err := IPAMEnabled(rendered)
 	if err != nil {
@@ -402,22 +412,51 @@ func withCoordinatorConfig(rendered, cfg []byte) ([]byte, error) {
 		}
 		cfg = []byte(inner)
 	}
+	out, err := editObject(rendered, "ConfigMap", "nodeinit-coordinator", func(root *yaml.Node) bool {
+		c := field(field(root, "data"), "coordinator.yaml")
+		if c != nil {
+			*c = *literal(cfg)
+		}
+		return c != nil
+	})
+	if err != nil {
+		return nil, errors.New("the rendered objects hold no ConfigMap nodeinit-coordinator with coordinator.yaml")
+	}
+	return out, nil
+}
+
+// withReplicas sets the coordinator Deployment's replicas in the rendered
+// objects.
+func withReplicas(rendered []byte, n int) ([]byte, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("REPLICAS=%d: want 1 or more (1 on a cluster with one control-plane node)", n)
+	}
+	return editObject(rendered, "Deployment", "nodeinit-coordinator", func(root *yaml.Node) bool {
+		r := field(field(root, "spec"), "replicas")
+		if r == nil {
+			return false
+		}
+		*r = *scalar(strconv.Itoa(n), "!!int")
+		return true
+	})
+}
+
+// editObject re-encodes the rendered objects with edit applied to the one
+// of that kind and name; it fails when edit changed none.
+func editObject(rendered []byte, kind, name string, edit func(root *yaml.Node) bool) ([]byte, error) {
 	var out bytes.Buffer
 	enc := yaml.NewEncoder(&out)
 	enc.SetIndent(2)
 	dec := yaml.NewDecoder(bytes.NewReader(rendered))
-	replaced := false
+	edited := false
 	for {
 		var d yaml.Node
 		if err := dec.Decode(&d); err != nil {
 			break
 		}
 		root := d.Content[0]
-		if k, n := field(root, "kind"), field(field(root, "metadata"), "name"); k != nil && k.Value == "ConfigMap" && n != nil && n.Value == "nodeinit-coordinator" {
-			if c := field(field(root, "data"), "coordinator.yaml"); c != nil {
-				*c = *literal(cfg)
-				replaced = true
-			}
+		if k, n := field(root, "kind"), field(field(root, "metadata"), "name"); k != nil && k.Value == kind && n != nil && n.Value == name {
+			edited = edit(root) || edited
 		}
 		if err := enc.Encode(&d); err != nil {
 			return nil, err
@@ -426,8 +465,8 @@ func withCoordinatorConfig(rendered, cfg []byte) ([]byte, error) {
 	if err := enc.Close(); err != nil {
 		return nil, err
 	}
-	if !replaced {
-		return nil, errors.New("the rendered objects hold no ConfigMap nodeinit-coordinator with coordinator.yaml")
+	if !edited {
+		return nil, fmt.Errorf("the rendered objects hold no %s %s to change", kind, name)
 	}
 	return out.Bytes(), nil
 }

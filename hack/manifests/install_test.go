@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -450,5 +451,34 @@ func TestInstallTakesTheConfigMap(t *testing.T) {
 	b := files[InstallAll]
 	if !bytes.Contains(b, []byte("adoptExisting: true")) || bytes.Contains(b, []byte("coordinator.yaml: |\n        apiVersion")) {
 		t.Errorf("the ConfigMap's coordinator.yaml did not become the coordinator's configuration")
+	}
+}
+
+// REPLICAS sets the coordinator Deployment's replicas in every file that
+// carries it (a single control-plane node holds one: the replicas share
+// the host network), and a count that is not one or more is refused.
+func TestInstallSetsReplicas(t *testing.T) {
+	in := Install{Form: FormMultidoc, Mode: ModeExtension, Coordinator: "registry.example.com/nodeinit-coordinator", Replicas: 1}
+	files, err := in.Render(deployDir, extensionDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{InstallControlPlane, InstallObjects} {
+		if !regexp.MustCompile(`(?m)^\s*replicas: 1$`).Match(files[name]) || regexp.MustCompile(`(?m)^\s*replicas: 2$`).Match(files[name]) {
+			t.Errorf("%s: the Deployment's replicas are not 1", name)
+		}
+	}
+	in.Replicas = -1
+	if _, err := in.Render(deployDir, extensionDir); err == nil || !strings.Contains(err.Error(), "REPLICAS=-1") {
+		t.Errorf("REPLICAS=-1: %v, want it refused", err)
+	}
+	// Unset: as shipped.
+	in.Replicas = 0
+	files, err = in.Render(deployDir, extensionDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^\s*replicas: 2$`).Match(files[InstallObjects]) {
+		t.Errorf("REPLICAS unset: the shipped two replicas are gone")
 	}
 }
