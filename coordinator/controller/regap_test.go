@@ -8,7 +8,6 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 )
 
 // TestANodeRegisteredAgainInAWatchGapInheritsNothing: a Node deleted and
@@ -24,12 +23,7 @@ import (
 // mints one for any name). The API server is real; the gap and its 410
 // are stood in by nodeWatchGap, as in TestListersOfARelistAreContested.
 func TestANodeRegisteredAgainInAWatchGapInheritsNothing(t *testing.T) {
-	gap := newNodeWatchGap()
-	cfg := rest.CopyConfig(coordinatorIdentity(t))
-	cfg.Wrap(gap.wrap)
-	c := startCoordinatorAs(t, "regap", ipamSettings+"  attestationRequired: false\n", cfg)
-	waitFor(t, 20*time.Second, "leading", func() bool { return c.Ready() == nil })
-	waitFor(t, 10*time.Second, "the coordinator watching Nodes", gap.watching)
+	gap := leadingBehindAGap(t, "regap", ipamSettings+"  attestationRequired: false\n")
 
 	old := register(t, "regap-a", "10.0.5.81")
 	old.publish(t, report{providerID: "talos://metal/10.0.5.81"})

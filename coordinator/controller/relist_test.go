@@ -29,12 +29,7 @@ import (
 // coordinator's resource version (after a restart, or a long partition).
 // The coordinator's informer then lists again, from the real API server.
 func TestListersOfARelistAreContested(t *testing.T) {
-	gap := newNodeWatchGap()
-	cfg := rest.CopyConfig(coordinatorIdentity(t))
-	cfg.Wrap(gap.wrap)
-	c := startCoordinatorAs(t, "relist", ipamSettings, cfg)
-	waitFor(t, 20*time.Second, "leading", func() bool { return c.Ready() == nil })
-	waitFor(t, 10*time.Second, "the coordinator watching Nodes", gap.watching)
+	gap := leadingBehindAGap(t, "relist", ipamSettings)
 
 	gap.cut()
 	gap.saw("the gap's writes begin")
@@ -109,6 +104,19 @@ func (g *nodeWatchGap) requests() string {
 }
 
 func newNodeWatchGap() *nodeWatchGap { return &nodeWatchGap{ended: make(chan struct{})} }
+
+// leadingBehindAGap starts a coordinator whose Node watches go through a
+// nodeWatchGap, and returns the gap once it leads and watches Nodes.
+func leadingBehindAGap(t *testing.T, id, settings string) *nodeWatchGap {
+	t.Helper()
+	gap := newNodeWatchGap()
+	cfg := rest.CopyConfig(coordinatorIdentity(t))
+	cfg.Wrap(gap.wrap)
+	c := startCoordinatorAs(t, id, settings, cfg)
+	waitFor(t, 20*time.Second, "leading", func() bool { return c.Ready() == nil })
+	waitFor(t, 10*time.Second, "the coordinator watching Nodes", gap.watching)
+	return gap
+}
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
