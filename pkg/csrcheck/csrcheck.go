@@ -458,7 +458,23 @@ func checkDNSSyntax(name string) error {
 	if errs := validation.IsDNS1123Subdomain(lower); len(errs) > 0 {
 		return fmt.Errorf("DNS SAN %q is not a valid DNS name", name)
 	}
+	if numericLabel(lower[strings.LastIndex(lower, ".")+1:]) {
+		return fmt.Errorf("DNS SAN %q ends in a number, which resolvers read as an IP address: addresses are certified as IP SANs only", name)
+	}
 	return nil
+}
+
+// numericLabel: a name whose last label is a number (decimal, or hex with
+// 0x) is one a C resolver may read as an IPv4 address (inet_aton takes
+// "10.96.0.1", "0xa600001", "167772161", "10.96.1"), and no host name's
+// last label is one (RFC 1123 2.1). The kubelet asks for an IP-shaped
+// Hostname as an IP SAN, so an honest request never carries such a name.
+func numericLabel(label string) bool {
+	digits, set := label, "0123456789"
+	if rest, ok := strings.CutPrefix(label, "0x"); ok {
+		digits, set = rest, "0123456789abcdef"
+	}
+	return label != "" && strings.Trim(digits, set) == ""
 }
 
 // ClusterInternal reports why a DNS name belongs to the cluster itself (the
@@ -500,7 +516,8 @@ func MatchDNSPattern(pattern, node, name string) bool {
 
 // CheckPattern validates an allowed-DNS-name pattern: a DNS name once
 // "{node}" is substituted, "*" only as a whole label and never in the last
-// two labels (no "*.com"), and not cluster-internal.
+// two labels (no "*.com"), not cluster-internal, and not ending in a
+// number.
 func CheckPattern(pattern, clusterDomain string) error {
 	if strings.Count(pattern, "{node}") > 1 {
 		// A name would be given by two node names' identities at once, and
@@ -519,6 +536,9 @@ func CheckPattern(pattern, clusterDomain string) error {
 	}
 	if why := ClusterInternal(strings.ReplaceAll(sample, "*", "x"), clusterDomain); why != "" {
 		return fmt.Errorf("pattern %q %s", pattern, why)
+	}
+	if numericLabel(strings.ToLower(labels[len(labels)-1])) {
+		return fmt.Errorf("pattern %q ends in a number: its names would read as IP addresses", pattern)
 	}
 	return nil
 }

@@ -26,10 +26,40 @@ var (
 func nameAllowed(name, node string, controlPlane bool) bool {
 	n := strings.ToLower(name)
 	switch {
-	case ClusterInternal(n, "cluster.local") != "", slices.Contains(reservedNames, n):
+	case ClusterInternal(n, "cluster.local") != "", slices.Contains(reservedNames, n), readsAsIPv4(n):
 		return false
 	case slices.Contains(apiServerNames, n):
 		return controlPlane && n == strings.ToLower(node)
+	}
+	return true
+}
+
+// readsAsIPv4 is whether a C resolver's inet_aton takes name for an IPv4
+// address (one to four parts, each decimal, octal with a leading 0, or hex
+// with 0x, the last filling the bytes left): a client handed such a host
+// connects to that address, and one that then checks DNS SANs against the
+// host as given would accept a certificate for the name.
+func readsAsIPv4(name string) bool {
+	parts := strings.Split(name, ".")
+	if len(parts) > 4 {
+		return false
+	}
+	for _, p := range parts {
+		digits, base := p, 10
+		switch {
+		case strings.HasPrefix(p, "0x"):
+			digits, base = p[2:], 16
+		case len(p) > 1 && p[0] == '0':
+			digits, base = p[1:], 8
+		}
+		if p == "" {
+			return false
+		}
+		for _, r := range digits {
+			if !strings.ContainsRune("0123456789abcdef"[:base], r) {
+				return false
+			}
+		}
 	}
 	return true
 }
@@ -69,7 +99,60 @@ func TestNoReservedNameWhoeverAsks(t *testing.T) {
 	}
 }
 
+// TestNoNameThatReadsAsAnAddress: no certificate carries a DNS SAN that a
+// resolver reads as an IPv4 address, in any of inet_aton's forms, whoever
+// asks: a Node named so included (the kubelet puts an IP-shaped Hostname in
+// the IP SANs, so an honest one never asks for it as a name). Addresses go
+// through the IP SAN checks only.
+func TestNoNameThatReadsAsAnAddress(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 17))
+	forms := []func(a [4]byte) string{
+		func(a [4]byte) string { return fmt.Sprintf("%d.%d.%d.%d", a[0], a[1], a[2], a[3]) },
+		func(a [4]byte) string { return fmt.Sprintf("0%o.0%o.0%o.0%o", a[0], a[1], a[2], a[3]) },
+		func(a [4]byte) string { return fmt.Sprintf("0x%x.0x%x.0x%x.0x%x", a[0], a[1], a[2], a[3]) },
+		func(a [4]byte) string { return fmt.Sprintf("%d.%d.%d", a[0], a[1], int(a[2])<<8|int(a[3])) },
+		func(a [4]byte) string { return fmt.Sprintf("%d.%d", a[0], int(a[1])<<16|int(a[2])<<8|int(a[3])) },
+		func(a [4]byte) string {
+			return fmt.Sprint(uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]))
+		},
+		func(a [4]byte) string {
+			return fmt.Sprintf("0x%x", uint32(a[0])<<24|uint32(a[1])<<16|uint32(a[2])<<8|uint32(a[3]))
+		},
+		func(a [4]byte) string { return fmt.Sprintf("%d.%d.0x%x.0%o", a[0], a[1], a[2], a[3]) },
+	}
+	policy := Policy{ClusterDomain: "cluster.local", DNSPatterns: []string{"*.example.com", "{node}"}}
+	for range 200 {
+		var a [4]byte
+		for i := range a {
+			a[i] = byte(r.IntN(256))
+		}
+		for _, form := range forms {
+			name := form(a)
+			if !readsAsIPv4(name) {
+				t.Fatalf("the oracle does not read %q as an address", name)
+			}
+			for _, node := range []string{name, "node-a"} {
+				for _, cp := range []bool{false, true} {
+					facts := Facts{ControlPlane: cp, Names: map[string]string{name: node}}
+					if err := CheckDNSSAN(name, node, facts, policy); err == nil {
+						t.Fatalf("node %q (control plane: %v) may carry %q, which reads as %d.%d.%d.%d", node, cp, name, a[0], a[1], a[2], a[3])
+					}
+				}
+			}
+		}
+	}
+	// Names with digits that no resolver reads as an address stay a
+	// Node's own.
+	for _, name := range []string{"10-0-0-5", "node-1", "123.example.com", "1a", "0xg1", "10.0.0.5a"} {
+		if err := CheckDNSSAN(name, name, Facts{Names: map[string]string{name: name}}, policy); err != nil {
+			t.Errorf("a Node named %q refused its own name: %v", name, err)
+		}
+	}
+}
+
 func FuzzReservedNames(f *testing.F) {
+	f.Add("10.96.0.1", "10.96.0.1", false)
+	f.Add("0x0a.0.1", "node-a", true)
 	f.Add("api.example.com", "api.example.com", false)
 	f.Add("CP-1", "cp-1", false)
 	f.Add("vault.example.com", "vault.example.com", true)
