@@ -496,19 +496,35 @@ func (c *Coordinator) nodeChanged(obj any, list uint32) {
 	}
 }
 
-// serviceCIDRsChanged keeps the allocator's service ranges equal to the
-// cluster's ServiceCIDR objects (plus the configured ones).
-func (c *Coordinator) serviceCIDRsChanged() {
-	c.cidrs.setServices(c.serviceRanges())
+// blockedChanged keeps the ranges the allocator never hands out equal to
+// blockedRanges: called as ServiceCIDR objects or the API server's
+// endpoints change.
+func (c *Coordinator) blockedChanged() {
+	c.cidrs.setServices(c.blockedRanges())
 }
 
-// serviceRanges are the ranges of the cluster's ServiceCIDR objects.
-func (c *Coordinator) serviceRanges() []netip.Prefix {
+// blockedRanges are the ranges no pod CIDR may overlap beyond the
+// configured service CIDRs (which the allocator has from its
+// configuration): the cluster's ServiceCIDR objects, csr.reservedAddresses,
+// and the API server's addresses (its certificate's IPs, a VIP among them,
+// and its endpoints), which no Node lists and so no Node's listing keeps
+// out of a segment. The pod pools themselves are not among them.
+func (c *Coordinator) blockedRanges() []netip.Prefix {
 	var out []netip.Prefix
-	for _, r := range c.facts.serviceRanges() {
-		if !slices.Contains(out, r.Prefix) {
-			out = append(out, r.Prefix)
+	add := func(p netip.Prefix) {
+		if p.IsValid() && !slices.Contains(out, p) {
+			out = append(out, p)
 		}
+	}
+	for _, r := range c.facts.serviceRanges() {
+		add(r.Prefix)
+	}
+	for _, r := range c.settings.ReservedAddresses() {
+		add(r)
+	}
+	for _, ip := range slices.Concat(c.cfg.APIServerIPs, c.facts.apiServerAddresses()) {
+		ip = ip.Unmap()
+		add(netip.PrefixFrom(ip, ip.BitLen()))
 	}
 	return out
 }
@@ -649,7 +665,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	c.factory.Start(informers.Done())
 	c.csrFactory.Start(informers.Done())
 	c.attestations.factory.Start(informers.Done())
-	factsSynced := c.facts.start(informers.Done(), c.log.Info, c.serviceCIDRsChanged)
+	factsSynced := c.facts.start(informers.Done(), c.log.Info, c.blockedChanged)
 	var recordsDone sync.WaitGroup
 	recordsDone.Go(func() { c.records.Informer().Run(informers.Done()) })
 	defer recordsDone.Wait()
@@ -862,13 +878,13 @@ func (c *Coordinator) rebuild(nodes []corev1.Node) error {
 	}
 	v4, v6 := c.settings.Families()
 	c.checkPool(nodes)
-	for n, err := range c.cidrs.rebuild(alloc, v4, v6, c.serviceRanges(), nodes) {
+	for n, err := range c.cidrs.rebuild(alloc, v4, v6, c.blockedRanges(), nodes) {
 		c.m.PodCIDRConflicts.Inc()
 		c.recorder.Eventf(n, corev1.EventTypeWarning, "PodCIDRConflict", "cannot account for this node's pod CIDRs: %v", err)
 	}
 	// A ServiceCIDR object added while the allocator was rebuilt found no
 	// allocator to tell: the ranges are read again now that there is one.
-	c.serviceCIDRsChanged()
+	c.blockedChanged()
 	return nil
 }
 

@@ -39,14 +39,17 @@ type clusterFacts struct {
 
 // start starts the informers and returns the HasSynced functions to wait on.
 func (f *clusterFacts) start(stop <-chan struct{}, log func(msg string, args ...any), changed func()) []cache.InformerSynced {
-	synced := []cache.InformerSynced{f.factory.Discovery().V1().EndpointSlices().Informer().HasSynced}
+	endpoints := f.factory.Discovery().V1().EndpointSlices().Informer()
+	handler := cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { changed() }, UpdateFunc: func(any, any) { changed() }, DeleteFunc: func(any) { changed() },
+	}
+	_, _ = endpoints.AddEventHandler(handler) // the API server's addresses are kept out of pod CIDRs
+	synced := []cache.InformerSynced{endpoints.HasSynced}
 	if served(f.client, "networking.k8s.io/v1", "servicecidrs") {
 		f.scFactory = informers.NewSharedInformerFactory(f.client, 0)
 		f.serviceCIDRs = f.scFactory.Networking().V1().ServiceCIDRs().Lister()
 		inf := f.scFactory.Networking().V1().ServiceCIDRs().Informer()
-		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc: func(any) { changed() }, UpdateFunc: func(any, any) { changed() }, DeleteFunc: func(any) { changed() },
-		})
+		_, _ = inf.AddEventHandler(handler)
 		synced = append(synced, inf.HasSynced)
 		f.scFactory.Start(stop)
 	} else {

@@ -16,7 +16,8 @@ import (
 // kube-controller-manager's range allocator owns its own: the Node object
 // (UID) each allocation belongs to, the observed Node addresses it keeps
 // out of every segment (counted by the Nodes listing each), and the
-// cluster's ServiceCIDR ranges. Its mutex guards exactly these. The
+// ranges no segment may overlap (services: the cluster's ServiceCIDR
+// ranges, csr.reservedAddresses and the API server's addresses). Its mutex guards exactly these. The
 // allocator is nil until this replica leads (rebuild); what is observed
 // meanwhile is applied then.
 type podCIDRs struct {
@@ -65,7 +66,7 @@ func (p *podCIDRs) inPool(ip netip.Addr) bool {
 	return slices.ContainsFunc(p.pools, func(pp netip.Prefix) bool { return pp.Contains(ip) })
 }
 
-// setServices keeps the allocator's service ranges equal to want.
+// setServices keeps the allocator's blocked ranges equal to want.
 func (p *podCIDRs) setServices(want []netip.Prefix) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -104,7 +105,9 @@ func (p *podCIDRs) rebuild(alloc *ipam.Allocator, v4, v6 bool, services []netip.
 	for ip := range p.reservedBy {
 		alloc.Reserve(ip)
 	}
-	// The cluster's ServiceCIDR objects are never overlapped either.
+	// The ranges blocked beyond the configured service CIDRs, in this
+	// allocator only.
+	p.services = map[netip.Prefix]bool{}
 	for _, s := range services {
 		alloc.AddServiceCIDR(s)
 		p.services[s] = true

@@ -667,9 +667,19 @@ func (c *Config) Reserved() []csrcheck.Reserved {
 			out = append(out, csrcheck.Reserved{Prefix: p.Masked(), Why: "a pod pool"})
 		}
 	}
+	for _, p := range c.ReservedAddresses() {
+		out = append(out, csrcheck.Reserved{Prefix: p, Why: "reserved by csr.reservedAddresses"})
+	}
+	return out
+}
+
+// ReservedAddresses are csr.reservedAddresses' ranges (an address as its
+// host prefix).
+func (c *Config) ReservedAddresses() []netip.Prefix {
+	var out []netip.Prefix
 	for _, s := range c.CSR.ReservedAddresses {
 		if p, err := parsePrefixOrAddr(s); err == nil {
-			out = append(out, csrcheck.Reserved{Prefix: p, Why: "reserved by csr.reservedAddresses"})
+			out = append(out, p)
 		}
 	}
 	return out
