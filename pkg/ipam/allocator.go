@@ -71,6 +71,7 @@ type Allocator struct {
 	sets       map[netip.Prefix]*pool // per-node-prefix IPv6 sets, keyed by set prefix
 	reserved   map[netip.Addr]bool    // Node addresses: never inside a handed-out segment
 	owners     map[string][]netip.Prefix
+	occupied   map[string]bool           // owners whose CIDRs were taken from their Node (Occupy), not handed out
 	byCIDR     map[netip.Prefix]string   // who holds each CIDR, for O(1) lookups
 	shared     map[netip.Prefix][]string // further holders of a CIDR (only after Occupy reported a conflict)
 	heldLens   [2][129]int               // held CIDRs per family (IPv4, IPv6) and prefix length: lookups instead of scans
@@ -156,7 +157,7 @@ func (a *Allocator) unhold(c netip.Prefix, node string) {
 
 // New validates the configuration and builds the cluster pools.
 func New(cfg Config) (*Allocator, error) {
-	a := &Allocator{cfg: cfg, sets: map[netip.Prefix]*pool{}, reserved: map[netip.Addr]bool{}, owners: map[string][]netip.Prefix{},
+	a := &Allocator{cfg: cfg, sets: map[netip.Prefix]*pool{}, reserved: map[netip.Addr]bool{}, owners: map[string][]netip.Prefix{}, occupied: map[string]bool{},
 		byCIDR: map[netip.Prefix]string{}, shared: map[netip.Prefix][]string{},
 		setsBy64: map[netip.Prefix][]*pool{}, heldBy64: map[netip.Prefix][]netip.Prefix{}, reservedBy64: map[netip.Prefix][]netip.Addr{}}
 	if cfg.IPv4MaskSize == 0 {
@@ -352,14 +353,16 @@ func (a *Allocator) set(prefix netip.Prefix, segBits int) (*pool, error) {
 
 // Allocate gives a node its CIDRs, in the families the allocator hands
 // out (a request for another family is ignored). A node that already has
-// CIDRs keeps them (they never change once set), unless they hold an
-// address of req.Avoid: a caller asks only for a Node without pod CIDRs,
-// so those never reached it (its write failed), and it gets others. On
-// error nothing is held for the node.
+// CIDRs keeps them (they never change once set), unless this allocator
+// handed them out and they hold an address of req.Avoid: a caller asks
+// only for a Node without pod CIDRs, so those never reached it (its write
+// failed), and it gets others. CIDRs taken from the Node (Occupy) did
+// reach it: the caller read a version from before they were written, and
+// they stay the node's. On error nothing is held for the node.
 func (a *Allocator) Allocate(node string, req Request) ([]netip.Prefix, error) {
 	avoid := append(slices.Clone(req.Avoid), req.IPv6Addr)
 	if have, ok := a.owners[node]; ok {
-		if !slices.ContainsFunc(have, func(c netip.Prefix) bool { return slices.ContainsFunc(avoid, c.Contains) }) {
+		if a.occupied[node] || !slices.ContainsFunc(have, func(c netip.Prefix) bool { return slices.ContainsFunc(avoid, c.Contains) }) {
 			return slices.Clone(have), nil
 		}
 		a.Release(node)
@@ -432,6 +435,7 @@ func (a *Allocator) Occupy(node string, cidrs []netip.Prefix) error {
 		}
 	}
 	a.owners[node] = slices.Clone(cidrs)
+	a.occupied[node] = true
 	for _, c := range cidrs {
 		a.hold(c.Masked(), node)
 	}
@@ -498,6 +502,7 @@ func (a *Allocator) Release(node string) {
 		a.unhold(c.Masked(), node)
 	}
 	delete(a.owners, node)
+	delete(a.occupied, node)
 }
 
 // poolsNear are the pools that can overlap c (in a scratch slice, valid

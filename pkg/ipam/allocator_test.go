@@ -698,6 +698,32 @@ func TestAllocateAgainAvoidsAddressesListedSince(t *testing.T) {
 	}
 }
 
+// TestAnOccupiedCIDRIsNeverReleasedByAnAllocation: pod CIDRs the
+// allocator took from a Node (Occupy: the Node carries them) stay that
+// Node's when a sync that read an older version of it, before they were
+// written, asks again with addresses to avoid inside them (a new leader
+// whose informer lags the list its allocator was rebuilt from). Releasing
+// them would hand them to the next join while the Node holds them.
+func TestAnOccupiedCIDRIsNeverReleasedByAnAllocation(t *testing.T) {
+	a, _ := New(Config{IPv4Pool: mp("10.244.0.0/22"), IPv4MaskSize: 24})
+	held := mp("10.244.0.0/24")
+	if err := a.Occupy("n", []netip.Prefix{held}); err != nil {
+		t.Fatal(err)
+	}
+	inside := ma("10.244.0.7") // listed by the older version, inside the CIDR written since
+	got, err := a.Allocate("n", Request{IPv4: true, Avoid: []netip.Addr{inside}})
+	if err != nil || !slices.Equal(got, []netip.Prefix{held}) {
+		t.Errorf("a stale sync's allocation: %v %v, want the Node's own %s", got, err, held)
+	}
+	other, err := a.Allocate("m", Request{IPv4: true})
+	if err != nil || slices.Contains(other, held) {
+		t.Errorf("the next join got %v %v: %s is n's", other, err, held)
+	}
+	if holder, _ := a.Holder(ma("10.244.0.1")); holder != "n" {
+		t.Errorf("%s is held by %q, want n", held, holder)
+	}
+}
+
 // TestOutsidePool: a pool that is not the cluster's pod subnet shows as
 // existing Nodes' IPv4 pod CIDRs outside it; IPv6 ones never count.
 func TestOutsidePool(t *testing.T) {
