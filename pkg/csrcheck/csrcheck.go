@@ -516,13 +516,19 @@ func MatchDNSPattern(pattern, node, name string) bool {
 
 // CheckPattern validates an allowed-DNS-name pattern: a DNS name once
 // "{node}" is substituted, "*" only as a whole label and never in the last
-// two labels (no "*.com"), not cluster-internal, and not ending in a
-// number.
+// two labels (no "*.com") nor beside "{node}", not cluster-internal, and
+// not ending in a number.
 func CheckPattern(pattern, clusterDomain string) error {
 	if strings.Count(pattern, "{node}") > 1 {
 		// A name would be given by two node names' identities at once, and
 		// IdentityOwners, which inverts a pattern, could not say whose.
 		return fmt.Errorf("pattern %q: \"{node}\" may appear once", pattern)
+	}
+	if strings.Contains(pattern, "{node}") && strings.Contains(pattern, "*") {
+		// Its names would be nobody's ("*": several Nodes may carry one)
+		// and one Node's (its identity gives them) at once: a Node named
+		// like one would be certified for it and the other denied it.
+		return fmt.Errorf("pattern %q: \"{node}\" and \"*\" may not be in one pattern: \"{node}\" gives a name to one Node, \"*\" to any", pattern)
 	}
 	sample := strings.ReplaceAll(pattern, "{node}", "node")
 	labels := strings.Split(sample, ".")

@@ -375,7 +375,8 @@ func TestDNSPatterns(t *testing.T) {
 	}
 	for _, bad := range []string{"*", "*.com", "x.*", "a*.example.com", "{node}.svc", "*.default.svc.cluster.local", "kubernetes.{node}.example.com", "{node}.cluster.local", "bad_name.example.com",
 		"{node}.{node}.example.com", "{node}-{node}.example.com", // IdentityOwners inverts a pattern with one {node}
-		"{node}.10", "*.0x1f", "10.96.{node}.1"} { // names a resolver reads as an address
+		"{node}.10", "*.0x1f", "10.96.{node}.1", // names a resolver reads as an address
+		"*.{node}.example.com", "{node}.*.nodes.example.com"} { // a name both nobody's ("*") and an identity's ("{node}")
 		if err := CheckPattern(bad, "cluster.local"); err == nil {
 			t.Errorf("pattern %q accepted", bad)
 		}
