@@ -491,10 +491,26 @@ func ClusterInternal(name, clusterDomain string) string {
 		return "is a Service name (.svc)"
 	case clusterDomain != "" && (n == clusterDomain || strings.HasSuffix(n, "."+clusterDomain)):
 		return "is under the cluster domain " + clusterDomain
-	case n == "localhost" || strings.HasSuffix(n, ".localhost"):
+	case strings.HasSuffix(n, ".localhost") || slices.Contains(loopbackLabels, strings.SplitN(n, ".", 2)[0]):
 		return "is localhost"
 	}
 	return ""
+}
+
+// loopbackLabels begin the loopback host's names in common /etc/hosts
+// files (localhost.localdomain, ip6-localhost…): a client resolving one
+// connects to itself.
+var loopbackLabels = []string{"localhost", "localhost4", "localhost6", "ip6-localhost", "ip6-loopback"}
+
+// namedIn reports whether lower (a lower-case DNS name) is one of list, in
+// whatever case, or one label under a wildcard entry of it ("*.k8s.example.com"
+// covers "api.k8s.example.com", as a TLS client matches it).
+func namedIn(list []string, lower string) bool {
+	if containsFold(list, lower) {
+		return true
+	}
+	label, parent, ok := strings.Cut(lower, ".")
+	return ok && label != "" && containsFold(list, "*."+parent)
 }
 
 // MatchDNSPattern reports whether name matches pattern for node: "{node}"
@@ -642,7 +658,7 @@ func ReservedName(name, node string, facts Facts, policy Policy) error {
 	if containsFold(facts.ReservedNames, lower) {
 		return fmt.Errorf("DNS SAN %q is reserved by csr.reservedNames: no certificate carries it", name)
 	}
-	if containsFold(facts.APIServerNames, lower) && !(facts.ControlPlane && lower == strings.ToLower(node)) {
+	if namedIn(facts.APIServerNames, lower) && !(facts.ControlPlane && lower == strings.ToLower(node)) {
 		return fmt.Errorf("DNS SAN %q is a name of the API server: only a control-plane Node of that name may carry it", name)
 	}
 	return nil

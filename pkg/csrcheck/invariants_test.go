@@ -18,17 +18,33 @@ import (
 // control-plane node.
 var (
 	reservedNames  = []string{"vault.example.com", "registry.internal"}
-	apiServerNames = []string{"api.example.com", "localhost", "kubernetes.default.svc", "cp-1", "cp-2.example.com"}
+	apiServerNames = []string{"api.example.com", "localhost", "kubernetes.default.svc", "cp-1", "cp-2.example.com", "*.k8s.example.com"}
+	// loopbackNames are the loopback host's names in common /etc/hosts
+	// files: a client resolving one connects to itself.
+	loopbackNames = []string{"localhost", "localhost4", "localhost6", "localhost.localdomain", "localhost6.localdomain6", "ip6-localhost", "ip6-loopback"}
 )
+
+// underWildcard: is name one a wildcard entry of list ("*.k8s.example.com")
+// covers (exactly one label in its place, as TLS clients match)?
+func underWildcard(list []string, name string) bool {
+	for _, w := range list {
+		if rest, ok := strings.CutPrefix(strings.ToLower(w), "*."); ok {
+			if label, parent, ok := strings.Cut(name, "."); ok && label != "" && parent == rest {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // nameAllowed is the invariant, stated independently of CheckDNSSAN: may a
 // certificate for node (a control-plane Node or not) carry name at all?
 func nameAllowed(name, node string, controlPlane bool) bool {
 	n := strings.ToLower(name)
 	switch {
-	case ClusterInternal(n, "cluster.local") != "", slices.Contains(reservedNames, n), readsAsIPv4(n):
+	case ClusterInternal(n, "cluster.local") != "", slices.Contains(reservedNames, n), readsAsIPv4(n), slices.Contains(loopbackNames, n):
 		return false
-	case slices.Contains(apiServerNames, n):
+	case slices.Contains(apiServerNames, n), underWildcard(apiServerNames, n):
 		return controlPlane && n == strings.ToLower(node)
 	}
 	return true
@@ -77,7 +93,8 @@ func checkReservedInvariant(t *testing.T, name, node string, controlPlane bool) 
 
 func TestNoReservedNameWhoeverAsks(t *testing.T) {
 	var names []string
-	for _, n := range slices.Concat(reservedNames, apiServerNames, []string{"kubernetes", "x.svc", "a.cluster.local", "cp-1.example.com", "node-a"}) {
+	for _, n := range slices.Concat(reservedNames, apiServerNames, loopbackNames, []string{"kubernetes", "x.svc", "a.cluster.local", "cp-1.example.com", "node-a",
+		"api.k8s.example.com", "cp-3.k8s.example.com", "a.b.k8s.example.com", "k8s.example.com"}) {
 		names = append(names, n, strings.ToUpper(n))
 	}
 	for _, name := range names {
@@ -152,6 +169,8 @@ func TestNoNameThatReadsAsAnAddress(t *testing.T) {
 
 func FuzzReservedNames(f *testing.F) {
 	f.Add("10.96.0.1", "10.96.0.1", false)
+	f.Add("api.k8s.example.com", "api.k8s.example.com", false)
+	f.Add("ip6-localhost", "node-a", false)
 	f.Add("0x0a.0.1", "node-a", true)
 	f.Add("api.example.com", "api.example.com", false)
 	f.Add("CP-1", "cp-1", false)
