@@ -207,21 +207,19 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 }
 
 // previousSANs are the SANs of the node's last approved certificate while
-// it is valid, for the renewal rule; nil when there is none, or when its
-// request, still there, was not approved (the record names a certificate
-// before the approval is written). The CSR being decided is compared too,
-// whatever its name: the recorded one's own request names the same SANs,
-// and another object under that name (the name is free once the issued
-// CSR is deleted) is a new request like any other.
+// it is valid, for the renewal rule; nil when there is none
+// (records.Serving.Certified: the record names a request before its
+// approval is written, and one renewing a certificate with the same names
+// keeps that one's end). The CSR being decided is compared too, whatever
+// its name: the recorded one's own request names the same SANs, and
+// another object under that name (the name is free once the issued CSR is
+// deleted) is a new request like any other.
 func (c *Coordinator) previousSANs(rec *records.Record, now time.Time) []string {
 	s := rec.Spec.Serving
-	if s == nil || now.After(s.ValidUntil) {
+	if s == nil {
 		return nil
 	}
-	if prev, err := c.csr(s.CSR); err == nil && s.Is(prev.Name, string(prev.UID)) && !approved(prev) {
-		return nil
-	}
-	return s.SANs
+	return s.Certified(c.servingApproved(s), now)
 }
 
 func approved(csr *certificatesv1.CertificateSigningRequest) bool {
@@ -530,7 +528,7 @@ func (c *Coordinator) servingGone(ctx context.Context, node, uid string) error {
 		return nil // unreadable (nothing is decided from it), or no longer naming it
 	}
 	next := rec.Spec
-	next.Serving = nil
+	next.Serving = rec.Spec.Serving.Cleared(time.Now())
 	_, err = c.putRecord(ctx, node, rec, &next)
 	return err
 }
@@ -554,8 +552,10 @@ func denied(csr *certificatesv1.CertificateSigningRequest) bool {
 }
 
 // recordServing keeps the record's serving SANs true after a decision:
-// set on an approval of another CSR object than the one recorded, cleared
-// on a denial of the recorded one (the same object: Serving.Is).
+// set on an approval of another CSR object than the one recorded
+// (records.Renewing), cleared on a denial of the recorded one (the same
+// object: Serving.Is) down to the certificate it renewed, if any
+// (Serving.Cleared).
 func (c *Coordinator) recordServing(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, d approval.Decision) error {
 	nodeName := csrcheck.NodeName(csr.Spec.Username)
 	rec, err := c.records.Get(nodeName)
@@ -565,15 +565,11 @@ func (c *Coordinator) recordServing(ctx context.Context, csr *certificatesv1.Cer
 	next := rec.Spec
 	switch {
 	case d.Action == approval.Approve && !rec.Spec.Serving.Is(csr.Name, string(csr.UID)):
-		next.Serving = c.serving(csr, d.SANs)
-		if prev := rec.Spec.Serving; prev != nil && slices.Equal(prev.SANs, d.SANs) && prev.ValidUntil.After(next.Serving.ValidUntil) && c.servingApproved(prev) {
-			// The same names, a shorter certificate (the requester sets
-			// expirationSeconds): the earlier one is still valid, and the
-			// renewal rule holds until it expires.
-			next.Serving.ValidUntil = prev.ValidUntil
-		}
+		prev := rec.Spec.Serving
+		renewing := records.Renewing(prev, prev != nil && c.servingApproved(prev), *c.serving(csr, d.SANs), time.Now())
+		next.Serving = &renewing
 	case d.Action == approval.Deny && rec.Spec.Serving.Is(csr.Name, string(csr.UID)):
-		next.Serving = nil
+		next.Serving = rec.Spec.Serving.Cleared(time.Now())
 	default:
 		return nil
 	}

@@ -239,10 +239,10 @@ func (c *Coordinator) certifies(name, dns string, now time.Time) bool {
 		return false
 	}
 	s := rec.Spec.Serving
-	if s == nil || !now.Before(s.ValidUntil) || !slices.ContainsFunc(s.SANs, func(x string) bool { return strings.EqualFold(x, "dns:"+dns) }) {
+	if s == nil || !slices.ContainsFunc(s.SANs, func(x string) bool { return strings.EqualFold(x, "dns:"+dns) }) {
 		return false
 	}
-	return c.servingApproved(s)
+	return s.Certified(c.servingApproved(s), now) != nil
 }
 
 // hostnames indexes Nodes by their Hostname addresses.

@@ -96,6 +96,67 @@ type Serving struct {
 	UID        string    `json:"uid,omitempty"`
 	SANs       []string  `json:"sans"`
 	ValidUntil time.Time `json:"validUntil"`
+	// CertifiedUntil: this request renews a certificate approved for the
+	// same SANs, valid until then (Renewing); the SANs stay certified that
+	// long whatever becomes of the request (Certified, Cleared).
+	CertifiedUntil *time.Time `json:"certifiedUntil,omitempty"`
+}
+
+// Certified are the SANs a valid certificate the record names carries
+// now, nil when none: namedApproved says whether the request the record
+// names was approved (or is gone: an issued CSR is deleted an hour after
+// its certificate). The record names a request before its approval is
+// written; one that renews a certificate with the same names keeps that
+// certificate's end (CertifiedUntil), so the names stay certified whatever
+// becomes of it: pending, denied or deleted.
+func (s *Serving) Certified(namedApproved bool, now time.Time) []string {
+	switch {
+	case s == nil:
+		return nil
+	case namedApproved && now.Before(s.ValidUntil), s.CertifiedUntil != nil && now.Before(*s.CertifiedUntil):
+		return s.SANs
+	}
+	return nil
+}
+
+// Cleared is what the record keeps once the request it names is denied,
+// or deleted unapproved: the certificate it renewed, until that one's end,
+// naming no request (as a record from before UIDs were kept: compared with
+// every request, replaced only by an approval, cleared by no denial); nil
+// when it renewed none.
+func (s *Serving) Cleared(now time.Time) *Serving {
+	if s == nil || s.CertifiedUntil == nil || !now.Before(*s.CertifiedUntil) {
+		return nil
+	}
+	return &Serving{SANs: slices.Clone(s.SANs), ValidUntil: *s.CertifiedUntil}
+}
+
+// Renewing is next, the record of a request with its SANs approved now,
+// over prev, the record's serving certificate (prevApproved: its request
+// was approved, or is gone). When prev carries the same names, approved
+// and valid (or itself renewing one that is), next keeps that end as
+// CertifiedUntil, and the later of the two end dates: the requester sets
+// expirationSeconds, and the renewal rule holds until the earlier
+// certificate expires.
+func Renewing(prev *Serving, prevApproved bool, next Serving, now time.Time) Serving {
+	if prev == nil || !slices.Equal(prev.SANs, next.SANs) {
+		return next
+	}
+	var until time.Time
+	if prevApproved && now.Before(prev.ValidUntil) {
+		until = prev.ValidUntil
+	}
+	if c := prev.CertifiedUntil; c != nil && now.Before(*c) && c.After(until) {
+		until = *c
+	}
+	if until.IsZero() {
+		return next
+	}
+	next.CertifiedUntil = &until
+	if until.After(next.ValidUntil) {
+		next.ValidUntil = until
+	}
+	return next
 }
 
 // Is reports whether the serving certificate was approved for this CSR
@@ -142,6 +203,10 @@ func (s Spec) normal() Spec {
 	if s.Serving != nil {
 		sv := *s.Serving
 		sv.ValidUntil = sv.ValidUntil.UTC().Truncate(time.Second)
+		if sv.CertifiedUntil != nil {
+			c := sv.CertifiedUntil.UTC().Truncate(time.Second)
+			sv.CertifiedUntil = &c
+		}
 		n.Serving = &sv
 	}
 	if len(n.GrantedLabels) == 0 {

@@ -1,0 +1,102 @@
+package controller_test
+
+import (
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+)
+
+// TestTheRenewalRuleOutlivesAnUnwrittenApproval: the record names a
+// request before its approval is written, so that no certificate is ever
+// unrecorded. A request renewing the node's certificate with the same
+// names, whose approval then fails (an API error, a leader change, or a
+// second request of the node decided in that window), must not lift the
+// renewal rule: a request with other names is still held while the first
+// certificate is valid, and stays held when the renewing request is denied
+// by hand. The API server is real; a transport wrapper fails the
+// coordinator's approvals of the renewing request.
+func TestTheRenewalRuleOutlivesAnUnwrittenApproval(t *testing.T) {
+	var failing atomic.Value // the CSR whose approvals fail
+	failing.Store("")
+	cfg := rest.CopyConfig(coordinatorIdentity(t))
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if name := failing.Load().(string); name != "" && req.Method == http.MethodPut &&
+				strings.HasSuffix(req.URL.Path, "/certificatesigningrequests/"+name+"/approval") {
+				body := `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the test fails this approval","reason":"InternalError","code":500}`
+				return &http.Response{StatusCode: http.StatusInternalServerError, Status: "500 Internal Server Error", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+					Header: http.Header{"Content-Type": []string{"application/json"}}, Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body)), Request: req}, nil
+			}
+			return rt.RoundTrip(req)
+		})
+	})
+	startCoordinatorAs(t, "renewal", ipamSettings+"  attestationRequired: false\n", cfg)
+
+	n := register(t, "ren-a", "10.0.5.95")
+	n.publish(t, report{providerID: "talos://metal/ren-a", externalIPs: []string{"10.0.5.96"}})
+	waitFor(t, 20*time.Second, "ren-a initialized", func() bool { return initialized(get(t, "ren-a")) })
+	time.Sleep(1500 * time.Millisecond) // csr.minAddressAge
+
+	decided := func(name string) (certificatesv1.CertificateSigningRequestCondition, bool) { return condition(t, name) }
+	n.csr(t, "ren-a-1", []string{"ren-a"}, []string{"10.0.5.95"})
+	waitFor(t, 20*time.Second, "ren-a-1 decided", func() bool { _, ok := decided("ren-a-1"); return ok })
+	if cond, _ := decided("ren-a-1"); cond.Type != certificatesv1.CertificateApproved {
+		t.Fatalf("ren-a-1: %s %q", cond.Type, cond.Message)
+	}
+	first := recordOf(t, "ren-a").Spec.Serving
+
+	// The renewal, with the same names: recorded, its approval failing.
+	failing.Store("ren-a-2")
+	n.csr(t, "ren-a-2", []string{"ren-a"}, []string{"10.0.5.95"})
+	waitFor(t, 20*time.Second, "the record naming ren-a-2", func() bool {
+		s := recordOf(t, "ren-a").Spec.Serving
+		return s != nil && s.CSR == "ren-a-2"
+	})
+	if _, ok := decided("ren-a-2"); ok {
+		t.Fatal("ren-a-2 was decided: the wrapper failed nothing")
+	}
+
+	// Other names, both the node's own, recorded and settled.
+	n.csr(t, "ren-a-3", []string{"ren-a"}, []string{"10.0.5.95", "10.0.5.96"})
+	waitFor(t, 20*time.Second, "ren-a-3 held or decided", func() bool {
+		_, ok := decided("ren-a-3")
+		return ok || len(events(t, "ren-a-3", "RenewalNamesChanged")) > 0
+	})
+	if cond, ok := decided("ren-a-3"); ok {
+		t.Fatalf("ren-a-3, with other names while ren-a-1 is valid: %s %q", cond.Type, cond.Message)
+	}
+
+	// The renewal denied by hand: the first certificate's names stay.
+	csr, err := admin().CertificatesV1().CertificateSigningRequests().Get(t.Context(), "ren-a-2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		Type: certificatesv1.CertificateDenied, Status: corev1.ConditionTrue, Reason: "Test", Message: "denied by hand", LastUpdateTime: metav1.Now()})
+	if _, err := admin().CertificatesV1().CertificateSigningRequests().UpdateApproval(t.Context(), "ren-a-2", csr, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the record no longer naming ren-a-2", func() bool {
+		s := recordOf(t, "ren-a").Spec.Serving
+		return s == nil || s.CSR != "ren-a-2"
+	})
+	s := recordOf(t, "ren-a").Spec.Serving
+	if s == nil || !slices.Equal(s.SANs, first.SANs) || !s.ValidUntil.Equal(first.ValidUntil) {
+		t.Fatalf("after the renewal's denial the record keeps %+v, want ren-a-1's names until its end (%v, %v)", s, first.SANs, first.ValidUntil)
+	}
+	// A change of the Node syncs its pending CSRs again: still held.
+	n.publish(t, report{providerID: "talos://metal/ren-a", externalIPs: []string{"10.0.5.96"}, requested: map[string]string{"node.cloudprovider.kubernetes.io/x": "y"}})
+	time.Sleep(3 * time.Second)
+	if cond, ok := decided("ren-a-3"); ok {
+		t.Fatalf("ren-a-3 after the renewal's denial: %s %q", cond.Type, cond.Message)
+	}
+}
