@@ -321,11 +321,7 @@ func (c *Coordinator) serving(csr *certificatesv1.CertificateSigningRequest, san
 
 // certDuration is how long the certificate csr asks for will be valid at most.
 func (c *Coordinator) certDuration(csr *certificatesv1.CertificateSigningRequest) time.Duration {
-	d := c.settings.CSR.MaxDuration.Duration
-	if e := csr.Spec.ExpirationSeconds; e != nil && time.Duration(*e)*time.Second < d {
-		d = time.Duration(*e) * time.Second
-	}
-	return d
+	return c.settings.CertificateDuration(csr.Spec.ExpirationSeconds)
 }
 
 // review is the serving CSR the Node's agent should attest now, as the

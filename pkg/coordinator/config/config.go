@@ -130,6 +130,11 @@ type CSR struct {
 	AttestationTimeout  Duration      `yaml:"attestationTimeout,omitempty"`
 	OnTimeout           TimeoutAction `yaml:"onTimeout,omitempty"`
 	MaxDuration         Duration      `yaml:"maxDuration,omitempty"`
+	// SignerDuration is how long kube-controller-manager's signer makes a
+	// certificate whose request asks for no duration, as the kubelet's
+	// (its --cluster-signing-duration; default a year): the record counts
+	// such a certificate valid that long.
+	SignerDuration Duration `yaml:"signerDuration,omitempty"`
 	// AllowedDNSNames are DNS SANs allowed besides the node name: "{node}"
 	// is the node name, a "*" label one label ("{node}.nodes.example.com",
 	// "*.eu-west-1.compute.internal").
@@ -349,6 +354,9 @@ func (c *Config) defaults() {
 		// needs more, and a request for ten years is not a kubelet's.
 		c.CSR.MaxDuration.Duration = 365 * 24 * time.Hour
 	}
+	if c.CSR.SignerDuration.Duration == 0 {
+		c.CSR.SignerDuration.Duration = 365 * 24 * time.Hour // --cluster-signing-duration's default
+	}
 	if c.CSR.OnTimeout == "" {
 		c.CSR.OnTimeout = StayPending
 	}
@@ -415,6 +423,7 @@ func (c *Config) validate(doc *document, raw *Config) Errors {
 
 	ps = append(ps, checkDuration("csr.attestationTimeout", raw.CSR.AttestationTimeout.Duration, set("csr.attestationTimeout"), 0)...)
 	ps = append(ps, checkDuration("csr.maxDuration", raw.CSR.MaxDuration.Duration, set("csr.maxDuration"), minCertificateDuration)...)
+	ps = append(ps, checkDuration("csr.signerDuration", raw.CSR.SignerDuration.Duration, set("csr.signerDuration"), minCertificateDuration)...)
 	ps = append(ps, checkDuration("csr.minAddressAge", raw.CSR.MinAddressAge.Duration, set("csr.minAddressAge"), 0)...)
 	if w := raw.CSR.InitWait; w != nil {
 		ps = append(ps, checkWait("csr.initWait", w.Duration, maxCSRInitWait)...)
@@ -709,6 +718,18 @@ const DefaultCSRInitWait = 3 * time.Second
 // maxCSRInitWait bounds csr.initWait: a longer wait only delays Nodes
 // whose kubelets ask for no serving certificate.
 const maxCSRInitWait = 30 * time.Second
+
+// CertificateDuration is how long a certificate approved for a request
+// that asks for expirationSeconds (nil: none, as the kubelet asks) may be
+// valid: what it asked for (csr.maxDuration caps that), else the signer's
+// duration (csr.signerDuration, kube-controller-manager's
+// --cluster-signing-duration), which no cap of the coordinator's reaches.
+func (c *Config) CertificateDuration(expirationSeconds *int32) time.Duration {
+	if e := expirationSeconds; e != nil {
+		return min(time.Duration(*e)*time.Second, c.CSR.MaxDuration.Duration)
+	}
+	return c.CSR.SignerDuration.Duration
+}
 
 // CSRInitWait is csr.initWait: how long after registration a Node's
 // initialization may wait for its kubelet's serving CSR; 0 never.

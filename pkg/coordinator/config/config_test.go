@@ -294,3 +294,31 @@ inventory:
 		t.Fatalf("Parse = %v, want the misspelt inventory[1].network refused, naming networks", err)
 	}
 }
+
+// TestCertificateDuration: how long a certificate approved for a request
+// may be valid, for the record (the renewal rule and the names' owner
+// last as long). A request that sets no expirationSeconds, as the kubelet
+// does, gets the signer's duration (kube-controller-manager's
+// --cluster-signing-duration), whatever csr.maxDuration caps.
+func TestCertificateDuration(t *testing.T) {
+	secs := func(d time.Duration) *int32 { s := int32(d / time.Second); return &s }
+	for _, c := range []struct {
+		config string
+		asked  *int32
+		want   time.Duration
+	}{
+		{"", nil, 365 * 24 * time.Hour},
+		{"csr: {maxDuration: 720h}\n", nil, 365 * 24 * time.Hour},
+		{"csr: {maxDuration: 720h, signerDuration: 87600h}\n", nil, 87600 * time.Hour},
+		{"csr: {maxDuration: 720h}\n", secs(time.Hour), time.Hour},
+		{"", secs(48 * time.Hour), 48 * time.Hour},
+	} {
+		cfg, err := Parse([]byte(c.config))
+		if err != nil {
+			t.Fatalf("%q: %v", c.config, err)
+		}
+		if got := cfg.CertificateDuration(c.asked); got != c.want {
+			t.Errorf("%q, expirationSeconds %v: %v, want %v", c.config, c.asked, got, c.want)
+		}
+	}
+}
