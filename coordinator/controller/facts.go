@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	networkinglisters "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
@@ -34,7 +35,11 @@ type clusterFacts struct {
 	// from their own, unfiltered factory; nil where the API is not served.
 	scFactory    informers.SharedInformerFactory
 	serviceCIDRs networkinglisters.ServiceCIDRLister
-	client       kubernetes.Interface
+	// Services, all namespaces, each trimmed to its addresses
+	// (trimService): their load-balancer and external IPs are theirs.
+	svcFactory informers.SharedInformerFactory
+	services   corelisters.ServiceLister
+	client     kubernetes.Interface
 }
 
 // start starts the informers and returns the HasSynced functions to wait on.
@@ -55,11 +60,14 @@ func (f *clusterFacts) start(stop <-chan struct{}, log func(msg string, args ...
 	} else {
 		log("ServiceCIDR objects are not served (Kubernetes before 1.33): only ipam.serviceCIDRs are reserved")
 	}
+	synced = append(synced, f.svcFactory.Core().V1().Services().Informer().HasSynced)
+	f.svcFactory.Start(stop)
 	f.factory.Start(stop)
 	return synced
 }
 
 func (f *clusterFacts) shutdown() {
+	f.svcFactory.Shutdown()
 	f.factory.Shutdown()
 	if f.scFactory != nil {
 		f.scFactory.Shutdown()
@@ -89,9 +97,51 @@ func newClusterFacts(client kubernetes.Interface) *clusterFacts {
 				o.LabelSelector = discoveryv1.LabelServiceName + "=kubernetes"
 			}
 		}))
-	cf := &clusterFacts{factory: f, client: client}
+	svc := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(trimService))
+	cf := &clusterFacts{factory: f, svcFactory: svc, client: client}
 	cf.endpoints = f.Discovery().V1().EndpointSlices().Lister()
+	cf.services = svc.Core().V1().Services().Lister()
 	return cf
+}
+
+// trimService keeps of a Service only its name and addresses: a cluster
+// may have thousands, and the coordinator reads nothing else of them.
+func trimService(obj any) (any, error) {
+	s, ok := obj.(*corev1.Service)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: s.Namespace, UID: s.UID, ResourceVersion: s.ResourceVersion}}
+	out.Spec.ExternalIPs = s.Spec.ExternalIPs
+	for _, in := range s.Status.LoadBalancer.Ingress {
+		if in.IP != "" {
+			out.Status.LoadBalancer.Ingress = append(out.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: in.IP})
+		}
+	}
+	return out, nil
+}
+
+// serviceAddresses are the Services' load-balancer and external IPs: a
+// Service's, never a Node's (MetalLB or kube-vip in layer-2 mode hand out
+// addresses of the nodes' own subnet), so never certified or claimed.
+func (f *clusterFacts) serviceAddresses() []csrcheck.Reserved {
+	list, _ := f.services.List(labels.Everything())
+	var out []csrcheck.Reserved
+	add := func(ip, why string) {
+		if a, err := netip.ParseAddr(ip); err == nil {
+			a = a.Unmap()
+			out = append(out, csrcheck.Reserved{Prefix: netip.PrefixFrom(a, a.BitLen()), Why: why})
+		}
+	}
+	for _, s := range list {
+		for _, ip := range s.Spec.ExternalIPs {
+			add(ip, "an external IP of Service "+s.Namespace+"/"+s.Name)
+		}
+		for _, in := range s.Status.LoadBalancer.Ingress {
+			add(in.IP, "the load-balancer address of Service "+s.Namespace+"/"+s.Name)
+		}
+	}
+	return out
 }
 
 // serviceCIDRs are the cluster's ServiceCIDR objects' ranges.
@@ -132,7 +182,7 @@ func (f *clusterFacts) apiServerAddresses() []netip.Addr {
 // ServiceCIDR objects, and the API server's addresses as
 // csrcheck.APIServerAddresses decides them for node.
 func (c *Coordinator) reservedFor(node *corev1.Node) []csrcheck.Reserved {
-	return slices.Concat(c.configReserved, c.facts.serviceRanges(),
+	return slices.Concat(c.configReserved, c.facts.serviceRanges(), c.facts.serviceAddresses(),
 		csrcheck.APIServerAddresses(c.facts.apiServerAddresses(), c.cfg.APIServerIPs, node != nil && c.controlPlane(node)))
 }
 
