@@ -150,6 +150,7 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 		in.PublishedKey = md.AgentKey
 	}
 	in.Facts = csrcheck.Facts{Reserved: c.reservedFor(self), Claims: map[netip.Addr]string{}, PodCIDROf: map[netip.Addr]string{}, Seen: c.observer.seen(self.Name, self.UID, now)}
+	services := c.facts.serviceAddresses(false)
 	var sans []string
 	if parsed, err := in.CSR.Parse(); err == nil {
 		sans = contract.RequestSANs(parsed)
@@ -166,6 +167,12 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 			}
 			if holder := c.cidrs.holder(ip); holder != "" {
 				in.Facts.PodCIDROf[ip] = holder
+			}
+			if svc := services[ip]; svc != "" {
+				if in.Facts.ServiceOf == nil {
+					in.Facts.ServiceOf = map[netip.Addr]string{}
+				}
+				in.Facts.ServiceOf[ip] = svc
 			}
 		}
 	}

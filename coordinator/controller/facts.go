@@ -60,7 +60,9 @@ func (f *clusterFacts) start(stop <-chan struct{}, log func(msg string, args ...
 	} else {
 		log("ServiceCIDR objects are not served (Kubernetes before 1.33): only ipam.serviceCIDRs are reserved")
 	}
-	synced = append(synced, f.svcFactory.Core().V1().Services().Informer().HasSynced)
+	svcs := f.svcFactory.Core().V1().Services().Informer()
+	_, _ = svcs.AddEventHandler(handler) // their load-balancer addresses are kept out of pod CIDRs
+	synced = append(synced, svcs.HasSynced)
 	f.svcFactory.Start(stop)
 	f.factory.Start(stop)
 	return synced
@@ -121,24 +123,27 @@ func trimService(obj any) (any, error) {
 	return out, nil
 }
 
-// serviceAddresses are the Services' load-balancer and external IPs: a
-// Service's, never a Node's (MetalLB or kube-vip in layer-2 mode hand out
-// addresses of the nodes' own subnet), so never certified or claimed.
-func (f *clusterFacts) serviceAddresses() []csrcheck.Reserved {
+// serviceAddresses maps each address a Service carries, its
+// load-balancer addresses (lb) and, unless lb, its external IPs, to the
+// Service: a certificate naming one is held (csrcheck.Facts.ServiceOf),
+// and a load-balancer address is kept out of pod CIDRs (MetalLB or kube-vip
+// in layer-2 mode hand out addresses of the nodes' own subnet).
+func (f *clusterFacts) serviceAddresses(lb bool) map[netip.Addr]string {
 	list, _ := f.services.List(labels.Everything())
-	var out []csrcheck.Reserved
-	add := func(ip, why string) {
+	out := map[netip.Addr]string{}
+	add := func(ip string, s *corev1.Service) {
 		if a, err := netip.ParseAddr(ip); err == nil {
-			a = a.Unmap()
-			out = append(out, csrcheck.Reserved{Prefix: netip.PrefixFrom(a, a.BitLen()), Why: why})
+			out[a.Unmap()] = s.Namespace + "/" + s.Name
 		}
 	}
 	for _, s := range list {
-		for _, ip := range s.Spec.ExternalIPs {
-			add(ip, "an external IP of Service "+s.Namespace+"/"+s.Name)
+		if !lb {
+			for _, ip := range s.Spec.ExternalIPs {
+				add(ip, s)
+			}
 		}
 		for _, in := range s.Status.LoadBalancer.Ingress {
-			add(in.IP, "the load-balancer address of Service "+s.Namespace+"/"+s.Name)
+			add(in.IP, s)
 		}
 	}
 	return out
@@ -182,7 +187,7 @@ func (f *clusterFacts) apiServerAddresses() []netip.Addr {
 // ServiceCIDR objects, and the API server's addresses as
 // csrcheck.APIServerAddresses decides them for node.
 func (c *Coordinator) reservedFor(node *corev1.Node) []csrcheck.Reserved {
-	return slices.Concat(c.configReserved, c.facts.serviceRanges(), c.facts.serviceAddresses(),
+	return slices.Concat(c.configReserved, c.facts.serviceRanges(),
 		csrcheck.APIServerAddresses(c.facts.apiServerAddresses(), c.cfg.APIServerIPs, node != nil && c.controlPlane(node)))
 }
 
