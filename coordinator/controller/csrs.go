@@ -606,6 +606,11 @@ func (c *Coordinator) decide(ctx context.Context, csr *certificatesv1.Certificat
 	if err != nil {
 		c.m.NodeWrites.WithLabelValues("approval", "error").Inc()
 		if apierrors.IsNotFound(err) {
+			if d.Action == approval.Approve {
+				// Gone before its approval: the record, which named it
+				// first, must not count it as an issued certificate.
+				return c.servingGone(ctx, csrcheck.NodeName(csr.Spec.Username), string(csr.UID))
+			}
 			return nil
 		}
 		return fmt.Errorf("%s CSR %s: %w", d.Action, csr.Name, err)

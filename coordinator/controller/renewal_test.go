@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -27,18 +28,7 @@ import (
 func TestTheRenewalRuleOutlivesAnUnwrittenApproval(t *testing.T) {
 	var failing atomic.Value // the CSR whose approvals fail
 	failing.Store("")
-	cfg := rest.CopyConfig(coordinatorIdentity(t))
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
-			if name := failing.Load().(string); name != "" && req.Method == http.MethodPut &&
-				strings.HasSuffix(req.URL.Path, "/certificatesigningrequests/"+name+"/approval") {
-				body := `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the test fails this approval","reason":"InternalError","code":500}`
-				return &http.Response{StatusCode: http.StatusInternalServerError, Status: "500 Internal Server Error", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-					Header: http.Header{"Content-Type": []string{"application/json"}}, Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body)), Request: req}, nil
-			}
-			return rt.RoundTrip(req)
-		})
-	})
+	cfg := approvalsFailing(t, &failing, http.StatusInternalServerError)
 	startCoordinatorAs(t, "renewal", ipamSettings+"  attestationRequired: false\n", cfg)
 
 	n := register(t, "ren-a", "10.0.5.95")
@@ -99,4 +89,51 @@ func TestTheRenewalRuleOutlivesAnUnwrittenApproval(t *testing.T) {
 	if cond, ok := decided("ren-a-3"); ok {
 		t.Fatalf("ren-a-3 after the renewal's denial: %s %q", cond.Type, cond.Message)
 	}
+}
+
+// approvalsFailing is the coordinator's identity with its approvals of the
+// CSR named in failing answered with code, as an API server would.
+func approvalsFailing(t *testing.T, failing *atomic.Value, code int) *rest.Config {
+	t.Helper()
+	cfg := rest.CopyConfig(coordinatorIdentity(t))
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if name := failing.Load().(string); name != "" && req.Method == http.MethodPut &&
+				strings.HasSuffix(req.URL.Path, "/certificatesigningrequests/"+name+"/approval") {
+				reason := map[int]string{http.StatusNotFound: "NotFound"}[code]
+				if reason == "" {
+					reason = "InternalError"
+				}
+				body := fmt.Sprintf(`{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the test fails this approval","reason":%q,"code":%d}`, reason, code)
+				return &http.Response{StatusCode: code, Status: http.StatusText(code), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+					Header: http.Header{"Content-Type": []string{"application/json"}}, Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body)), Request: req}, nil
+			}
+			return rt.RoundTrip(req)
+		})
+	})
+	return cfg
+}
+
+// TestARequestGoneBeforeItsApprovalLeavesNoCertificate: the record names a
+// request before its approval is written; when the request is gone by then
+// (deleted: the approval answers NotFound), the record no longer names it.
+// Left there, a request never approved would count as a certificate (a gone
+// request counts as issued) until its end date: for the renewal rule and
+// the names' ownership.
+func TestARequestGoneBeforeItsApprovalLeavesNoCertificate(t *testing.T) {
+	var failing atomic.Value
+	failing.Store("gone-a-1")
+	startCoordinatorAs(t, "goneapproval", ipamSettings+"  attestationRequired: false\n", approvalsFailing(t, &failing, http.StatusNotFound))
+	n := register(t, "gone-a", "10.0.5.101")
+	n.publish(t, report{providerID: "talos://metal/gone-a"})
+	waitFor(t, 20*time.Second, "gone-a initialized", func() bool { return initialized(get(t, "gone-a")) })
+	time.Sleep(1500 * time.Millisecond) // csr.minAddressAge
+	n.csr(t, "gone-a-1", []string{"gone-a"}, []string{"10.0.5.101"})
+	// Its approval is answered NotFound: the record may name it for that
+	// moment, then must not.
+	time.Sleep(3 * time.Second)
+	waitFor(t, 10*time.Second, "the record not naming gone-a-1", func() bool {
+		s := recordOf(t, "gone-a").Spec.Serving
+		return s == nil || s.CSR != "gone-a-1"
+	})
 }

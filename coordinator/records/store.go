@@ -347,6 +347,10 @@ func clone(r *Record) *Record {
 	if r.Spec.Serving != nil {
 		sv := *r.Spec.Serving
 		sv.SANs = slices.Clone(sv.SANs)
+		if sv.CertifiedUntil != nil {
+			t := *sv.CertifiedUntil
+			sv.CertifiedUntil = &t
+		}
 		c.Spec.Serving = &sv
 	}
 	return &c

@@ -472,6 +472,10 @@ func TestInstallSetsReplicas(t *testing.T) {
 	if _, err := in.Render(deployDir, extensionDir); err == nil || !strings.Contains(err.Error(), "REPLICAS=-1") {
 		t.Errorf("REPLICAS=-1: %v, want it refused", err)
 	}
+	// REPLICAS=0 is refused by the command, not taken as unset.
+	if code := installMain([]string{"-deploy", deployDir, "-extension", extensionDir, "-out", filepath.Join(t.TempDir(), "out"), "-image", "registry.example.com/nodeinit-coordinator", "-mode", "extension", "-replicas", "0"}); code != 2 {
+		t.Errorf("-replicas 0: exit %d, want 2", code)
+	}
 	// Unset: as shipped.
 	in.Replicas = 0
 	files, err = in.Render(deployDir, extensionDir)

@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -71,11 +72,19 @@ func installMain(args []string) int {
 	configFile := fs.String("coordinator-config", "", "the coordinator's coordinator.yaml `FILE`; the shipped one when empty")
 	env := fs.String("env", "", "the agent's settings, space-separated NODEINIT_NAME=value")
 	isolation := fs.String("workload-isolation", "", "off: you checked that the cluster's SecurityProfileConfig.workloadIsolation is off (needed for -mode container on a cluster created with Talos 1.14)")
-	replicas := fs.Int("replicas", 0, "the coordinator's replicas; 0: as shipped (2). 1 on a cluster with one control-plane node")
+	replicas := fs.String("replicas", "", "the coordinator's `N` of replicas (default: as shipped, 2); 1 on a cluster with one control-plane node")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	in := Install{Form: Form(*form), Mode: Mode(*mode), Coordinator: *image, AgentImage: *agentImage, Env: strings.Fields(*env), IsolationOff: *isolation == "off", Replicas: *replicas}
+	n := 0
+	if *replicas != "" {
+		var err error
+		if n, err = strconv.Atoi(*replicas); err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "install: REPLICAS=%s: want 1 or more\n", *replicas)
+			return 2
+		}
+	}
+	in := Install{Form: Form(*form), Mode: Mode(*mode), Coordinator: *image, AgentImage: *agentImage, Env: strings.Fields(*env), IsolationOff: *isolation == "off", Replicas: n}
 	var err error
 	if *rulesFile != "" {
 		if in.Rules, err = os.ReadFile(*rulesFile); err != nil {

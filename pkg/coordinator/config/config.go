@@ -157,6 +157,7 @@ type CSR struct {
 	// (approval.FloodLimit says why there is no default).
 	MaxPending int `yaml:"maxPending,omitempty"`
 	// ReservedAddresses and ReservedNames are never certified for a node
+	// (and no pod CIDR holds a reserved address)
 	// nor recorded as its address: a Talos shared VIP, a load balancer in
 	// front of the API server, its external name. (The API server's own
 	// certificate SANs are reserved automatically.)
@@ -450,6 +451,18 @@ func (c *Config) validate(doc *document, raw *Config) Errors {
 		ps = append(ps, problem{"csr.allowedIPRanges", "was replaced by the top-level nodeNetworks (the networks node addresses come from)", "move the ranges there"})
 	}
 	ps = append(ps, checkAddresses("csr.reservedAddresses", c.CSR.ReservedAddresses)...)
+	for i, a := range c.CSR.ReservedAddresses {
+		r, err := parsePrefixOrAddr(a)
+		if err != nil {
+			continue
+		}
+		for _, pool := range []struct{ key, value string }{{"ipam.ipv4Pool", c.IPAM.IPv4Pool}, {"ipam.ipv6Pool", c.IPAM.IPv6Pool}} {
+			if p, err := netip.ParsePrefix(pool.value); err == nil && p.Overlaps(r) {
+				ps = append(ps, problem{fmt.Sprintf("csr.reservedAddresses[%d]", i), fmt.Sprintf("%s overlaps %s %s", a, pool.key, pool.value),
+					"pod CIDRs never hold a reserved address, so that part of the pool would never be handed out: reserve addresses outside it"})
+			}
+		}
+	}
 	ps = append(ps, checkDNSNames("csr.reservedNames", c.CSR.ReservedNames)...)
 	for i, pat := range c.CSR.AllowedDNSNames {
 		if err := csrcheck.CheckPattern(pat, strings.ToLower(c.ClusterDomain)); err != nil {
@@ -726,7 +739,7 @@ const maxCSRInitWait = 30 * time.Second
 // --cluster-signing-duration), which no cap of the coordinator's reaches.
 func (c *Config) CertificateDuration(expirationSeconds *int32) time.Duration {
 	if e := expirationSeconds; e != nil {
-		return min(time.Duration(*e)*time.Second, c.CSR.MaxDuration.Duration)
+		return min(time.Duration(*e)*time.Second, c.CSR.MaxDuration.Duration, c.CSR.SignerDuration.Duration)
 	}
 	return c.CSR.SignerDuration.Duration
 }

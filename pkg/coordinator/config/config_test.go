@@ -312,6 +312,7 @@ func TestCertificateDuration(t *testing.T) {
 		{"csr: {maxDuration: 720h, signerDuration: 87600h}\n", nil, 87600 * time.Hour},
 		{"csr: {maxDuration: 720h}\n", secs(time.Hour), time.Hour},
 		{"", secs(48 * time.Hour), 48 * time.Hour},
+		{"csr: {maxDuration: 87600h}\n", secs(20000 * time.Hour), 365 * 24 * time.Hour}, // the signer caps what is asked
 	} {
 		cfg, err := Parse([]byte(c.config))
 		if err != nil {

@@ -63,6 +63,8 @@ func TestRefused(t *testing.T) {
 		{"csr: {onTimeout: maybe}", []string{"1:18: csr.onTimeout: \"maybe\" is not a choice", "want pending or approve"}},
 		{"csr: {renewals: never}", []string{"csr.renewals", "want sameNames or checks"}},
 		{"csr: {maxPending: -1}", []string{"csr.maxPending: -1 is negative"}},
+		// A reserved range over a pod pool would leave no segment there to hand out.
+		{"ipam: {ipv4Pool: 10.244.0.0/16}\ncsr: {reservedAddresses: [10.0.0.0/8]}", []string{"csr.reservedAddresses[0]: 10.0.0.0/8 overlaps ipam.ipv4Pool 10.244.0.0/16"}},
 		{"csr: {allowedIPRanges: [10.0.0.0/8]}", []string{"csr.allowedIPRanges", "move the ranges there"}},
 		{"csr: {reservedAddresses: [10.0.0.5, nope]}", []string{"csr.reservedAddresses[1]", "not an address"}},
 		{"csr: {reservedNames: ['bad name']}", []string{"csr.reservedNames[0]", "not a DNS name"}},
