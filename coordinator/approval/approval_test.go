@@ -507,8 +507,6 @@ func TestAConflictIsNamedForWhatIsShared(t *testing.T) {
 			Names: map[string]string{"node-a": "node-a"}, SharedNames: map[string]string{"node-a": "node-b"}}, CategoryNameClaimed},
 		{"a name another Node lists as its Hostname", csrcheck.Facts{Claims: map[netip.Addr]string{ip: "node-a"}, Seen: settled,
 			Hostnames: map[string]string{"web.example.com": "node-b"}}, CategoryNameClaimed},
-		{"an address a Service has (its own, too)", csrcheck.Facts{Claims: map[netip.Addr]string{ip: "node-a"}, Seen: settled,
-			Names: map[string]string{"node-a": "node-a"}, ServiceOf: map[netip.Addr]string{ip: "default/vault-lb"}}, CategoryAddressClaimed},
 		{"both", csrcheck.Facts{Claims: map[netip.Addr]string{ip: "node-b"}, Seen: settled,
 			Names: map[string]string{"node-a": "node-a"}, SharedNames: map[string]string{"node-a": "node-b"}}, CategoryAddressClaimed},
 	} {

@@ -497,8 +497,8 @@ func (c *Coordinator) nodeChanged(obj any, list uint32) {
 }
 
 // blockedChanged keeps the ranges the allocator never hands out equal to
-// blockedRanges: called as ServiceCIDR objects, Services or the API
-// server's endpoints change.
+// blockedRanges: called as ServiceCIDR objects or the API server's
+// endpoints change.
 func (c *Coordinator) blockedChanged() {
 	c.cidrs.setServices(c.blockedRanges())
 }
@@ -507,9 +507,8 @@ func (c *Coordinator) blockedChanged() {
 // configured service CIDRs (which the allocator has from its
 // configuration): the cluster's ServiceCIDR objects, csr.reservedAddresses,
 // and the API server's addresses (its certificate's IPs, a VIP among them,
-// and its endpoints) and Services' load-balancer addresses, which no Node
-// lists and so no Node's listing keeps out of a segment. The pod pools
-// themselves are not among them.
+// and its endpoints), which no Node lists and so no Node's listing keeps
+// out of a segment. The pod pools themselves are not among them.
 func (c *Coordinator) blockedRanges() []netip.Prefix {
 	var out []netip.Prefix
 	add := func(p netip.Prefix) {
@@ -525,9 +524,6 @@ func (c *Coordinator) blockedRanges() []netip.Prefix {
 	}
 	for _, ip := range slices.Concat(c.cfg.APIServerIPs, c.facts.apiServerAddresses()) {
 		ip = ip.Unmap()
-		add(netip.PrefixFrom(ip, ip.BitLen()))
-	}
-	for ip := range c.facts.serviceAddresses(true) {
 		add(netip.PrefixFrom(ip, ip.BitLen()))
 	}
 	return out

@@ -962,8 +962,6 @@ func TestRBAC(t *testing.T) {
 
 		{authorizationv1.ResourceAttributes{Verb: "update", Group: "nodeinit.io", Resource: "noderecords", Name: "any"}, true},
 		{authorizationv1.ResourceAttributes{Verb: "list", Group: "networking.k8s.io", Resource: "servicecidrs"}, true},
-		{authorizationv1.ResourceAttributes{Verb: "watch", Resource: "services"}, true},
-		{authorizationv1.ResourceAttributes{Verb: "update", Resource: "services", Namespace: "default", Name: "any"}, false},
 		{authorizationv1.ResourceAttributes{Verb: "watch", Group: "discovery.k8s.io", Resource: "endpointslices", Namespace: "default"}, true},
 		// --secure-metrics-addr: who is asking, and may they get /metrics.
 		{authorizationv1.ResourceAttributes{Verb: "create", Group: "authentication.k8s.io", Resource: "tokenreviews"}, true},

@@ -150,7 +150,6 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 		in.PublishedKey = md.AgentKey
 	}
 	in.Facts = csrcheck.Facts{Reserved: c.reservedFor(self), Claims: map[netip.Addr]string{}, PodCIDROf: map[netip.Addr]string{}, Seen: c.observer.seen(self.Name, self.UID, now)}
-	services := c.facts.serviceAddresses(false)
 	var sans []string
 	if parsed, err := in.CSR.Parse(); err == nil {
 		sans = contract.RequestSANs(parsed)
@@ -167,12 +166,6 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 			}
 			if holder := c.cidrs.holder(ip); holder != "" {
 				in.Facts.PodCIDROf[ip] = holder
-			}
-			if svc := services[ip]; svc != "" {
-				if in.Facts.ServiceOf == nil {
-					in.Facts.ServiceOf = map[netip.Addr]string{}
-				}
-				in.Facts.ServiceOf[ip] = svc
 			}
 		}
 	}
@@ -608,8 +601,10 @@ func (c *Coordinator) decide(ctx context.Context, csr *certificatesv1.Certificat
 		if apierrors.IsNotFound(err) {
 			if d.Action == approval.Approve {
 				// Gone before its approval: the record, which named it
-				// first, must not count it as an issued certificate.
-				return c.servingGone(ctx, csrcheck.NodeName(csr.Spec.Username), string(csr.UID))
+				// first, must not count it as an issued certificate. Its
+				// own key, retried on error (this CSR's name is forgotten
+				// once it is gone).
+				c.csrQueue.Add(goneKey + csrcheck.NodeName(csr.Spec.Username) + "/" + string(csr.UID))
 			}
 			return nil
 		}

@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	networkinglisters "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
@@ -35,11 +34,7 @@ type clusterFacts struct {
 	// from their own, unfiltered factory; nil where the API is not served.
 	scFactory    informers.SharedInformerFactory
 	serviceCIDRs networkinglisters.ServiceCIDRLister
-	// Services, all namespaces, each trimmed to its addresses
-	// (trimService): their load-balancer and external IPs are theirs.
-	svcFactory informers.SharedInformerFactory
-	services   corelisters.ServiceLister
-	client     kubernetes.Interface
+	client       kubernetes.Interface
 }
 
 // start starts the informers and returns the HasSynced functions to wait on.
@@ -60,16 +55,11 @@ func (f *clusterFacts) start(stop <-chan struct{}, log func(msg string, args ...
 	} else {
 		log("ServiceCIDR objects are not served (Kubernetes before 1.33): only ipam.serviceCIDRs are reserved")
 	}
-	svcs := f.svcFactory.Core().V1().Services().Informer()
-	_, _ = svcs.AddEventHandler(handler) // their load-balancer addresses are kept out of pod CIDRs
-	synced = append(synced, svcs.HasSynced)
-	f.svcFactory.Start(stop)
 	f.factory.Start(stop)
 	return synced
 }
 
 func (f *clusterFacts) shutdown() {
-	f.svcFactory.Shutdown()
 	f.factory.Shutdown()
 	if f.scFactory != nil {
 		f.scFactory.Shutdown()
@@ -99,54 +89,9 @@ func newClusterFacts(client kubernetes.Interface) *clusterFacts {
 				o.LabelSelector = discoveryv1.LabelServiceName + "=kubernetes"
 			}
 		}))
-	svc := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(trimService))
-	cf := &clusterFacts{factory: f, svcFactory: svc, client: client}
+	cf := &clusterFacts{factory: f, client: client}
 	cf.endpoints = f.Discovery().V1().EndpointSlices().Lister()
-	cf.services = svc.Core().V1().Services().Lister()
 	return cf
-}
-
-// trimService keeps of a Service only its name and addresses: a cluster
-// may have thousands, and the coordinator reads nothing else of them.
-func trimService(obj any) (any, error) {
-	s, ok := obj.(*corev1.Service)
-	if !ok {
-		return obj, nil
-	}
-	out := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: s.Namespace, UID: s.UID, ResourceVersion: s.ResourceVersion}}
-	out.Spec.ExternalIPs = s.Spec.ExternalIPs
-	for _, in := range s.Status.LoadBalancer.Ingress {
-		if in.IP != "" {
-			out.Status.LoadBalancer.Ingress = append(out.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: in.IP})
-		}
-	}
-	return out, nil
-}
-
-// serviceAddresses maps each address a Service carries, its
-// load-balancer addresses (lb) and, unless lb, its external IPs, to the
-// Service: a certificate naming one is held (csrcheck.Facts.ServiceOf),
-// and a load-balancer address is kept out of pod CIDRs (MetalLB or kube-vip
-// in layer-2 mode hand out addresses of the nodes' own subnet).
-func (f *clusterFacts) serviceAddresses(lb bool) map[netip.Addr]string {
-	list, _ := f.services.List(labels.Everything())
-	out := map[netip.Addr]string{}
-	add := func(ip string, s *corev1.Service) {
-		if a, err := netip.ParseAddr(ip); err == nil {
-			out[a.Unmap()] = s.Namespace + "/" + s.Name
-		}
-	}
-	for _, s := range list {
-		if !lb {
-			for _, ip := range s.Spec.ExternalIPs {
-				add(ip, s)
-			}
-		}
-		for _, in := range s.Status.LoadBalancer.Ingress {
-			add(in.IP, s)
-		}
-	}
-	return out
 }
 
 // serviceCIDRs are the cluster's ServiceCIDR objects' ranges.

@@ -131,12 +131,6 @@ type Facts struct {
 	// requester other than the holder waits (first claim holds), never
 	// is denied for it.
 	PodCIDROf map[netip.Addr]string
-	// ServiceOf maps an address a Service carries (a load-balancer or an
-	// external IP) to the Service's name: held, never certified and never
-	// denied for it (its Service may name a Node's own address, as a
-	// ServiceLB does, and anyone who may create a Service may set external
-	// IPs), until an admin approves the request by hand.
-	ServiceOf map[netip.Addr]string
 	// ControlPlane says the requesting Node carries the control-plane role
 	// label, which no node can set on itself and the coordinator never grants.
 	ControlPlane bool
@@ -809,9 +803,6 @@ func CheckIP(ip netip.Addr, node string, nodeIPs []netip.Addr, facts Facts, poli
 		return fmt.Errorf("IP SAN %s is inside this Node's own pod CIDR (a pod's address)", ip)
 	case holder != "":
 		return retryError{msg: fmt.Sprintf("IP SAN %s is inside Node %s's pod CIDR; it stays pending while %s holds it", ip, holder, holder), conflict: true}
-	}
-	if svc := facts.ServiceOf[ip]; svc != "" {
-		return retryError{msg: fmt.Sprintf("IP SAN %s is also an address of Service %s (a load-balancer or external IP): not certified for a Node while the Service has it. If this Node should carry it, approve the request by hand", ip, svc), conflict: true}
 	}
 	switch owner := facts.Claims[ip]; {
 	case owner == "":

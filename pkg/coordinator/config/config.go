@@ -133,7 +133,8 @@ type CSR struct {
 	// SignerDuration is how long kube-controller-manager's signer makes a
 	// certificate whose request asks for no duration, as the kubelet's
 	// (its --cluster-signing-duration; default a year): the record counts
-	// such a certificate valid that long.
+	// such a certificate valid that long, and none longer. Set it no lower
+	// than the signer's: the renewal rule would end before the certificate.
 	SignerDuration Duration `yaml:"signerDuration,omitempty"`
 	// AllowedDNSNames are DNS SANs allowed besides the node name: "{node}"
 	// is the node name, a "*" label one label ("{node}.nodes.example.com",
