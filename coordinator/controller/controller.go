@@ -121,6 +121,7 @@ type Coordinator struct {
 	refusedIDs     refusedIDs             // providerIDs the API server refused, per Node object
 
 	pendingMu             sync.Mutex // the flood guard's count, reused for pendingTTL
+	blockedMu             sync.Mutex // blockedChanged: one computes and applies at a time
 	pending, pendingLimit int
 	pendingAt             time.Time
 
@@ -500,6 +501,10 @@ func (c *Coordinator) nodeChanged(obj any, list uint32) {
 // blockedRanges: called as ServiceCIDR objects or the API server's
 // endpoints change.
 func (c *Coordinator) blockedChanged() {
+	// The handlers of ServiceCIDRs and EndpointSlices run on their own
+	// goroutines: an older computation applied last would drop a block.
+	c.blockedMu.Lock()
+	defer c.blockedMu.Unlock()
 	c.cidrs.setServices(c.blockedRanges())
 }
 
