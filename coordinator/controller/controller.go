@@ -121,9 +121,10 @@ type Coordinator struct {
 	refusedIDs     refusedIDs             // providerIDs the API server refused, per Node object
 
 	pendingMu             sync.Mutex // the flood guard's count, reused for pendingTTL
-	blockedMu             sync.Mutex // blockedChanged: one computes and applies at a time
 	pending, pendingLimit int
 	pendingAt             time.Time
+
+	blockedMu sync.Mutex // blockedChanged: one computes and applies at a time
 
 	factory    informers.SharedInformerFactory
 	csrFactory informers.SharedInformerFactory

@@ -28,7 +28,7 @@ import (
 func TestTheRenewalRuleOutlivesAnUnwrittenApproval(t *testing.T) {
 	var failing atomic.Value // the CSR whose approvals fail
 	failing.Store("")
-	cfg := approvalsFailing(t, &failing, http.StatusInternalServerError)
+	cfg, _ := approvalsFailing(t, &failing, http.StatusInternalServerError)
 	startCoordinatorAs(t, "renewal", ipamSettings+"  attestationRequired: false\n", cfg)
 
 	n := register(t, "ren-a", "10.0.5.95")
@@ -93,8 +93,9 @@ func TestTheRenewalRuleOutlivesAnUnwrittenApproval(t *testing.T) {
 
 // approvalsFailing is the coordinator's identity with its approvals of the
 // CSR named in failing answered with code, as an API server would.
-func approvalsFailing(t *testing.T, failing *atomic.Value, code int) *rest.Config {
+func approvalsFailing(t *testing.T, failing *atomic.Value, code int) (*rest.Config, *atomic.Int32) {
 	t.Helper()
+	var failed atomic.Int32
 	cfg := rest.CopyConfig(coordinatorIdentity(t))
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
@@ -104,6 +105,7 @@ func approvalsFailing(t *testing.T, failing *atomic.Value, code int) *rest.Confi
 				if reason == "" {
 					reason = "InternalError"
 				}
+				failed.Add(1)
 				body := fmt.Sprintf(`{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the test fails this approval","reason":%q,"code":%d}`, reason, code)
 				return &http.Response{StatusCode: code, Status: http.StatusText(code), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 					Header: http.Header{"Content-Type": []string{"application/json"}}, Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body)), Request: req}, nil
@@ -111,7 +113,7 @@ func approvalsFailing(t *testing.T, failing *atomic.Value, code int) *rest.Confi
 			return rt.RoundTrip(req)
 		})
 	})
-	return cfg
+	return cfg, &failed
 }
 
 // TestARequestGoneBeforeItsApprovalLeavesNoCertificate: the record names a
@@ -123,7 +125,8 @@ func approvalsFailing(t *testing.T, failing *atomic.Value, code int) *rest.Confi
 func TestARequestGoneBeforeItsApprovalLeavesNoCertificate(t *testing.T) {
 	var failing atomic.Value
 	failing.Store("gone-a-1")
-	startCoordinatorAs(t, "goneapproval", ipamSettings+"  attestationRequired: false\n", approvalsFailing(t, &failing, http.StatusNotFound))
+	cfg, failed := approvalsFailing(t, &failing, http.StatusNotFound)
+	startCoordinatorAs(t, "goneapproval", ipamSettings+"  attestationRequired: false\n", cfg)
 	n := register(t, "gone-a", "10.0.5.101")
 	n.publish(t, report{providerID: "talos://metal/gone-a"})
 	waitFor(t, 20*time.Second, "gone-a initialized", func() bool { return initialized(get(t, "gone-a")) })
@@ -131,7 +134,8 @@ func TestARequestGoneBeforeItsApprovalLeavesNoCertificate(t *testing.T) {
 	n.csr(t, "gone-a-1", []string{"gone-a"}, []string{"10.0.5.101"})
 	// Its approval is answered NotFound: the record may name it for that
 	// moment, then must not.
-	time.Sleep(3 * time.Second)
+	waitFor(t, 20*time.Second, "the approval of gone-a-1 answered NotFound", func() bool { return failed.Load() > 0 })
+	time.Sleep(time.Second)
 	waitFor(t, 10*time.Second, "the record not naming gone-a-1", func() bool {
 		s := recordOf(t, "gone-a").Spec.Serving
 		return s == nil || s.CSR != "gone-a-1"

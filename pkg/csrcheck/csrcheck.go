@@ -459,7 +459,7 @@ func checkDNSSyntax(name string) error {
 		return fmt.Errorf("DNS SAN %q is not a valid DNS name", name)
 	}
 	if numericLabel(lower[strings.LastIndex(lower, ".")+1:]) {
-		return fmt.Errorf("DNS SAN %q ends in a number, which resolvers read as an IP address: addresses are certified as IP SANs only", name)
+		return fmt.Errorf("DNS SAN %q has a number as its last label, which resolvers read as an IP address: addresses are certified as IP SANs only (rename a Node named so)", name)
 	}
 	return nil
 }

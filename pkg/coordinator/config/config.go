@@ -158,8 +158,7 @@ type CSR struct {
 	// (approval.FloodLimit says why there is no default).
 	MaxPending int `yaml:"maxPending,omitempty"`
 	// ReservedAddresses and ReservedNames are never certified for a node
-	// (and no pod CIDR holds a reserved address)
-	// nor recorded as its address: a Talos shared VIP, a load balancer in
+	// nor recorded as its address (and no pod CIDR holds a reserved address): a Talos shared VIP, a load balancer in
 	// front of the API server, its external name. (The API server's own
 	// certificate SANs are reserved automatically.)
 	ReservedAddresses []string `yaml:"reservedAddresses,omitempty"`
@@ -454,8 +453,8 @@ func (c *Config) validate(doc *document, raw *Config) Errors {
 	ps = append(ps, checkAddresses("csr.reservedAddresses", c.CSR.ReservedAddresses)...)
 	for i, a := range c.CSR.ReservedAddresses {
 		r, err := parsePrefixOrAddr(a)
-		if err != nil {
-			continue
+		if err != nil || !c.IPAMEnabled() {
+			continue // without allocation, the pools hand out nothing
 		}
 		for _, pool := range []struct{ key, value string }{{"ipam.ipv4Pool", c.IPAM.IPv4Pool}, {"ipam.ipv6Pool", c.IPAM.IPv6Pool}} {
 			if p, err := netip.ParsePrefix(pool.value); err == nil && p.Overlaps(r) {

@@ -65,6 +65,7 @@ func TestRefused(t *testing.T) {
 		{"csr: {maxPending: -1}", []string{"csr.maxPending: -1 is negative"}},
 		// A reserved range over a pod pool would leave no segment there to hand out.
 		{"ipam: {ipv4Pool: 10.244.0.0/16}\ncsr: {reservedAddresses: [10.0.0.0/8]}", []string{"csr.reservedAddresses[0]: 10.0.0.0/8 overlaps ipam.ipv4Pool 10.244.0.0/16"}},
+		// (with ipam off, the pools hand out nothing: accepted, TestReservedAddressesWithoutIPAM)
 		{"csr: {allowedIPRanges: [10.0.0.0/8]}", []string{"csr.allowedIPRanges", "move the ranges there"}},
 		{"csr: {reservedAddresses: [10.0.0.5, nope]}", []string{"csr.reservedAddresses[1]", "not an address"}},
 		{"csr: {reservedNames: ['bad name']}", []string{"csr.reservedNames[0]", "not a DNS name"}},
@@ -252,5 +253,13 @@ func TestCSRInitWait(t *testing.T) {
 		if got := c.CSRInitWait(); got != want {
 			t.Errorf("%q: csr.initWait %v, want %v", doc, got, want)
 		}
+	}
+}
+
+// TestReservedAddressesWithoutIPAM: without allocation a reserved range over
+// the (default) pool is no problem: nothing is handed out from it.
+func TestReservedAddressesWithoutIPAM(t *testing.T) {
+	if _, err := Parse([]byte("ipam: {enabled: false}\ncsr: {reservedAddresses: [10.244.0.5]}")); err != nil {
+		t.Errorf("ipam off, a reserved address in the default pool: %v", err)
 	}
 }
