@@ -170,7 +170,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 	agent, err := controller.New(controller.Config{
 		NodeName: *f.nodeName, Kubeconfig: *f.kubeconfig, CredentialsPoll: *f.credPoll, Facts: watchFacts, NetNS: *f.netns,
 		Rules: rs, Classifier: netaddr.NewClassifier(extra...), Policy: pol, Version: version.Version,
-		Key: key, Log: log, Metrics: controller.NewMetrics(reg),
+		Key: key, KubeletServingCert: *f.servingCert, Log: log, Metrics: controller.NewMetrics(reg),
 	})
 	if err != nil {
 		log.Error("invalid configuration", "err", err)

@@ -18,6 +18,7 @@ import (
 // NODEINIT_* environment an ExtensionServiceConfig gives the agent.
 type runFlags struct {
 	kubeconfig, socket, facts, cmdline, rulesFile, keyFile, nodeName, exclude, netns *string
+	servingCert                                                                      *string
 	policy, logLevel, logFormat, metricsAddr                                         *string
 	credPoll                                                                         *time.Duration
 }
@@ -30,6 +31,7 @@ func addRunFlags(fs *flag.FlagSet) *runFlags {
 		cmdline:     fs.String("cmdline-file", "/proc/cmdline", "kernel command line, with --facts=cmdline"),
 		rulesFile:   fs.String("rules-file", DefaultRulesFile, "the rules (Talos CCM transformations) file; a missing file at the default path means no rules"),
 		keyFile:     fs.String("key-file", agentkey.DefaultFile, "the agent's own ed25519 key, which signs its CSR attestations; created when missing, never replaced"),
+		servingCert: fs.String("kubelet-serving-cert", "/var/lib/kubelet/pki/kubelet-server-current.pem", "the kubelet's current serving certificate: a serving request is vouched for only when the kubelet would be asking (none yet, in its renewal window, or other SANs); empty: not read"),
 		nodeName:    fs.String("node-name", "", "node name (default: the kubelet's, from Talos)"),
 		exclude:     fs.String("exclude-links", "", "comma-separated link name patterns whose addresses are ignored, besides "+strings.Join(netaddr.DefaultExcludedLinks, ",")),
 		netns:       fs.String("netns", "", "read addresses from the network namespace at this `PATH` (default: the agent's own)"),

@@ -14,11 +14,15 @@ package controller
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"math"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -72,6 +76,12 @@ type Config struct {
 	// the metadata annotation for the coordinator to enrol, and it signs
 	// every attestation.
 	Key ed25519.PrivateKey
+	// KubeletServingCert is the kubelet's current serving certificate
+	// (/var/lib/kubelet/pki/kubelet-server-current.pem): the agent vouches
+	// for a serving request only when its kubelet would be asking
+	// (csrcheck.RenewalDue). Empty: not read (every request is its
+	// kubelet's as far as the agent can tell).
+	KubeletServingCert string
 }
 
 // Agent is one node's run loop.
@@ -559,6 +569,13 @@ func (a *Agent) attest(ctx context.Context, node *corev1.Node, want desired.Stat
 		return nil
 	}
 	att := csrcheck.Attest(csrcheck.FromCSR(csr), a.nodeName, ownNames(want), a.localIPs())
+	if att.Verdict == contract.VerdictApprove {
+		// The request names only this node's own: is its kubelet asking?
+		// Anyone with the bootstrap token can mint this node's identity.
+		if due, why := csrcheck.RenewalDue(a.servingCert(), att.SANs, time.Now()); !due {
+			att.Verdict, att.Reason = contract.VerdictReject, why
+		}
+	}
 	att = att.Sign(a.nodeName, a.cfg.Key)
 	via, err := a.answer(ctx, node, value, csr, att)
 	if err != nil {
@@ -598,6 +615,36 @@ func (a *Agent) answer(ctx context.Context, node *corev1.Node, review string, cs
 	}
 	body := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, contract.AnnotationCSRAttestation, encoded)
 	return "node", a.patch(ctx, "attestation", body, "")
+}
+
+// servingCert is the kubelet's current serving certificate, nil when it
+// has none yet (a node that just joined) or it cannot be read, which is
+// said once.
+func (a *Agent) servingCert() *x509.Certificate {
+	if a.cfg.KubeletServingCert == "" {
+		return nil
+	}
+	data, err := os.ReadFile(a.cfg.KubeletServingCert)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			a.once("serving-cert", a.cfg.KubeletServingCert, func() {
+				a.log.Warn("cannot read the kubelet's serving certificate: every serving request with this node's own SANs is vouched for", "path", a.cfg.KubeletServingCert, "err", err)
+			})
+		}
+		return nil
+	}
+	for block, rest := pem.Decode(data); block != nil; block, rest = pem.Decode(rest) {
+		if block.Type == "CERTIFICATE" {
+			if c, err := x509.ParseCertificate(block.Bytes); err == nil {
+				return c
+			}
+			break
+		}
+	}
+	a.once("serving-cert", a.cfg.KubeletServingCert, func() {
+		a.log.Warn("the kubelet's serving certificate file holds no certificate", "path", a.cfg.KubeletServingCert)
+	})
+	return nil
 }
 
 // ownNames are the DNS names the node answers to: its Hostname and DNS addresses.
