@@ -572,8 +572,10 @@ func (a *Agent) attest(ctx context.Context, node *corev1.Node, want desired.Stat
 	if att.Verdict == contract.VerdictApprove {
 		// The request names only this node's own: is its kubelet asking?
 		// Anyone with the bootstrap token can mint this node's identity.
-		if due, why := csrcheck.RenewalDue(a.servingCert(), att.SANs, time.Now()); !due {
-			att.Verdict, att.Reason = contract.VerdictReject, why
+		if parsed, err := csrcheck.Parse(csr.Spec.Request); err == nil {
+			if due, why := csrcheck.RenewalDue(a.servingCert(), att.SANs, parsed.Subject, time.Now()); !due {
+				att.Verdict, att.Reason = contract.VerdictReject, why
+			}
 		}
 	}
 	att = att.Sign(a.nodeName, a.cfg.Key)

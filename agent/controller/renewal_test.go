@@ -58,7 +58,7 @@ func writeServingCert(t *testing.T, path string, issued time.Time, life time.Dur
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "system:node:" + name},
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "system:node:" + name, Organization: []string{"system:nodes"}},
 		NotBefore: issued, NotAfter: issued.Add(life), DNSNames: []string{name}, IPAddresses: []net.IP{net.ParseIP(ip)},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)

@@ -2,6 +2,7 @@ package csrcheck
 
 import (
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"net"
 	"testing"
 	"time"
@@ -17,8 +18,9 @@ import (
 func TestRenewalDue(t *testing.T) {
 	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
 	year := 365 * 24 * time.Hour
+	subject := pkix.Name{CommonName: "system:node:w1", Organization: []string{"system:nodes"}}
 	cert := func(issued time.Time, life time.Duration, dns []string, ips ...string) *x509.Certificate {
-		c := &x509.Certificate{NotBefore: issued, NotAfter: issued.Add(life), DNSNames: dns}
+		c := &x509.Certificate{NotBefore: issued, NotAfter: issued.Add(life), DNSNames: dns, Subject: subject}
 		for _, ip := range ips {
 			c.IPAddresses = append(c.IPAddresses, net.ParseIP(ip))
 		}
@@ -40,8 +42,20 @@ func TestRenewalDue(t *testing.T) {
 		{"a fresh certificate, a name more", cert(now.Add(-time.Hour), year, []string{"w1", "w1.example.com"}, "10.0.0.1"), sans, true},
 		{"not valid yet (the clock moved back)", cert(now.Add(time.Hour), year, []string{"w1"}, "10.0.0.1"), sans, true},
 		{"a short certificate past 70 %", cert(now.Add(-8*time.Hour), 10*time.Hour, []string{"w1"}, "10.0.0.1"), sans, true},
+		// The kubelet also asks again when its certificate's subject is
+		// not its template's (client-go's certSatisfiesTemplate).
+		{"a fresh certificate of another common name", func() *x509.Certificate {
+			c := cert(now.Add(-time.Hour), year, []string{"w1"}, "10.0.0.1")
+			c.Subject.CommonName = "system:node:old-name"
+			return c
+		}(), sans, true},
+		{"a fresh certificate without the nodes' organization", func() *x509.Certificate {
+			c := cert(now.Add(-time.Hour), year, []string{"w1"}, "10.0.0.1")
+			c.Subject.Organization = nil
+			return c
+		}(), sans, true},
 	} {
-		due, why := RenewalDue(tc.current, tc.sans, now)
+		due, why := RenewalDue(tc.current, tc.sans, subject, now)
 		if due != tc.due || (!due && why == "") {
 			t.Errorf("%s: due %v (%q), want %v", tc.name, due, why, tc.due)
 		}
