@@ -627,12 +627,16 @@ func (a *Agent) servingCert() *x509.Certificate {
 		return nil
 	}
 	data, err := os.ReadFile(a.cfg.KubeletServingCert)
+	if errors.Is(err, fs.ErrNotExist) {
+		a.once("serving-cert-missing", a.cfg.KubeletServingCert, func() {
+			a.log.Info("the kubelet has no serving certificate here yet: a request with this node's own SANs is vouched for as its first (if the kubelet keeps its certificates elsewhere, set --kubelet-serving-cert)", "path", a.cfg.KubeletServingCert)
+		})
+		return nil
+	}
 	if err != nil {
-		if !errors.Is(err, fs.ErrNotExist) {
-			a.once("serving-cert", a.cfg.KubeletServingCert, func() {
-				a.log.Warn("cannot read the kubelet's serving certificate: every serving request with this node's own SANs is vouched for", "path", a.cfg.KubeletServingCert, "err", err)
-			})
-		}
+		a.once("serving-cert", a.cfg.KubeletServingCert, func() {
+			a.log.Warn("cannot read the kubelet's serving certificate: every serving request with this node's own SANs is vouched for", "path", a.cfg.KubeletServingCert, "err", err)
+		})
 		return nil
 	}
 	for block, rest := pem.Decode(data); block != nil; block, rest = pem.Decode(rest) {
