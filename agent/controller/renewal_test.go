@@ -1,16 +1,21 @@
 package controller_test
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,6 +53,56 @@ func TestAttestsOnlyItsKubeletsRequests(t *testing.T) {
 	if att := n.review(t, "renew-same-due"); att.Verdict != contract.VerdictApprove {
 		t.Errorf("the same names with the kubelet's certificate due for renewal: %q (%s), want approve", att.Verdict, att.Reason)
 	}
+}
+
+// TestSaysOnceItHasNoServingCertificate: a node that has just joined has
+// no serving certificate at --kubelet-serving-cert, and its kubelet's first
+// request is vouched for (the gate fails open there). The agent says so
+// once, naming the flag, however many requests it answers meanwhile: a
+// kubelet that keeps its certificates elsewhere would leave every request
+// vouched for. Once the certificate is there, the gate holds again.
+func TestSaysOnceItHasNoServingCertificate(t *testing.T) {
+	n := newNode(t, "nocert-node", "10.0.0.21", metal("nocert-node"))
+	current := filepath.Join(t.TempDir(), "kubelet-server-current.pem")
+	var logs lockedBuffer
+	n.startAgent(t, "", func(c *controller.Config) {
+		c.KubeletServingCert = current
+		c.Log = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testWriter{t}), nil))
+	})
+	n.waitNode(t, 20*time.Second, "join", func(node *corev1.Node) bool { return hasAddress(node, corev1.NodeExternalIP, "203.0.113.10") })
+
+	for _, csr := range []string{"nocert-first", "nocert-again"} {
+		createCSR(t, n, csr, []string{"nocert-node"}, []string{"10.0.0.21"})
+		if att := n.review(t, csr); att.Verdict != contract.VerdictApprove {
+			t.Errorf("%s, the node's own names with no serving certificate yet: %q (%s), want approve", csr, att.Verdict, att.Reason)
+		}
+	}
+	if said := strings.Count(logs.String(), "--kubelet-serving-cert"); said != 1 {
+		t.Errorf("the agent named --kubelet-serving-cert %d times in its log over two requests, want once:\n%s", said, logs.String())
+	}
+	writeServingCert(t, current, time.Now().Add(-time.Hour), 365*24*time.Hour, "nocert-node", "10.0.0.21")
+	createCSR(t, n, "nocert-fresh", []string{"nocert-node"}, []string{"10.0.0.21"})
+	if att := n.review(t, "nocert-fresh"); att.Verdict != contract.VerdictReject {
+		t.Errorf("the same names once the kubelet's certificate for them is there and fresh: %q (%s), want reject", att.Verdict, att.Reason)
+	}
+}
+
+// lockedBuffer is a log sink the agent's goroutines and the test share.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // writeServingCert writes a self-signed serving certificate and its key as
