@@ -568,7 +568,7 @@ func (a *Agent) attest(ctx context.Context, node *corev1.Node, want desired.Stat
 		a.attested, a.answered = map[string]string{name: digest}, value
 		return nil
 	}
-	att := csrcheck.Attest(csrcheck.FromCSR(csr), a.nodeName, ownNames(want), a.localIPs())
+	att := csrcheck.Attest(csrcheck.FromCSR(csr), a.nodeName, ownNames(want), publishedIPs(want))
 	if att.Verdict == contract.VerdictApprove {
 		// The request names only this node's own: is its kubelet asking?
 		// Anyone with the bootstrap token can mint this node's identity.
@@ -665,18 +665,18 @@ func ownNames(want desired.State) []string {
 	return names
 }
 
-// localIPs are every address on the node's interfaces right now, plus the
-// cloud public IPs Talos holds on its "external" pseudo-link. Unlike
-// status.addresses they are not filtered by the Classifier: the kubelet may
-// serve on lo, KubeSpan, a down link or a deprecated address, and a CSR
-// naming one of those is still honest.
-func (a *Agent) localIPs() []netip.Addr {
-	ips := make([]netip.Addr, 0, len(a.addrs)+len(a.facts.ExternalIPs))
-	for _, addr := range a.addrs {
-		ips = append(ips, addr.Prefix.Addr().Unmap())
-	}
-	for _, ip := range a.facts.ExternalIPs {
-		ips = append(ips, ip.Unmap())
+// publishedIPs are the IP addresses the node publishes in status.addresses:
+// those its kubelet asks for. Its other addresses (on lo, an excluded or
+// down link, a deprecated one) are in no honest request.
+func publishedIPs(want desired.State) []netip.Addr {
+	var ips []netip.Addr
+	for _, addr := range want.Addresses {
+		switch addr.Type {
+		case corev1.NodeInternalIP, corev1.NodeExternalIP:
+			if ip, err := netip.ParseAddr(addr.Address); err == nil {
+				ips = append(ips, ip.Unmap())
+			}
+		}
 	}
 	return ips
 }

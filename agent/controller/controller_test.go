@@ -565,15 +565,21 @@ func TestAttestationSignedWithPublishedKey(t *testing.T) {
 	})
 }
 
-// The kubelet may serve on any address the node holds, whatever the
-// classification for status.addresses says: an address on lo, on an
-// excluded link (KubeSpan), on a link that is down, or a deprecated one is
-// still the node's own, and a CSR naming it is honest.
-func TestAttestationCoversEveryLocalAddress(t *testing.T) {
+// The kubelet asks for the addresses its Node lists (client-go's
+// certificate manager takes the template's IPs from status.addresses), and
+// the agent writes those. An address the node holds but does not publish (on
+// lo, on an excluded link such as KubeSpan or kube-proxy's kube-ipvs0, where
+// IPVS binds every Service's cluster and external IPs, on a link that is
+// down, or a deprecated one) is in no honest request: whoever asks for it
+// holds the node's credential, so the agent rejects it. Every address it
+// publishes, internal or external, IPv4 or IPv6, it vouches for.
+func TestAttestationCoversOnlyPublishedAddresses(t *testing.T) {
 	n := newNode(t, "attest-all", "10.0.0.16", metal("attest-all"))
 	n.ns.AddAddr("lo", "10.99.0.1/32")
 	n.ns.AddIFB("kubespan")
 	n.ns.AddAddr("kubespan", "fd00:99::1/128", "nodad")
+	n.ns.AddIFB("kube-ipvs0")
+	n.ns.AddAddr("kube-ipvs0", "10.0.0.250/32")
 	n.ns.AddIFB("eth1")
 	n.ns.AddAddr("eth1", "192.0.2.50/24")
 	n.ns.SetLink("eth1", false)
@@ -581,15 +587,21 @@ func TestAttestationCoversEveryLocalAddress(t *testing.T) {
 	n.startAgent(t, "")
 	n.waitNode(t, 20*time.Second, "join", func(node *corev1.Node) bool { return hasAddress(node, corev1.NodeExternalIP, "203.0.113.10") })
 
-	for _, c := range []struct{ csr, ip string }{
-		{"attest-all-lo", "10.99.0.1"},
-		{"attest-all-excluded-link", "fd00:99::1"},
-		{"attest-all-link-down", "192.0.2.50"},
-		{"attest-all-deprecated", "2001:db8:1:2::99"},
+	for _, c := range []struct {
+		csr, ip string
+		want    contract.Verdict
+	}{
+		{"attest-all-published-v4", "203.0.113.10", contract.VerdictApprove},
+		{"attest-all-published-v6", "2001:db8:1:2::10", contract.VerdictApprove},
+		{"attest-all-lo", "10.99.0.1", contract.VerdictReject},
+		{"attest-all-excluded-link", "fd00:99::1", contract.VerdictReject},
+		{"attest-all-ipvs", "10.0.0.250", contract.VerdictReject},
+		{"attest-all-link-down", "192.0.2.50", contract.VerdictReject},
+		{"attest-all-deprecated", "2001:db8:1:2::99", contract.VerdictReject},
 	} {
 		createCSR(t, n, c.csr, []string{"attest-all"}, []string{"10.0.0.16", c.ip})
-		if att := n.review(t, c.csr); att.Verdict != contract.VerdictApprove {
-			t.Errorf("a CSR naming %s, which the node holds: verdict %q (%s), want approve", c.ip, att.Verdict, att.Reason)
+		if att := n.review(t, c.csr); att.Verdict != c.want {
+			t.Errorf("a CSR naming %s (%s): verdict %q (%s), want %q", c.ip, c.csr, att.Verdict, att.Reason, c.want)
 		}
 	}
 }

@@ -105,7 +105,7 @@ func TestDecide(t *testing.T) {
 		}, Hold, "earlier Node object"},
 		{"agent rejection denies with its reason", func() Input {
 			in := base(good)
-			in.Attestation = attest(good, contract.VerdictReject, "IP SAN 10.9.9.9 is not on this node's interfaces")
+			in.Attestation = attest(good, contract.VerdictReject, "IP SAN 10.9.9.9 is not an address this node publishes")
 			return in
 		}, Deny, "10.9.9.9"},
 

@@ -11,15 +11,18 @@ import (
 
 // Attest is the agent's decision on a serving CSR the coordinator asked it to
 // review: the request must come from this node, and every SAN must be one of
-// its own names or an address on its kernel interfaces (or Talos's external
-// addresses) right now. The verdict is bound to the CSR's name and request,
-// and carries the request's SANs (contract.RequestSANs) for the agent to
-// sign; a request that does not parse is rejected with none.
+// its own names or one of the addresses it publishes. The verdict is bound to
+// the CSR's name and request, and carries the request's SANs
+// (contract.RequestSANs) for the agent to sign; a request that does not
+// parse is rejected with none.
 //
-// localIPs must be every address the node holds, not only those it
-// publishes: a kubelet serving on an address on lo, on an excluded or down
-// link, or on a deprecated address is still honest.
-func Attest(req Request, self string, names []string, localIPs []netip.Addr) contract.Attestation {
+// published are the IP addresses the agent writes to the Node's
+// status.addresses, the only ones its kubelet asks for (client-go's
+// certificate manager takes them from there). An address the node holds but
+// does not publish (on lo, on an excluded link such as kube-proxy's
+// kube-ipvs0, on a link that is down, a deprecated one) is in no honest
+// request.
+func Attest(req Request, self string, names []string, published []netip.Addr) contract.Attestation {
 	a := contract.Attestation{CSR: req.Name, RequestSHA256: contract.RequestDigest(req.PEM), Verdict: contract.VerdictReject}
 	csr, err := Parse(req.PEM)
 	if err != nil {
@@ -49,8 +52,8 @@ func Attest(req Request, self string, names []string, localIPs []netip.Addr) con
 	}
 	for _, raw := range csr.IPAddresses {
 		ip, ok := netip.AddrFromSlice(raw)
-		if !ok || !slices.Contains(localIPs, ip.Unmap()) {
-			problems = append(problems, fmt.Sprintf("IP SAN %s is not on this node's interfaces", raw))
+		if !ok || !slices.Contains(published, ip.Unmap()) {
+			problems = append(problems, fmt.Sprintf("IP SAN %s is not an address this node publishes", raw))
 		}
 	}
 	if len(csr.DNSNames)+len(csr.IPAddresses) == 0 {

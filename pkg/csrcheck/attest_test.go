@@ -67,7 +67,7 @@ func TestSummarize(t *testing.T) {
 	long := strings.Repeat("x", 2*maxReasonBytes)
 	var many []string
 	for i := range 100 {
-		many = append(many, fmt.Sprintf("IP SAN 192.0.2.%d is not on this node's interfaces", i))
+		many = append(many, fmt.Sprintf("IP SAN 192.0.2.%d is not an address this node publishes", i))
 	}
 	cases := []struct {
 		name     string
