@@ -568,18 +568,23 @@ func TestAttestationSignedWithPublishedKey(t *testing.T) {
 // The kubelet asks for the addresses its Node lists (client-go's
 // certificate manager takes the template's IPs from status.addresses), and
 // the agent writes those. An address the node holds but does not publish (on
-// lo, on an excluded link such as KubeSpan or kube-proxy's kube-ipvs0, where
-// IPVS binds every Service's cluster and external IPs, on a link that is
+// lo, on an excluded link such as KubeSpan, kube-proxy's kube-ipvs0 or
+// kube-router's kube-dummy-if, where they bind Services' cluster, external
+// and load-balancer IPs, on a link that is
 // down, or a deprecated one) is in no honest request: whoever asks for it
 // holds the node's credential, so the agent rejects it. Every address it
 // publishes, internal or external, IPv4 or IPv6, it vouches for.
 func TestAttestationCoversOnlyPublishedAddresses(t *testing.T) {
 	n := newNode(t, "attest-all", "10.0.0.16", metal("attest-all"))
-	n.ns.AddAddr("lo", "10.99.0.1/32")
+	// Public addresses, which the agent would publish as ExternalIPs on any
+	// other link: it is the link that keeps them out.
+	n.ns.AddAddr("lo", "198.51.100.77/32")
 	n.ns.AddIFB("kubespan")
-	n.ns.AddAddr("kubespan", "fd00:99::1/128", "nodad")
+	n.ns.AddAddr("kubespan", "2001:db8:99::1/128", "nodad")
 	n.ns.AddIFB("kube-ipvs0")
-	n.ns.AddAddr("kube-ipvs0", "10.0.0.250/32")
+	n.ns.AddAddr("kube-ipvs0", "198.51.100.250/32")
+	n.ns.AddIFB("kube-dummy-if") // kube-router's, for Services' external and load-balancer IPs
+	n.ns.AddAddr("kube-dummy-if", "198.51.100.251/32")
 	n.ns.AddIFB("eth1")
 	n.ns.AddAddr("eth1", "192.0.2.50/24")
 	n.ns.SetLink("eth1", false)
@@ -593,9 +598,10 @@ func TestAttestationCoversOnlyPublishedAddresses(t *testing.T) {
 	}{
 		{"attest-all-published-v4", "203.0.113.10", contract.VerdictApprove},
 		{"attest-all-published-v6", "2001:db8:1:2::10", contract.VerdictApprove},
-		{"attest-all-lo", "10.99.0.1", contract.VerdictReject},
-		{"attest-all-excluded-link", "fd00:99::1", contract.VerdictReject},
-		{"attest-all-ipvs", "10.0.0.250", contract.VerdictReject},
+		{"attest-all-lo", "198.51.100.77", contract.VerdictReject},
+		{"attest-all-excluded-link", "2001:db8:99::1", contract.VerdictReject},
+		{"attest-all-ipvs", "198.51.100.250", contract.VerdictReject},
+		{"attest-all-kube-router", "198.51.100.251", contract.VerdictReject},
 		{"attest-all-link-down", "192.0.2.50", contract.VerdictReject},
 		{"attest-all-deprecated", "2001:db8:1:2::99", contract.VerdictReject},
 	} {

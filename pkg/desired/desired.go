@@ -169,9 +169,10 @@ func Compute(in Inputs) (State, bool, error) {
 
 // nodeIPs are the InternalIPs: Talos's NodeIP resource when known;
 // otherwise the annotated --node-ip addresses the kernel holds on a usable
-// link, in the annotation's order. Whoever holds the node's credential
-// writes the annotation: it may choose among the node's own addresses, never
-// name another's.
+// link, in the annotation's order, the first of each family only (the
+// kubelet takes one per family). Whoever holds the node's credential writes
+// the annotation: it may choose among the node's own addresses, never name
+// another's, nor have more than two published and vouched for.
 func nodeIPs(in Inputs) []netip.Addr {
 	if len(in.Talos.NodeIPs) > 0 {
 		return in.Talos.NodeIPs
@@ -182,7 +183,8 @@ func nodeIPs(in Inputs) []netip.Addr {
 		held := slices.ContainsFunc(in.Addresses, func(a netaddr.Address) bool {
 			return in.Classifier.Usable(a) && a.Prefix.Addr().Unmap() == ip
 		})
-		if held && !slices.Contains(out, ip) {
+		sameFamily := slices.ContainsFunc(out, func(o netip.Addr) bool { return o.Is4() == ip.Is4() })
+		if held && !sameFamily {
 			out = append(out, ip)
 		}
 	}

@@ -18,6 +18,8 @@ func TestInternalIPsOnlyFromTheKernel(t *testing.T) {
 	kernel := []netaddr.Address{
 		{Prefix: netip.MustParsePrefix("10.0.0.5/24"), Link: "eth0", LinkUp: true, Permanent: true},
 		{Prefix: netip.MustParsePrefix("2001:db8:1:2::5/64"), Link: "eth0", LinkUp: true, Permanent: true},
+		{Prefix: netip.MustParsePrefix("10.0.0.8/24"), Link: "eth0", LinkUp: true, Permanent: true}, // a secondary (a kube-vip address, say)
+		{Prefix: netip.MustParsePrefix("2001:db8:1:2::8/64"), Link: "eth0", LinkUp: true, Permanent: true},
 		{Prefix: netip.MustParsePrefix("10.0.0.6/24"), Link: "eth1", LinkUp: false, Permanent: true},
 		{Prefix: netip.MustParsePrefix("10.0.0.7/24"), Link: "eth0", LinkUp: true, Tentative: true},
 		{Prefix: netip.MustParsePrefix("10.5.0.1/32"), Link: "kubespan", LinkUp: true, Permanent: true},
@@ -47,6 +49,11 @@ func TestInternalIPsOnlyFromTheKernel(t *testing.T) {
 		{"the node's own address", nil, ips("10.0.0.5"), ips("10.0.0.5")},
 		{"the node's own addresses, dual stack", nil, ips("10.0.0.5", "2001:db8:1:2::5"), ips("10.0.0.5", "2001:db8:1:2::5")},
 		{"the node's own address, IPv4-mapped", nil, ips("::ffff:10.0.0.5"), ips("10.0.0.5")},
+		// The kubelet takes at most one --node-ip per family: more is no
+		// kubelet's annotation, and each would be vouched for.
+		{"two IPv4 addresses: the first", nil, ips("10.0.0.5", "10.0.0.8"), ips("10.0.0.5")},
+		{"every address the node holds: the first of each family", nil, ips("10.0.0.5", "2001:db8:1:2::5", "10.0.0.8", "2001:db8:1:2::8"), ips("10.0.0.5", "2001:db8:1:2::5")},
+		{"a foreign address does not take its family's place", nil, ips("10.0.0.99", "10.0.0.8"), ips("10.0.0.8")},
 		{"machined's NodeIP wins; the annotation adds nothing", ips("10.0.0.5"), ips("10.0.0.99", "2001:db8:1:2::5"), ips("10.0.0.5")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

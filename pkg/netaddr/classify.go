@@ -24,8 +24,14 @@ type Address struct {
 }
 
 // DefaultExcludedLinks are links whose addresses are never the node's own:
-// loopback, overlays, CNI plumbing and Talos's KubeSpan and SideroLink.
-var DefaultExcludedLinks = []string{"lo", "kubespan", "siderolink", "cilium*", "flannel*", "cni*", "vxlan*", "dummy*", "kube-ipvs*"}
+// loopback, overlays, CNI plumbing (Cilium, Flannel, Calico's tunnels,
+// kube-router's pod bridge, Weave), the links Services' addresses are bound
+// to (kube-proxy's kube-ipvs0, kube-router's kube-dummy-if, NodeLocal
+// DNSCache's nodelocaldns) and Talos's KubeSpan and SideroLink. An address
+// on one is never published, so the agent never vouches for it in a
+// serving certificate.
+var DefaultExcludedLinks = []string{"lo", "kubespan", "siderolink", "cilium*", "flannel*", "cni*", "vxlan*", "dummy*", "kube-ipvs*",
+	"kube-dummy-if", "kube-bridge", "cali*", "tunl*", "wireguard.cali", "weave", "nodelocaldns"}
 
 // Classifier holds the configured link exclusions (shell patterns).
 type Classifier struct {

@@ -68,3 +68,23 @@ func TestClassify(t *testing.T) {
 		t.Errorf("GlobalPrefixes = %v, want %v", gotPrefixes, wantPrefixes)
 	}
 }
+
+// TestServiceAndCNILinksAreExcluded: a public address on a link Services'
+// addresses are bound to, or on CNI plumbing, is never the node's own (the
+// agent would publish it as an ExternalIP and vouch for it in a serving
+// certificate); one on a host link is.
+func TestServiceAndCNILinksAreExcluded(t *testing.T) {
+	c := NewClassifier()
+	for _, link := range []string{"lo", "kubespan", "siderolink", "kube-ipvs0", "kube-dummy-if", "kube-bridge",
+		"nodelocaldns", "cilium_host", "cilium_vxlan", "flannel.1", "cni0", "vxlan.calico", "cali1a2b3c4d5e6",
+		"tunl0", "wireguard.cali", "weave", "dummy0"} {
+		if got := c.ExternalIPs([]Address{addr("198.51.100.250/32", link)}); len(got) != 0 {
+			t.Errorf("an address on %s is published: %v", link, got)
+		}
+	}
+	for _, link := range []string{"eth0", "enp3s0", "bond0", "br0", "eth0.100"} {
+		if got := c.ExternalIPs([]Address{addr("198.51.100.250/32", link)}); len(got) != 1 {
+			t.Errorf("an address on the host link %s is not published: %v", link, got)
+		}
+	}
+}
