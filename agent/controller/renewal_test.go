@@ -1,7 +1,6 @@
 package controller_test
 
 import (
-	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -15,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +21,7 @@ import (
 
 	"github.com/talos-nodeinit/talos-nodeinit/agent/controller"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/syncbuf"
 )
 
 // TestAttestsOnlyItsKubeletsRequests: the bootstrap token every Talos
@@ -64,7 +63,7 @@ func TestAttestsOnlyItsKubeletsRequests(t *testing.T) {
 func TestSaysOnceItHasNoServingCertificate(t *testing.T) {
 	n := newNode(t, "nocert-node", "10.0.0.21", metal("nocert-node"))
 	current := filepath.Join(t.TempDir(), "kubelet-server-current.pem")
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	n.startAgent(t, "", func(c *controller.Config) {
 		c.KubeletServingCert = current
 		c.Log = slog.New(slog.NewTextHandler(io.MultiWriter(&logs, testWriter{t}), nil))
@@ -85,24 +84,6 @@ func TestSaysOnceItHasNoServingCertificate(t *testing.T) {
 	if att := n.review(t, "nocert-fresh"); att.Verdict != contract.VerdictReject {
 		t.Errorf("the same names once the kubelet's certificate for them is there and fresh: %q (%s), want reject", att.Verdict, att.Reason)
 	}
-}
-
-// lockedBuffer is a log sink the agent's goroutines and the test share.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // writeServingCert writes a self-signed serving certificate and its key as
