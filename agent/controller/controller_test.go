@@ -570,10 +570,10 @@ func TestAttestationSignedWithPublishedKey(t *testing.T) {
 // the agent writes those. An address the node holds but does not publish (on
 // lo, on an excluded link such as KubeSpan, kube-proxy's kube-ipvs0 or
 // kube-router's kube-dummy-if, where they bind Services' cluster, external
-// and load-balancer IPs, on a link that is
-// down, or a deprecated one) is in no honest request: whoever asks for it
-// holds the node's credential, so the agent rejects it. Every address it
-// publishes, internal or external, IPv4 or IPv6, it vouches for.
+// and load-balancer IPs, on a link that is down, or a deprecated one) is in
+// no honest request: whoever asks for it holds the node's credential, so the
+// agent rejects it. Every address it publishes, internal or external, IPv4
+// or IPv6, it vouches for.
 func TestAttestationCoversOnlyPublishedAddresses(t *testing.T) {
 	n := newNode(t, "attest-all", "10.0.0.16", metal("attest-all"))
 	// Public addresses, which the agent would publish as ExternalIPs on any
