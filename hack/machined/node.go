@@ -59,6 +59,7 @@ var resources = []meta.ResourceWithRD{
 	&hardware.SystemInformation{},
 	&k8s.Nodename{},
 	&k8s.NodeIP{},
+	&k8s.NodeIPConfig{},
 	&network.AddressStatus{},
 	&runtime.ServicePID{},
 	&config.MachineConfig{},

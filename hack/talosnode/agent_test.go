@@ -98,8 +98,16 @@ func TestAgentUnderRealMachined(t *testing.T) {
 		}
 		doc = strings.Replace(doc, old, repl, 1)
 	}
-	agentJoins(t, "talos-w2", "10.231.1.2", "203.0.113.7", Extension{Name: "nodeinit-agent", Spec: []byte(spec), Files: map[string]string{"nodeinit-agent": agent}}, []byte("---\n"+doc), "")
+	// A public shared VIP in the machine config, as control-plane nodes are
+	// given one: Talos lists it in the kubelet's NodeIPConfig ExcludeSubnets.
+	// The test puts it on eth0 as Talos's VIP operator does on the node that
+	// holds it (below); the agent must not publish it.
+	vip := "---\napiVersion: v1alpha1\nkind: Layer2VIPConfig\nname: " + publicVIP + "\nlink: eth0\n"
+	agentJoins(t, "talos-w2", "10.231.1.2", "203.0.113.7", Extension{Name: "nodeinit-agent", Spec: []byte(spec), Files: map[string]string{"nodeinit-agent": agent}}, []byte("---\n"+doc+vip), "")
 }
+
+// publicVIP is the shared VIP TestAgentUnderRealMachined configures.
+const publicVIP = "203.0.113.250"
 
 // rulesLabel is set by the rules the tests deliver in the machine config.
 const rulesLabel = "rules.nodeinit.example.com/from"
@@ -243,6 +251,12 @@ func agentJoins(t *testing.T, name, addr, kernelOnly string, ext Extension, docs
 	if out, err := exec.Command("ip", "-n", n.NetNS(), "addr", "add", kernelOnly+"/24", "dev", "eth0").CombinedOutput(); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
+	withVIP := bytes.Contains(docs, []byte("kind: Layer2VIPConfig"))
+	if withVIP {
+		if out, err := exec.Command("ip", "-n", n.NetNS(), "addr", "add", publicVIP+"/32", "dev", "eth0").CombinedOutput(); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+	}
 	forwardAPIServer(t, n.NetNS(), cluster.Host())
 	n.Boot(t)
 	// /etc/kubernetes is machined's own tmpfs: the kubeconfig is written once it is mounted.
@@ -312,6 +326,11 @@ users:
 		t.Fatal(err)
 	}
 	t.Logf("providerID %s, platform %q, hostname %q, agent key %s, addresses %v", node.Spec.ProviderID, md.Platform, md.Hostname, md.AgentKey, node.Status.Addresses)
+	// The VIP is as public as kernelOnly and on the same link: only
+	// machined's NodeIPConfig keeps it out, in the same write.
+	if withVIP && hasAddress(node, publicVIP) {
+		t.Errorf("Node %s publishes the shared VIP %s, on its eth0, as its own address: %v", name, publicVIP, node.Status.Addresses)
+	}
 	// Read from machined's socket through its authorization: the platform
 	// (container mode) and the hostname Talos resolved.
 	if md.Platform != "container" || md.Hostname != name || md.AgentKey == "" {

@@ -75,3 +75,46 @@ func TestInternalIPsOnlyFromTheKernel(t *testing.T) {
 		})
 	}
 }
+
+// TestAVIPIsNoNodesAddress: Talos puts a shared VIP on the interface of
+// whichever control-plane node holds it, and lists it in the kubelet's
+// NodeIPConfig ExcludeSubnets beside the pod and service CIDRs. A public VIP
+// is then no ExternalIP of the holder's (the kubelet would ask for it, and be
+// denied it as an API-server address), nor is any address in those CIDRs.
+func TestAVIPIsNoNodesAddress(t *testing.T) {
+	kernel := []netaddr.Address{
+		{Prefix: netip.MustParsePrefix("10.0.0.5/24"), Link: "eth0", LinkUp: true, Permanent: true},
+		{Prefix: netip.MustParsePrefix("203.0.113.5/24"), Link: "eth0", LinkUp: true, Permanent: true},
+		{Prefix: netip.MustParsePrefix("203.0.113.100/32"), Link: "eth0", LinkUp: true, Permanent: true}, // the VIP
+		{Prefix: netip.MustParsePrefix("2001:db8:1:2::5/64"), Link: "eth0", LinkUp: true, Permanent: true},
+		{Prefix: netip.MustParsePrefix("2001:db8:1:2::100/128"), Link: "eth0", LinkUp: true, Permanent: true}, // an IPv6 VIP
+	}
+	externalIPs := func(excluded []netip.Prefix, external ...netip.Addr) []string {
+		in := inputs(t, "")
+		in.Addresses, in.Talos.ExternalIPs, in.Talos.Excluded = kernel, external, excluded
+		st, ok, err := Compute(in)
+		if err != nil || !ok {
+			t.Fatalf("compute: %v %v", ok, err)
+		}
+		var got []string
+		for _, a := range st.Addresses {
+			if a.Type == corev1.NodeExternalIP {
+				got = append(got, a.Address)
+			}
+		}
+		return got
+	}
+	all := []string{"203.0.113.5", "203.0.113.100", "2001:db8:1:2::5", "2001:db8:1:2::100"}
+	if got := externalIPs(nil); !slices.Equal(got, all) {
+		t.Fatalf("without ExcludeSubnets the ExternalIPs are %v, want %v: the test would prove nothing", got, all)
+	}
+	excluded := []netip.Prefix{
+		netip.MustParsePrefix("203.0.113.100/32"), netip.MustParsePrefix("2001:db8:1:2::100/128"),
+		netip.MustParsePrefix("198.51.100.0/24"), // a pod CIDR, on Talos's external link here
+		netip.MustParsePrefix("10.96.0.0/12"),
+	}
+	want := []string{"203.0.113.5", "2001:db8:1:2::5"}
+	if got := externalIPs(excluded, netip.MustParseAddr("198.51.100.7")); !slices.Equal(got, want) {
+		t.Errorf("with the VIPs and a pod CIDR in ExcludeSubnets the ExternalIPs are %v, want %v", got, want)
+	}
+}

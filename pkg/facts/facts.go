@@ -57,6 +57,11 @@ type Talos struct {
 	// ExternalIPs are the addresses on the "external" pseudo-link: cloud
 	// public IPs that are on no interface. Sorted.
 	ExternalIPs []netip.Addr
+	// Excluded are the kubelet's NodeIPConfig ExcludeSubnets: the shared
+	// VIPs Talos configures (as single-address prefixes), then the pod and
+	// service CIDRs. No address in one is the node's own, whichever node
+	// holds a VIP right now.
+	Excluded []netip.Prefix
 	// Degraded is empty when the facts come from machined; otherwise it says
 	// why they do not, and which facts are missing.
 	Degraded string
@@ -67,6 +72,7 @@ func (f Talos) Equal(o Talos) bool {
 	return metadataEqual(f.Metadata, o.Metadata) &&
 		ptrEqual(f.System, o.System) && f.Nodename == o.Nodename &&
 		slices.Equal(f.NodeIPs, o.NodeIPs) && slices.Equal(f.ExternalIPs, o.ExternalIPs) &&
+		slices.Equal(f.Excluded, o.Excluded) &&
 		f.Degraded == o.Degraded
 }
 

@@ -104,6 +104,7 @@ var kinds = []resource.Kind{
 	resource.NewMetadata(hardware.NamespaceName, hardware.SystemInformationType, "", resource.VersionUndefined),
 	resource.NewMetadata(k8s.NamespaceName, k8s.NodenameType, "", resource.VersionUndefined),
 	resource.NewMetadata(k8s.NamespaceName, k8s.NodeIPType, "", resource.VersionUndefined),
+	resource.NewMetadata(k8s.NamespaceName, k8s.NodeIPConfigType, "", resource.VersionUndefined),
 	resource.NewMetadata(networkNamespace, addressStatusType, "", resource.VersionUndefined),
 }
 
@@ -327,6 +328,14 @@ func (s *snapshot) apply(e state.Event, bootstrapped *int) error {
 		if !gone {
 			s.f.NodeIPs = slices.Clone(res.TypedSpec().Addresses)
 		}
+	case *k8s.NodeIPConfig:
+		if res.Metadata().ID() != k8s.KubeletID {
+			return nil
+		}
+		s.f.Excluded = nil
+		if !gone {
+			s.f.Excluded = subnets(res.TypedSpec().ExcludeSubnets)
+		}
 	default:
 		md := e.Resource.Metadata()
 		if md.Type() != addressStatusType || md.Namespace() != networkNamespace {
@@ -345,6 +354,22 @@ func (s *snapshot) apply(e state.Event, bootstrapped *int) error {
 		}
 	}
 	return nil
+}
+
+// subnets parses NodeIPConfig's ExcludeSubnets as Talos does
+// (siderolabs/net ParseSubnetOrAddress): a CIDR, or an address as a
+// single-address prefix. An entry of neither form matches nothing, as in
+// Talos's filter, and is left out.
+func subnets(entries []string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, e := range entries {
+		if p, err := netip.ParsePrefix(e); err == nil {
+			out = append(out, p.Masked())
+		} else if ip, err := netip.ParseAddr(e); err == nil {
+			out = append(out, netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen()))
+		}
+	}
+	return out
 }
 
 // AddressStatus is read from its wire form rather than through machinery's

@@ -13,6 +13,7 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
 	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 
@@ -107,6 +108,19 @@ func TestWatchReadsUpdatesAndDeletes(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFacts(t, ch, "a second external IP", func(f facts.Talos) bool { return len(f.ExternalIPs) == 2 })
+
+	// The kubelet's NodeIPConfig: a VIP as Talos lists it (an address), the
+	// pod and service CIDRs, and an entry Talos's filter would not parse.
+	if err := m.SetNodeIPConfig(ctx, "203.0.113.100", "2001:db8::100", "10.244.0.0/16", "10.96.0.0/12", "not-a-subnet"); err != nil {
+		t.Fatal(err)
+	}
+	wantExcluded := []netip.Prefix{netip.MustParsePrefix("203.0.113.100/32"), netip.MustParsePrefix("2001:db8::100/128"),
+		netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("10.96.0.0/12")}
+	waitFacts(t, ch, "NodeIPConfig's ExcludeSubnets", func(f facts.Talos) bool { return slices.Equal(f.Excluded, wantExcluded) })
+	if err := m.Delete(ctx, k8s.NewNodeIPConfig(k8s.NamespaceName, k8s.KubeletID).Metadata()); err != nil {
+		t.Fatal(err)
+	}
+	waitFacts(t, ch, "NodeIPConfig deleted", func(f facts.Talos) bool { return f.Excluded == nil && len(f.ExternalIPs) == 2 })
 
 	if err := m.Delete(ctx, runtime.NewPlatformMetadataSpec(runtime.NamespaceName, runtime.PlatformMetadataID).Metadata()); err != nil {
 		t.Fatal(err)

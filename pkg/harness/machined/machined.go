@@ -204,6 +204,7 @@ var kinds = []resource.Kind{
 	hardware.NewSystemInformation(hardware.SystemInformationID).Metadata(),
 	k8s.NewNodename(k8s.NamespaceName, k8s.NodenameID).Metadata(),
 	k8s.NewNodeIP(k8s.NamespaceName, k8s.KubeletID).Metadata(),
+	k8s.NewNodeIPConfig(k8s.NamespaceName, k8s.KubeletID).Metadata(),
 	network.NewAddressStatus(network.NamespaceName, "").Metadata(),
 	runtime.NewServicePID("").Metadata(),
 }

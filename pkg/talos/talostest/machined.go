@@ -179,6 +179,16 @@ func (m Resources) SetNodeIPs(ctx context.Context, ips ...netip.Addr) error {
 		func(r *k8s.NodeIP) error { r.TypedSpec().Addresses = slices.Clone(ips); return nil })
 }
 
+// SetNodeIPConfig creates or replaces the kubelet's NodeIPConfig: Talos
+// lists its shared VIPs, then the pod and service CIDRs, in ExcludeSubnets.
+func (m Resources) SetNodeIPConfig(ctx context.Context, excludeSubnets ...string) error {
+	return safe.StateModify(ctx, m.State, k8s.NewNodeIPConfig(k8s.NamespaceName, k8s.KubeletID),
+		func(r *k8s.NodeIPConfig) error {
+			r.TypedSpec().ExcludeSubnets = slices.Clone(excludeSubnets)
+			return nil
+		})
+}
+
 // SetExternalAddresses makes the AddressStatus resources on the "external"
 // link exactly the given prefixes, creating and destroying as needed.
 func (m Resources) SetExternalAddresses(ctx context.Context, prefixes ...netip.Prefix) error {
