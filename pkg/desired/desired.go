@@ -193,8 +193,8 @@ func nodeIPs(in Inputs) []netip.Addr {
 
 // addresses: InternalIP = the kubelet's node IPs; ExternalIP = external
 // kernel addresses then Talos's external ones (not repeating an InternalIP,
-// and none in Talos's ExcludeSubnets: a shared VIP is on the interface of
-// whichever control-plane node holds it, and is no node's own);
+// and not one of Talos's shared VIPs: a VIP is on the interface of whichever
+// control-plane node holds it, and is no node's own);
 // Hostname = the node name; then InternalDNS and ExternalDNS.
 func addresses(in Inputs, nodeIPs []netip.Addr, internalDNS, externalDNS string) []corev1.NodeAddress {
 	var out []corev1.NodeAddress
@@ -206,7 +206,7 @@ func addresses(in Inputs, nodeIPs []netip.Addr, internalDNS, externalDNS string)
 		}
 	}
 	for _, ip := range slices.Concat(in.Classifier.ExternalIPs(in.Addresses), in.Talos.ExternalIPs) {
-		if ip = ip.Unmap(); !seen[ip] && netaddr.IsExternal(ip) && !excluded(in.Talos.Excluded, ip) {
+		if ip = ip.Unmap(); !seen[ip] && netaddr.IsExternal(ip) && !slices.Contains(in.Talos.VIPs, ip) {
 			seen[ip] = true
 			out = append(out, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: ip.String()})
 		}
@@ -219,10 +219,6 @@ func addresses(in Inputs, nodeIPs []netip.Addr, internalDNS, externalDNS string)
 		out = append(out, corev1.NodeAddress{Type: corev1.NodeExternalDNS, Address: externalDNS})
 	}
 	return out
-}
-
-func excluded(subnets []netip.Prefix, ip netip.Addr) bool {
-	return slices.ContainsFunc(subnets, func(p netip.Prefix) bool { return p.Contains(ip) })
 }
 
 // preferFamily orders the InternalIPs and the ExternalIPs, each among

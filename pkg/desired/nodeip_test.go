@@ -77,10 +77,11 @@ func TestInternalIPsOnlyFromTheKernel(t *testing.T) {
 }
 
 // TestAVIPIsNoNodesAddress: Talos puts a shared VIP on the interface of
-// whichever control-plane node holds it, and lists it in the kubelet's
-// NodeIPConfig ExcludeSubnets beside the pod and service CIDRs. A public VIP
-// is then no ExternalIP of the holder's (the kubelet would ask for it, and be
-// denied it as an API-server address), nor is any address in those CIDRs.
+// whichever control-plane node holds it, and lists it among the kubelet's
+// NodeIPConfig ExcludeSubnets. A public VIP is then no ExternalIP of the
+// holder's (its kubelet would ask for it, and be denied it as an API-server
+// address), whether on a kernel link or on Talos's external link; every
+// other public address is.
 func TestAVIPIsNoNodesAddress(t *testing.T) {
 	kernel := []netaddr.Address{
 		{Prefix: netip.MustParsePrefix("10.0.0.5/24"), Link: "eth0", LinkUp: true, Permanent: true},
@@ -89,9 +90,9 @@ func TestAVIPIsNoNodesAddress(t *testing.T) {
 		{Prefix: netip.MustParsePrefix("2001:db8:1:2::5/64"), Link: "eth0", LinkUp: true, Permanent: true},
 		{Prefix: netip.MustParsePrefix("2001:db8:1:2::100/128"), Link: "eth0", LinkUp: true, Permanent: true}, // an IPv6 VIP
 	}
-	externalIPs := func(excluded []netip.Prefix, external ...netip.Addr) []string {
+	externalIPs := func(vips []netip.Addr, external ...netip.Addr) []string {
 		in := inputs(t, "")
-		in.Addresses, in.Talos.ExternalIPs, in.Talos.Excluded = kernel, external, excluded
+		in.Addresses, in.Talos.ExternalIPs, in.Talos.VIPs = kernel, external, vips
 		st, ok, err := Compute(in)
 		if err != nil || !ok {
 			t.Fatalf("compute: %v %v", ok, err)
@@ -104,17 +105,14 @@ func TestAVIPIsNoNodesAddress(t *testing.T) {
 		}
 		return got
 	}
-	all := []string{"203.0.113.5", "203.0.113.100", "2001:db8:1:2::5", "2001:db8:1:2::100"}
-	if got := externalIPs(nil); !slices.Equal(got, all) {
-		t.Fatalf("without ExcludeSubnets the ExternalIPs are %v, want %v: the test would prove nothing", got, all)
+	external := []netip.Addr{netip.MustParseAddr("198.51.100.7"), netip.MustParseAddr("198.51.100.8")}
+	all := []string{"203.0.113.5", "203.0.113.100", "2001:db8:1:2::5", "2001:db8:1:2::100", "198.51.100.7", "198.51.100.8"}
+	if got := externalIPs(nil, external...); !slices.Equal(got, all) {
+		t.Fatalf("without VIPs the ExternalIPs are %v, want %v: the test would prove nothing", got, all)
 	}
-	excluded := []netip.Prefix{
-		netip.MustParsePrefix("203.0.113.100/32"), netip.MustParsePrefix("2001:db8:1:2::100/128"),
-		netip.MustParsePrefix("198.51.100.0/24"), // a pod CIDR, on Talos's external link here
-		netip.MustParsePrefix("10.96.0.0/12"),
-	}
-	want := []string{"203.0.113.5", "2001:db8:1:2::5"}
-	if got := externalIPs(excluded, netip.MustParseAddr("198.51.100.7")); !slices.Equal(got, want) {
-		t.Errorf("with the VIPs and a pod CIDR in ExcludeSubnets the ExternalIPs are %v, want %v", got, want)
+	vips := []netip.Addr{netip.MustParseAddr("203.0.113.100"), netip.MustParseAddr("2001:db8:1:2::100"), netip.MustParseAddr("198.51.100.8")}
+	want := []string{"203.0.113.5", "2001:db8:1:2::5", "198.51.100.7"}
+	if got := externalIPs(vips, external...); !slices.Equal(got, want) {
+		t.Errorf("with the VIPs the ExternalIPs are %v, want %v", got, want)
 	}
 }

@@ -57,11 +57,11 @@ type Talos struct {
 	// ExternalIPs are the addresses on the "external" pseudo-link: cloud
 	// public IPs that are on no interface. Sorted.
 	ExternalIPs []netip.Addr
-	// Excluded are the kubelet's NodeIPConfig ExcludeSubnets: the shared
-	// VIPs Talos configures (as single-address prefixes), then the pod and
-	// service CIDRs. No address in one is the node's own, whichever node
-	// holds a VIP right now.
-	Excluded []netip.Prefix
+	// VIPs are the shared VIPs Talos configures: the bare addresses among
+	// the kubelet's NodeIPConfig ExcludeSubnets (its CIDRs are the pod and
+	// service CIDRs, which may hold the node's own IPv6 address). A VIP is
+	// on the interface of whichever node holds it, and no node's own.
+	VIPs []netip.Addr
 	// Degraded is empty when the facts come from machined; otherwise it says
 	// why they do not, and which facts are missing.
 	Degraded string
@@ -72,7 +72,7 @@ func (f Talos) Equal(o Talos) bool {
 	return metadataEqual(f.Metadata, o.Metadata) &&
 		ptrEqual(f.System, o.System) && f.Nodename == o.Nodename &&
 		slices.Equal(f.NodeIPs, o.NodeIPs) && slices.Equal(f.ExternalIPs, o.ExternalIPs) &&
-		slices.Equal(f.Excluded, o.Excluded) &&
+		slices.Equal(f.VIPs, o.VIPs) &&
 		f.Degraded == o.Degraded
 }
 

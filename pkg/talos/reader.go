@@ -332,9 +332,9 @@ func (s *snapshot) apply(e state.Event, bootstrapped *int) error {
 		if res.Metadata().ID() != k8s.KubeletID {
 			return nil
 		}
-		s.f.Excluded = nil
+		s.f.VIPs = nil
 		if !gone {
-			s.f.Excluded = subnets(res.TypedSpec().ExcludeSubnets)
+			s.f.VIPs = vips(res.TypedSpec().ExcludeSubnets)
 		}
 	default:
 		md := e.Resource.Metadata()
@@ -356,17 +356,17 @@ func (s *snapshot) apply(e state.Event, bootstrapped *int) error {
 	return nil
 }
 
-// subnets parses NodeIPConfig's ExcludeSubnets as Talos does
-// (siderolabs/net ParseSubnetOrAddress): a CIDR, or an address as a
-// single-address prefix. An entry of neither form matches nothing, as in
-// Talos's filter, and is left out.
-func subnets(entries []string) []netip.Prefix {
-	var out []netip.Prefix
+// vips are the bare addresses among NodeIPConfig's ExcludeSubnets: Talos
+// (nodeip_config.go) writes the pod and service CIDRs there as CIDRs, then
+// every configured VIP as an address (vip.ip and Layer2VIPConfig take
+// nothing else). The CIDRs are left out: a pod CIDR range carved from the
+// nodes' own IPv6 prefixes holds their public addresses. So is anything that
+// does not parse.
+func vips(entries []string) []netip.Addr {
+	var out []netip.Addr
 	for _, e := range entries {
-		if p, err := netip.ParsePrefix(e); err == nil {
-			out = append(out, p.Masked())
-		} else if ip, err := netip.ParseAddr(e); err == nil {
-			out = append(out, netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen()))
+		if ip, err := netip.ParseAddr(e); err == nil {
+			out = append(out, ip.Unmap())
 		}
 	}
 	return out

@@ -109,18 +109,24 @@ func TestWatchReadsUpdatesAndDeletes(t *testing.T) {
 	}
 	waitFacts(t, ch, "a second external IP", func(f facts.Talos) bool { return len(f.ExternalIPs) == 2 })
 
-	// The kubelet's NodeIPConfig: a VIP as Talos lists it (an address), the
-	// pod and service CIDRs, and an entry Talos's filter would not parse.
-	if err := m.SetNodeIPConfig(ctx, "203.0.113.100", "2001:db8::100", "10.244.0.0/16", "10.96.0.0/12", "not-a-subnet"); err != nil {
+	// The kubelet's NodeIPConfig as Talos writes it: the pod CIDRs (an IPv6
+	// one that holds the nodes' own /64s), the service CIDRs, then the VIPs
+	// as addresses. Only the VIPs are no node's own. Another NodeIPConfig
+	// than the kubelet's is not read.
+	if err := m.SetNodeIPConfig(ctx, "10.244.0.0/16", "2001:db8:1::/48", "10.96.0.0/12", "203.0.113.100", "2001:db8::100", "not-an-address"); err != nil {
 		t.Fatal(err)
 	}
-	wantExcluded := []netip.Prefix{netip.MustParsePrefix("203.0.113.100/32"), netip.MustParsePrefix("2001:db8::100/128"),
-		netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("10.96.0.0/12")}
-	waitFacts(t, ch, "NodeIPConfig's ExcludeSubnets", func(f facts.Talos) bool { return slices.Equal(f.Excluded, wantExcluded) })
+	other := k8s.NewNodeIPConfig(k8s.NamespaceName, "another")
+	other.TypedSpec().ExcludeSubnets = []string{"192.0.2.1"}
+	if err := m.State.Create(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	wantVIPs := []netip.Addr{netip.MustParseAddr("203.0.113.100"), netip.MustParseAddr("2001:db8::100")}
+	waitFacts(t, ch, "the VIPs among NodeIPConfig's ExcludeSubnets", func(f facts.Talos) bool { return slices.Equal(f.VIPs, wantVIPs) })
 	if err := m.Delete(ctx, k8s.NewNodeIPConfig(k8s.NamespaceName, k8s.KubeletID).Metadata()); err != nil {
 		t.Fatal(err)
 	}
-	waitFacts(t, ch, "NodeIPConfig deleted", func(f facts.Talos) bool { return f.Excluded == nil && len(f.ExternalIPs) == 2 })
+	waitFacts(t, ch, "NodeIPConfig deleted", func(f facts.Talos) bool { return f.VIPs == nil && len(f.ExternalIPs) == 2 })
 
 	if err := m.Delete(ctx, runtime.NewPlatformMetadataSpec(runtime.NamespaceName, runtime.PlatformMetadataID).Metadata()); err != nil {
 		t.Fatal(err)

@@ -180,7 +180,7 @@ func (m Resources) SetNodeIPs(ctx context.Context, ips ...netip.Addr) error {
 }
 
 // SetNodeIPConfig creates or replaces the kubelet's NodeIPConfig: Talos
-// lists its shared VIPs, then the pod and service CIDRs, in ExcludeSubnets.
+// lists the pod and service CIDRs, then its shared VIPs, in ExcludeSubnets.
 func (m Resources) SetNodeIPConfig(ctx context.Context, excludeSubnets ...string) error {
 	return safe.StateModify(ctx, m.State, k8s.NewNodeIPConfig(k8s.NamespaceName, k8s.KubeletID),
 		func(r *k8s.NodeIPConfig) error {
