@@ -31,7 +31,7 @@ type Address struct {
 // on one is never published, so the agent never vouches for it in a
 // serving certificate.
 var DefaultExcludedLinks = []string{"lo", "kubespan", "siderolink", "cilium*", "flannel*", "cni*", "vxlan*", "dummy*", "kube-ipvs*",
-	"kube-dummy-if", "kube-bridge", "cali*", "tunl*", "wireguard.cali", "weave", "nodelocaldns"}
+	"kube-dummy-if", "kube-bridge", "cali*", "tunl*", "wireguard.cali", "wg-v6.cali", "weave", "nodelocaldns"}
 
 // Classifier holds the configured link exclusions (shell patterns).
 type Classifier struct {

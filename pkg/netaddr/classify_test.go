@@ -77,7 +77,7 @@ func TestServiceAndCNILinksAreExcluded(t *testing.T) {
 	c := NewClassifier()
 	for _, link := range []string{"lo", "kubespan", "siderolink", "kube-ipvs0", "kube-dummy-if", "kube-bridge",
 		"nodelocaldns", "cilium_host", "cilium_vxlan", "flannel.1", "cni0", "vxlan.calico", "cali1a2b3c4d5e6",
-		"tunl0", "wireguard.cali", "weave", "dummy0"} {
+		"tunl0", "wireguard.cali", "wg-v6.cali", "weave", "dummy0"} {
 		if got := c.ExternalIPs([]Address{addr("198.51.100.250/32", link)}); len(got) != 0 {
 			t.Errorf("an address on %s is published: %v", link, got)
 		}
