@@ -245,13 +245,17 @@ func (r *Reader) session(ctx context.Context, update func(facts.Talos)) error {
 	defer cancel()
 
 	events := make(chan state.Event, 64)
+	bootstrapped := 0
 	for _, k := range kinds {
 		if err := cosi.WatchKind(ctx, k, events, state.WithBootstrapContents(true)); err != nil {
+			if optionalUnsupported(err) {
+				bootstrapped++
+				continue
+			}
 			return fmt.Errorf("watching %s: %w", k.Type(), err)
 		}
 	}
 	s := newSnapshot()
-	bootstrapped := 0
 	for {
 		var e state.Event
 		select {
@@ -293,6 +297,11 @@ func (s *snapshot) apply(e state.Event, bootstrapped *int) error {
 	case state.Errored:
 		if e.Error == nil {
 			return errors.New("watch failed")
+		}
+		if optionalUnsupported(e.Error) {
+			// A machined without the optional kind: read without it.
+			*bootstrapped++
+			return nil
 		}
 		return e.Error
 	case state.Bootstrapped:
@@ -370,6 +379,18 @@ func vips(entries []string) []netip.Addr {
 		}
 	}
 	return out
+}
+
+// nodeIPConfigType is the one optional kind: a machined that does not serve
+// it (a Talos that renamed it) must not cost the agent its other facts.
+const nodeIPConfigType = k8s.NodeIPConfigType
+
+// optionalUnsupported reports whether err is machined's access filter
+// refusing the optional kind as a type it does not serve
+// (internal/app/resources/access.go: PermissionDenied, `resource type %q is
+// not supported`), which must not read as machined refusing this process.
+func optionalUnsupported(err error) bool {
+	return err != nil && strings.Contains(err.Error(), fmt.Sprintf("resource type %q is not supported", nodeIPConfigType))
 }
 
 // AddressStatus is read from its wire form rather than through machinery's

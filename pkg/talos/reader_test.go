@@ -197,3 +197,24 @@ func TestCmdlineFallback(t *testing.T) {
 		t.Fatal("a missing cmdline file gave facts")
 	}
 }
+
+// TestReadsWithoutNodeIPConfig: NodeIPConfig only adds the VIPs. A machined
+// that does not serve it (refused as machined's access filter refuses a type
+// it has not registered: PermissionDenied, "not supported") must not read as
+// machined refusing this process: the other facts come, not degraded, with
+// no VIPs.
+func TestReadsWithoutNodeIPConfig(t *testing.T) {
+	m, err := talostest.StartWithout(k8s.NodeIPConfigType)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	seed(t, m)
+	if err := m.SetNodeIPConfig(context.Background(), "203.0.113.100"); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := waitFacts(t, follow(t, m.Socket), "the facts from a machined without NodeIPConfig", func(f facts.Talos) bool { return f.Metadata != nil })
+	if f.Degraded != "" || f.Nodename != "n1" || f.VIPs != nil {
+		t.Errorf("facts from a machined without NodeIPConfig: degraded %q, node name %q, VIPs %v; want them whole, with no VIPs", f.Degraded, f.Nodename, f.VIPs)
+	}
+}

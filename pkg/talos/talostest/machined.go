@@ -49,6 +49,10 @@ type Machined struct {
 	// Resources gives direct access to the in-memory state (its State field)
 	// and writes facts into it.
 	Resources
+	// Unsupported are resource types this machined does not serve, refused
+	// as machined's access filter refuses a type it has not registered
+	// (a Talos without it). Set before Serve.
+	Unsupported []resource.Type
 
 	dir   string
 	calls atomic.Int64
@@ -59,15 +63,20 @@ type Machined struct {
 
 // Start creates the state and serves it. The socket lives in a short
 // directory under /tmp: unix socket paths are limited to ~108 bytes.
-func Start() (*Machined, error) {
+func Start() (*Machined, error) { return StartWithout() }
+
+// StartWithout is Start for a machined that does not serve the given
+// resource types (Unsupported).
+func StartWithout(unsupported ...resource.Type) (*Machined, error) {
 	dir, err := os.MkdirTemp("/tmp", "md-")
 	if err != nil {
 		return nil, err
 	}
 	m := &Machined{
-		Socket:    filepath.Join(dir, "machine.sock"),
-		Resources: Resources{State: state.WrapCore(namespaced.NewState(inmem.Build))},
-		dir:       dir,
+		Socket:      filepath.Join(dir, "machine.sock"),
+		Resources:   Resources{State: state.WrapCore(namespaced.NewState(inmem.Build))},
+		dir:         dir,
+		Unsupported: unsupported,
 	}
 	if err := m.Serve(); err != nil {
 		os.RemoveAll(dir)
@@ -102,7 +111,17 @@ func (m *Machined) Serve() error {
 			return h(srv, ss)
 		}),
 	)
-	v1alpha1.RegisterStateServer(srv, server.NewState(m.State))
+	st := m.State
+	if len(m.Unsupported) > 0 {
+		unsupported := slices.Clone(m.Unsupported)
+		st = state.WrapCore(state.Filter(m.State, func(_ context.Context, access state.Access) error {
+			if slices.Contains(unsupported, access.ResourceType) {
+				return status.Error(codes.PermissionDenied, fmt.Sprintf("resource type %q is not supported", access.ResourceType))
+			}
+			return nil
+		}))
+	}
+	v1alpha1.RegisterStateServer(srv, server.NewState(st))
 	m.srv = srv
 	go func() { _ = srv.Serve(l) }()
 	return nil
