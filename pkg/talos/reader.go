@@ -245,17 +245,19 @@ func (r *Reader) session(ctx context.Context, update func(facts.Talos)) error {
 	defer cancel()
 
 	events := make(chan state.Event, 64)
+	s := newSnapshot()
 	bootstrapped := 0
 	for _, k := range kinds {
 		if err := cosi.WatchKind(ctx, k, events, state.WithBootstrapContents(true)); err != nil {
 			if optionalUnsupported(err) {
 				bootstrapped++
+				s.noVIPs = true
 				continue
 			}
 			return fmt.Errorf("watching %s: %w", k.Type(), err)
 		}
 	}
-	s := newSnapshot()
+	said := false
 	for {
 		var e state.Event
 		select {
@@ -279,6 +281,14 @@ func (r *Reader) session(ctx context.Context, update func(facts.Talos)) error {
 			}
 		}
 		if bootstrapped == len(kinds) {
+			if s.noVIPs && !said {
+				said = true
+				log := r.Log
+				if log == nil {
+					log = slog.Default()
+				}
+				log.Warn("machined does not serve "+string(nodeIPConfigType)+": the shared VIPs Talos configures are unknown, so the node holding a public one publishes it as an ExternalIP (and its kubelet's serving CSR, naming it, is denied)", "socket", r.socket())
+			}
 			update(s.facts())
 		}
 	}
@@ -288,6 +298,7 @@ func (r *Reader) session(ctx context.Context, update func(facts.Talos)) error {
 type snapshot struct {
 	f        facts.Talos
 	external map[resource.ID]netip.Addr
+	noVIPs   bool // machined does not serve NodeIPConfig
 }
 
 func newSnapshot() *snapshot { return &snapshot{external: map[resource.ID]netip.Addr{}} }
@@ -301,6 +312,7 @@ func (s *snapshot) apply(e state.Event, bootstrapped *int) error {
 		if optionalUnsupported(e.Error) {
 			// A machined without the optional kind: read without it.
 			*bootstrapped++
+			s.noVIPs = true
 			return nil
 		}
 		return e.Error

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/facts"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/syncbuf"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos/talostest"
 )
@@ -213,8 +215,24 @@ func TestReadsWithoutNodeIPConfig(t *testing.T) {
 	if err := m.SetNodeIPConfig(context.Background(), "203.0.113.100"); err != nil {
 		t.Fatal(err)
 	}
-	f, _ := waitFacts(t, follow(t, m.Socket), "the facts from a machined without NodeIPConfig", func(f facts.Talos) bool { return f.Metadata != nil })
+	var logs syncbuf.Buffer
+	ctx, cancel := context.WithCancel(context.Background())
+	out := make(chan facts.Talos, 64)
+	r := &talos.Reader{Socket: m.Socket, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(&logs, nil))}
+	done := make(chan struct{})
+	go func() { _ = r.Watch(ctx, func(f facts.Talos) { out <- f }); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	f, _ := waitFacts(t, out, "the facts from a machined without NodeIPConfig", func(f facts.Talos) bool { return f.Metadata != nil })
 	if f.Degraded != "" || f.Nodename != "n1" || f.VIPs != nil {
 		t.Errorf("facts from a machined without NodeIPConfig: degraded %q, node name %q, VIPs %v; want them whole, with no VIPs", f.Degraded, f.Nodename, f.VIPs)
+	}
+	// Said once, as a warning an operator can act on.
+	if err := m.SetNodename(context.Background(), "n2"); err != nil {
+		t.Fatal(err)
+	}
+	waitFacts(t, out, "a later update", func(f facts.Talos) bool { return f.Nodename == "n2" })
+	if said := strings.Count(logs.String(), "VIPs Talos configures are unknown"); said != 1 {
+		t.Errorf("the agent said %d times that the VIPs are unknown, want once:\n%s", said, logs.String())
 	}
 }
