@@ -114,10 +114,7 @@ var kinds = []resource.Kind{
 // reconnection so nothing changed meanwhile is missed. It returns when ctx
 // ends.
 func (r *Reader) Watch(ctx context.Context, update func(facts.Talos)) error {
-	log := r.Log
-	if log == nil {
-		log = slog.Default()
-	}
+	log := r.logger()
 	initial := r.reconnectBackoff()
 	maxB := initial.Cap
 	backoff := initial
@@ -216,6 +213,13 @@ func (r *Reader) fallBack(log *slog.Logger, err error, update func(facts.Talos))
 	update(f)
 }
 
+func (r *Reader) logger() *slog.Logger {
+	if r.Log == nil {
+		return slog.Default()
+	}
+	return r.Log
+}
+
 func (r *Reader) socket() string {
 	if r.Socket == "" {
 		return DefaultSocket
@@ -283,11 +287,7 @@ func (r *Reader) session(ctx context.Context, update func(facts.Talos)) error {
 		if bootstrapped == len(kinds) {
 			if s.noVIPs && !said {
 				said = true
-				log := r.Log
-				if log == nil {
-					log = slog.Default()
-				}
-				log.Warn("machined does not serve "+string(nodeIPConfigType)+": the shared VIPs Talos configures are unknown, so the node holding a public one publishes it as an ExternalIP (and its kubelet's serving CSR, naming it, is denied)", "socket", r.socket())
+				r.logger().Warn("machined does not serve "+string(nodeIPConfigType)+": the shared VIPs Talos configures are unknown, so the node holding a public one publishes it as an ExternalIP (and its kubelet's serving CSR, naming it, is denied)", "socket", r.socket())
 			}
 			update(s.facts())
 		}
