@@ -241,11 +241,16 @@ func newer(a, b string) bool {
 // Get returns the Node's record, or nil when there is none (or it cannot be
 // read, which a sync reports as an error).
 func (s *Store) Get(name string) (*Record, error) {
+	// The cache is read under the lock caughtUp takes: the informer may
+	// add the written version to its cache, and its handler drop it from
+	// written, between a read of one and of the other, and the reader
+	// would see neither (nil, or the cache's older version).
+	s.mu.Lock()
 	obj, exists, err := s.informer.GetIndexer().GetByKey(name)
 	if err != nil {
+		s.mu.Unlock()
 		return nil, err
 	}
-	s.mu.Lock()
 	w := s.written[name]
 	if w != nil && exists && !newer(w.ResourceVersion, obj.(*Cached).ResourceVersion) {
 		// The cache caught up (or an admin wrote since): it wins, even

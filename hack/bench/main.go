@@ -317,7 +317,8 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	if over := stats.overKind(compCoordinator, coordinatorKinds); len(over) > 0 {
-		failures = append(failures, fmt.Sprintf("%d coordinator writes over their kind's budget: %s", len(over), strings.Join(over[:min(5, len(over))], ", ")))
+		failures = append(failures, fmt.Sprintf("%d coordinator writes over their kind's budget: %s\n%s", len(over), strings.Join(over[:min(5, len(over))], ", "),
+			e.listWrites(auditStorm[len(auditBefore):], names, owners, compCoordinator, over)))
 	}
 	if late := lateCSR(stats, compCoordinator); len(late) > 0 {
 		fmt.Fprintf(&r, "nodes initialized before the coordinator saw their CSR (review request and record update of their own): %d\n", len(late))
