@@ -248,7 +248,7 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 	c.csrIndex = csrInf.Informer().GetIndexer()
 	c.ownCSRs = cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), csrInf.Informer().GetStore(),
-		cache.MutationCacheOptions{Indexer: c.csrIndex, TTL: time.Minute, MaxCacheSize: 10000})
+		cache.MutationCacheOptions{Indexer: c.csrIndex, TTL: ownWritesTTL, MaxCacheSize: 10000})
 	if err := nodeInf.AddIndexers(nodeIndexers(cfg.Settings.MaxNodeAddresses)); err != nil {
 		return nil, err
 	}
@@ -260,11 +260,18 @@ func New(cfg Config) (*Coordinator, error) {
 		return obj, nil
 	})
 	c.ownNodes = cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), nodeInf.GetStore(),
-		cache.MutationCacheOptions{Indexer: c.nodeIndex, TTL: time.Minute, MaxCacheSize: 10000})
+		cache.MutationCacheOptions{Indexer: c.nodeIndex, TTL: ownWritesTTL, MaxCacheSize: 10000})
 	c.handle(nodeInf, cache.ResourceEventHandlerDetailedFuncs{
-		AddFunc:    func(obj any, firstList bool) { c.nodeChanged(obj, c.listed(obj, firstList)) },
-		UpdateFunc: func(_, obj any) { c.nodeChanged(obj, c.listed(obj, false)) },
+		AddFunc: func(obj any, firstList bool) {
+			caughtUp(c.ownNodes, obj)
+			c.nodeChanged(obj, c.listed(obj, firstList))
+		},
+		UpdateFunc: func(_, obj any) {
+			caughtUp(c.ownNodes, obj)
+			c.nodeChanged(obj, c.listed(obj, false))
+		},
 		DeleteFunc: func(obj any) {
+			gone(c.ownNodes, obj)
 			if n, ok := obj.(*corev1.Node); ok {
 				obj = cache.DeletedFinalStateUnknown{Key: n.Name, Obj: n}
 			}
@@ -280,8 +287,12 @@ func New(cfg Config) (*Coordinator, error) {
 		return obj, nil
 	})
 	c.handle(csrInf.Informer(), cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { c.enqueueCSR(obj) },
+		AddFunc: func(obj any) {
+			caughtUp(c.ownCSRs, obj)
+			c.enqueueCSR(obj)
+		},
 		UpdateFunc: func(oldObj, obj any) {
+			caughtUp(c.ownCSRs, obj)
 			if csr, ok := obj.(*certificatesv1.CertificateSigningRequest); ok && !pending(csr) {
 				// Decided, by whoever (an admin by hand too): its Node's
 				// review moves on, and its record follows the decision.
@@ -298,6 +309,7 @@ func New(cfg Config) (*Coordinator, error) {
 			c.enqueueCSR(obj)
 		},
 		DeleteFunc: func(obj any) {
+			gone(c.ownCSRs, obj)
 			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 				c.forget("csr", key)
 				c.attestations.settled(key)
@@ -838,6 +850,32 @@ func (c *Coordinator) csr(name string) (*certificatesv1.CertificateSigningReques
 // node is Node name as this replica last saw or wrote it.
 func (c *Coordinator) node(name string) (*corev1.Node, error) {
 	return readBack[*corev1.Node](c.ownNodes, corev1.Resource("nodes"), name)
+}
+
+// ownWritesTTL is how long a cache of this replica's own writes keeps one
+// the informer has not delivered. It is no bound on the informer's lag: a
+// write that expired sooner (a minute, until 2026-11-28) was read as the
+// version before it after a longer watch gap, a decided CSR as pending
+// (no renewal rule for its node's next request, its names owned by no
+// certificate). The informer's handlers drop each entry as it catches up
+// (caughtUp, gone), and the caches hold at most 10,000.
+const ownWritesTTL = 24 * time.Hour
+
+// caughtUp drops a cached own write the informer has delivered obj for.
+func caughtUp(m cache.MutationCache, obj any) {
+	if o, ok := obj.(runtime.Object); ok {
+		m.OnAddOrUpdate(o)
+	}
+}
+
+// gone drops a cached own write of an object the informer saw deleted.
+func gone(m cache.MutationCache, obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if o, ok := obj.(runtime.Object); ok {
+		m.OnDelete(o)
+	}
 }
 
 // readBack reads object name through a cache of this replica's own writes

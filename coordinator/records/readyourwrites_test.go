@@ -1,9 +1,14 @@
 package records
 
 import (
+	"net/netip"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -95,3 +100,85 @@ func TestOwnWriteIsReadWhileTheInformerCatchesUp(t *testing.T) {
 		})
 	}
 }
+
+// cachedAt is rec as the informer would hold it at resource version rv.
+func cachedAt(t *testing.T, name, rv, uid string, claims ...string) *Cached {
+	t.Helper()
+	rec := &Record{Name: name, Spec: Spec{NodeUID: uid}}
+	for _, ip := range claims {
+		rec.Spec.Addresses = append(rec.Spec.Addresses, Claim{IP: ip, Since: time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)})
+	}
+	u, err := rec.ToUnstructured()
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.SetResourceVersion(rv)
+	obj, _ := cached(u)
+	return obj.(*Cached)
+}
+
+func storeWith(t *testing.T, objs ...*Cached) *Store {
+	t.Helper()
+	s := &Store{written: map[string]*Record{}}
+	s.informer = cache.NewSharedIndexInformer(nil, &Cached{}, 0, cache.Indexers{byClaim: claimIndex})
+	for _, o := range objs {
+		if err := s.informer.GetIndexer().Add(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+// What the store reads back for a record is always the newest version it
+// knows of, its own writes and the informer's, in whatever order they
+// arrive: two workers' writes of one record returning out of order, a
+// version written elsewhere reaching the cache, a record deleted and
+// written again before the informer delivers the deletion, and an own
+// write of a record deleted meanwhile (its update answered NotFound).
+func TestTheNewestVersionIsRead(t *testing.T) {
+	t.Run("writes returning out of order", func(t *testing.T) {
+		s := storeWith(t)
+		s.wrote(cachedAt(t, "n", "12", "b").Record.withVersion("12"))
+		s.wrote(cachedAt(t, "n", "9", "a").Record.withVersion("9"))
+		if got, _ := s.Get("n"); got == nil || got.Spec.NodeUID != "b" {
+			t.Fatalf("Get = %+v, want version 12 (NodeUID b)", got)
+		}
+	})
+	t.Run("a newer version in the cache", func(t *testing.T) {
+		// Written by this replica at 9 claiming 10.0.0.1; the cache then
+		// holds 12, which claims 10.0.0.2 instead (written elsewhere).
+		s := storeWith(t, cachedAt(t, "n", "12", "u", "10.0.0.2"))
+		s.written["n"] = cachedAt(t, "n", "9", "u", "10.0.0.1").Record.withVersion("9")
+		if got := s.Owner(netip.MustParseAddr("10.0.0.2")); got != "n" {
+			t.Errorf("Owner(10.0.0.2) = %q, want n (version 12 claims it)", got)
+		}
+		if got := s.Owner(netip.MustParseAddr("10.0.0.1")); got != "" {
+			t.Errorf("Owner(10.0.0.1) = %q, want none (version 12 released it)", got)
+		}
+	})
+	t.Run("deleted, then written again before the deletion is delivered", func(t *testing.T) {
+		s := storeWith(t, cachedAt(t, "n", "8", "old"))
+		s.wrote(cachedAt(t, "n", "12", "new").Record.withVersion("12"))
+		gone := cachedAt(t, "n", "10", "old") // a watch's deletion carries the deletion's version
+		if err := s.informer.GetIndexer().Delete(gone); err != nil {
+			t.Fatal(err)
+		}
+		s.deleted(gone)
+		if got, _ := s.Get("n"); got == nil || got.Spec.NodeUID != "new" {
+			t.Fatalf("Get = %+v, want the record written after the deletion (NodeUID new)", got)
+		}
+	})
+	t.Run("an own write of a record deleted meanwhile", func(t *testing.T) {
+		s := NewStore(dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{GVR: "NodeRecordList"}))
+		// Put's write landed after the informer delivered the deletion.
+		s.wrote(cachedAt(t, "n", "9", "u").Record.withVersion("9"))
+		if _, err := s.Put(t.Context(), &Record{Name: "n", ResourceVersion: "9", Spec: Spec{NodeUID: "u"}}); !apierrors.IsNotFound(err) {
+			t.Fatalf("Put over a deleted record: %v, want NotFound", err)
+		}
+		if got, _ := s.Get("n"); got != nil {
+			t.Fatalf("Get after NotFound = %+v, want none: the next write creates it", got)
+		}
+	})
+}
+
+func (r *Record) withVersion(rv string) *Record { c := clone(r); c.ResourceVersion = rv; return c }

@@ -198,18 +198,27 @@ func NewStore(client dynamic.Interface) *Store {
 	_, _ = s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    s.caughtUp,
 		UpdateFunc: func(_, obj any) { s.caughtUp(obj) },
-		DeleteFunc: func(obj any) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			if c, ok := obj.(*Cached); ok {
-				s.mu.Lock()
-				delete(s.written, c.Name)
-				s.mu.Unlock()
-			}
-		},
+		DeleteFunc: s.deleted,
 	})
 	return s
+}
+
+// deleted drops the store's own write of a record the informer saw
+// deleted, unless it is newer than the deletion (written again since).
+// A deletion found by a relist carries the version last seen, older than
+// the deletion: an own write newer than that is kept, and should the
+// record be gone, the next write based on it answers NotFound (stale).
+func (s *Store) deleted(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if c, ok := obj.(*Cached); ok {
+		s.mu.Lock()
+		if w := s.written[c.Name]; w != nil && !newer(w.ResourceVersion, c.ResourceVersion) {
+			delete(s.written, c.Name)
+		}
+		s.mu.Unlock()
+	}
 }
 
 // Informer is the NodeRecord informer (start it, and wait for its sync).
@@ -310,6 +319,10 @@ func (s *Store) each(index, key string, f func(name string, spec *Spec)) {
 	s.mu.Lock()
 	overlay := make(map[string]bool, len(s.written))
 	for name, w := range s.written {
+		if c := s.cachedLocked(name); c != nil && !newer(w.ResourceVersion, c.ResourceVersion) {
+			delete(s.written, name) // the cache caught up, or holds a newer version
+			continue
+		}
 		overlay[name] = true
 		f(name, &w.Spec)
 	}
@@ -374,16 +387,54 @@ func (s *Store) Put(ctx context.Context, r *Record) (*Record, error) {
 		out, err = s.client.Update(ctx, u, metav1.UpdateOptions{FieldManager: "nodeinit-coordinator"})
 	}
 	if err != nil {
+		if r.ResourceVersion != "" && (apierrors.IsNotFound(err) || apierrors.IsConflict(err)) {
+			s.stale(r.Name, r.ResourceVersion)
+		}
 		return nil, fmt.Errorf("writing NodeRecord %s: %w", r.Name, err)
 	}
 	rec, err := FromUnstructured(out)
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	s.written[r.Name] = rec
-	s.mu.Unlock()
+	s.wrote(rec)
 	return clone(rec), nil
+}
+
+// wrote keeps rec, just written, for the reads before the informer has it,
+// unless the store already knows a newer version: another worker's write
+// of the record returned first, or the informer has it already.
+func (s *Store) wrote(rec *Record) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w := s.written[rec.Name]; w != nil && !newer(rec.ResourceVersion, w.ResourceVersion) {
+		return
+	}
+	if c := s.cachedLocked(rec.Name); c != nil && !newer(rec.ResourceVersion, c.ResourceVersion) {
+		return
+	}
+	s.written[rec.Name] = rec
+}
+
+// stale drops the store's own write that a write based on it found
+// deleted or overwritten (NotFound, Conflict): the next read is the
+// informer's, which the next write starts from.
+func (s *Store) stale(name, rv string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w := s.written[name]; w != nil && w.ResourceVersion == rv {
+		delete(s.written, name)
+	}
+}
+
+// cachedLocked is the informer's object for name, nil when it has none;
+// the caller holds s.mu.
+func (s *Store) cachedLocked(name string) *Cached {
+	obj, ok, _ := s.informer.GetIndexer().GetByKey(name)
+	if !ok {
+		return nil
+	}
+	c, _ := obj.(*Cached)
+	return c
 }
 
 // List reads every record from the API server, in pages: a fresh list, not
