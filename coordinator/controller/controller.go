@@ -858,7 +858,9 @@ func (c *Coordinator) node(name string) (*corev1.Node, error) {
 // version before it after a longer watch gap, a decided CSR as pending
 // (no renewal rule for its node's next request, its names owned by no
 // certificate). The informer's handlers drop each entry as it catches up
-// (caughtUp, gone), and the caches hold at most 10,000.
+// (caughtUp, gone), and each cache holds at most 10,000 entries, a
+// deletion's tombstone (which keeps a late Mutation of the deleted
+// object out) counting as one.
 const ownWritesTTL = 24 * time.Hour
 
 // caughtUp drops a cached own write the informer has delivered obj for.

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	ktesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -119,7 +120,7 @@ func cachedAt(t *testing.T, name, rv, uid string, claims ...string) *Cached {
 
 func storeWith(t *testing.T, objs ...*Cached) *Store {
 	t.Helper()
-	s := &Store{written: map[string]*Record{}}
+	s := &Store{written: map[string]*Record{}, gone: map[string]string{}}
 	s.informer = cache.NewSharedIndexInformer(nil, &Cached{}, 0, cache.Indexers{byClaim: claimIndex})
 	for _, o := range objs {
 		if err := s.informer.GetIndexer().Add(o); err != nil {
@@ -182,3 +183,59 @@ func TestTheNewestVersionIsRead(t *testing.T) {
 }
 
 func (r *Record) withVersion(rv string) *Record { c := clone(r); c.ResourceVersion = rv; return c }
+
+type informerSynced struct {
+	cache.SharedIndexInformer
+	rv string
+}
+
+func (i informerSynced) LastSyncResourceVersion() string { return i.rv }
+
+// An own write answered Conflict (someone else wrote the record since)
+// is still the newest version this replica knows, whatever the cache
+// says: its claims hold until the informer delivers the newer one. A
+// deletion the informer delivers before the write's response returns,
+// or finds by a relist, leaves nothing of that write behind.
+func TestOwnWritesAgainstConflictsAndDeletions(t *testing.T) {
+	t.Run("an update answered Conflict", func(t *testing.T) {
+		client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{GVR: "NodeRecordList"})
+		client.PrependReactor("update", "noderecords", func(ktesting.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewConflict(GVR.GroupResource(), "n", nil)
+		})
+		s := NewStore(client)
+		if err := s.informer.GetIndexer().Add(cachedAt(t, "n", "8", "u")); err != nil {
+			t.Fatal(err)
+		}
+		s.wrote(cachedAt(t, "n", "9", "u", "10.0.0.1").Record.withVersion("9"))
+		if _, err := s.Put(t.Context(), &Record{Name: "n", ResourceVersion: "9", Spec: Spec{NodeUID: "u"}}); !apierrors.IsConflict(err) {
+			t.Fatalf("Put: %v, want Conflict", err)
+		}
+		if got := s.Owner(netip.MustParseAddr("10.0.0.1")); got != "n" {
+			t.Fatalf("Owner(10.0.0.1) after a Conflict = %q, want n: version 9 claimed it, and the cache's 8 is older", got)
+		}
+	})
+	t.Run("deleted before the write's response returns", func(t *testing.T) {
+		s := storeWith(t)
+		s.deleted(cachedAt(t, "n", "10", "u")) // 9 was delivered and deleted at 10
+		s.wrote(cachedAt(t, "n", "9", "u", "10.0.0.1").Record.withVersion("9"))
+		if got, _ := s.Get("n"); got != nil {
+			t.Errorf("Get = %+v, want none: the record was deleted after the write", got)
+		}
+		if got := s.Owner(netip.MustParseAddr("10.0.0.1")); got != "" {
+			t.Errorf("Owner(10.0.0.1) = %q, want none", got)
+		}
+		s.wrote(cachedAt(t, "n", "12", "u2").Record.withVersion("12")) // created again
+		if got, _ := s.Get("n"); got == nil || got.Spec.NodeUID != "u2" {
+			t.Errorf("Get after a create past the deletion = %+v, want NodeUID u2", got)
+		}
+	})
+	t.Run("a deletion a relist finds", func(t *testing.T) {
+		s := storeWith(t)
+		s.informer = informerSynced{SharedIndexInformer: s.informer, rv: "15"}
+		s.wrote(cachedAt(t, "n", "9", "u", "10.0.0.1").Record.withVersion("9"))
+		s.deleted(cache.DeletedFinalStateUnknown{Key: "n", Obj: cachedAt(t, "n", "8", "u")}) // last seen at 8; the list was at 15
+		if got, _ := s.Get("n"); got != nil {
+			t.Errorf("Get = %+v, want none: the list at 15 has no record", got)
+		}
+	})
+}

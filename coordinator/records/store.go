@@ -39,6 +39,10 @@ type Store struct {
 
 	mu      sync.Mutex
 	written map[string]*Record // own writes the informer has not caught up with
+	// gone is the version at which the informer saw each record deleted
+	// (a relist's: the list's), until a newer version of the name comes:
+	// an own write whose response returns after the deletion is not kept.
+	gone map[string]string
 }
 
 // Cached is a NodeRecord as the informer keeps it: decoded once, as it
@@ -164,7 +168,7 @@ func Decoded(obj any) (*Record, error) {
 // NewStore builds the store; its informer starts with the caller's factory
 // lifecycle (Informer().Run).
 func NewStore(client dynamic.Interface) *Store {
-	s := &Store{client: client.Resource(GVR), written: map[string]*Record{}}
+	s := &Store{client: client.Resource(GVR), written: map[string]*Record{}, gone: map[string]string{}}
 	s.informer = dynamicinformer.NewFilteredDynamicInformer(client, GVR, "", 0, cache.Indexers{
 		byClaim: claimIndex,
 		byServingName: func(obj any) ([]string, error) {
@@ -204,21 +208,28 @@ func NewStore(client dynamic.Interface) *Store {
 }
 
 // deleted drops the store's own write of a record the informer saw
-// deleted, unless it is newer than the deletion (written again since).
-// A deletion found by a relist carries the version last seen, older than
-// the deletion: an own write newer than that is kept, and should the
-// record be gone, the next write based on it answers NotFound (stale).
+// deleted, unless it is newer than the deletion (written again since), and
+// remembers the deletion's version for a write whose response is still
+// on its way (wrote). A watch's deletion carries its own version; one a
+// relist finds carries the version last seen, so it counts from the
+// list's version instead, which is later than the deletion.
 func (s *Store) deleted(obj any) {
+	rv := ""
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
+		rv = s.informer.LastSyncResourceVersion()
 	}
-	if c, ok := obj.(*Cached); ok {
-		s.mu.Lock()
-		if w := s.written[c.Name]; w != nil && !newer(w.ResourceVersion, c.ResourceVersion) {
-			delete(s.written, c.Name)
-		}
-		s.mu.Unlock()
+	c, ok := obj.(*Cached)
+	if !ok {
+		return
 	}
+	rv = latest(c.ResourceVersion, rv)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w := s.written[c.Name]; w != nil && !newer(w.ResourceVersion, rv) {
+		delete(s.written, c.Name)
+	}
+	s.gone[c.Name] = rv
 }
 
 // Informer is the NodeRecord informer (start it, and wait for its sync).
@@ -234,6 +245,9 @@ func (s *Store) caughtUp(obj any) {
 	if w := s.written[c.Name]; w != nil && !newer(w.ResourceVersion, c.ResourceVersion) {
 		delete(s.written, c.Name)
 	}
+	if g, ok := s.gone[c.Name]; ok && newer(c.ResourceVersion, g) {
+		delete(s.gone, c.Name)
+	}
 }
 
 // newer reports whether resource version a is newer than b. Versions are
@@ -245,6 +259,17 @@ func newer(a, b string) bool {
 		return true
 	}
 	return x > y
+}
+
+// latest is the newer of resource versions a and b; a when either is not
+// an integer.
+func latest(a, b string) string {
+	x, errA := strconv.ParseUint(a, 10, 64)
+	y, errB := strconv.ParseUint(b, 10, 64)
+	if errA == nil && errB == nil && y > x {
+		return b
+	}
+	return a
 }
 
 // Get returns the Node's record, or nil when there is none (or it cannot be
@@ -316,7 +341,9 @@ func (s *Store) ServingHolders(dns string) []string {
 // and every record of the store's own writes not yet in the cache (an own
 // write newer than the cache counts, not the cache's older version).
 func (s *Store) each(index, key string, f func(name string, spec *Spec)) {
+	// One moment's view: the cache is read under the lock too (Get).
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	overlay := make(map[string]bool, len(s.written))
 	for name, w := range s.written {
 		if c := s.cachedLocked(name); c != nil && !newer(w.ResourceVersion, c.ResourceVersion) {
@@ -326,7 +353,6 @@ func (s *Store) each(index, key string, f func(name string, spec *Spec)) {
 		overlay[name] = true
 		f(name, &w.Spec)
 	}
-	s.mu.Unlock()
 	objs, _ := s.informer.GetIndexer().ByIndex(index, key)
 	for _, o := range objs {
 		c := o.(*Cached)
@@ -387,7 +413,7 @@ func (s *Store) Put(ctx context.Context, r *Record) (*Record, error) {
 		out, err = s.client.Update(ctx, u, metav1.UpdateOptions{FieldManager: "nodeinit-coordinator"})
 	}
 	if err != nil {
-		if r.ResourceVersion != "" && (apierrors.IsNotFound(err) || apierrors.IsConflict(err)) {
+		if r.ResourceVersion != "" && apierrors.IsNotFound(err) {
 			s.stale(r.Name, r.ResourceVersion)
 		}
 		return nil, fmt.Errorf("writing NodeRecord %s: %w", r.Name, err)
@@ -412,12 +438,21 @@ func (s *Store) wrote(rec *Record) {
 	if c := s.cachedLocked(rec.Name); c != nil && !newer(rec.ResourceVersion, c.ResourceVersion) {
 		return
 	}
+	if g, ok := s.gone[rec.Name]; ok {
+		if !newer(rec.ResourceVersion, g) {
+			return // deleted since
+		}
+		delete(s.gone, rec.Name)
+	}
 	s.written[rec.Name] = rec
 }
 
 // stale drops the store's own write that a write based on it found
-// deleted or overwritten (NotFound, Conflict): the next read is the
-// informer's, which the next write starts from.
+// deleted (NotFound): the next read is the informer's, which the next
+// write starts from. A Conflict drops nothing: the own write is still
+// the newest version this replica knows (the cache's is older, or Get
+// would have dropped it), and its claims hold until the informer
+// delivers the newer one.
 func (s *Store) stale(name, rv string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
