@@ -107,8 +107,9 @@ func TestAttackClasses(t *testing.T) {
 		if rec.Spec.AgentKey != "" || rec.Spec.PendingAgentKey != contract.EncodeAgentKey(thief.key.Public().(ed25519.PublicKey)) {
 			t.Fatalf("record: agentKey %q (want none), pendingAgentKey %q (want the published key)", rec.Spec.AgentKey, rec.Spec.PendingAgentKey)
 		}
-		// The admin's one command, copying from where only the coordinator writes.
-		copyKey := []byte(`[{"op":"copy","from":"/spec/pendingAgentKey","path":"/spec/agentKey"}]`)
+		// The admin's one command, copying from where only the coordinator
+		// writes the key the admin checked (approval.EnrolCommand).
+		copyKey := []byte(`[{"op":"test","path":"/spec/pendingAgentKey","value":"` + rec.Spec.PendingAgentKey + `"},{"op":"copy","from":"/spec/pendingAgentKey","path":"/spec/agentKey"}]`)
 		if _, err := dynamic.NewForConfigOrDie(cluster.Admin()).Resource(records.GVR).Patch(t.Context(), "legacy-1", types.JSONPatchType, copyKey, metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}

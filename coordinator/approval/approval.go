@@ -239,7 +239,7 @@ func decideChecked(in Input, sans []string) Decision {
 	if in.EnrolledKey == nil {
 		return Decision{Action: Hold, Category: CategoryNoEnrolledKey,
 			Reason: "no agent key is enrolled for this node (its agent does not publish one, the node is not initialized yet, or this Node object is not the first of its name: " +
-				"then the key waits in its NodeRecord's spec.pendingAgentKey, and once checked against the agent's log it is enrolled with: " + EnrolCommand(in.Node.Name) + ")"}
+				"then the key waits in its NodeRecord's spec.pendingAgentKey, and once checked against the agent's log it is enrolled with: " + EnrolCommand(in.Node.Name, in.PublishedKey) + ")"}
 	}
 	a := in.Attestation
 	if a != nil && a.CSR != in.CSR.Name {
@@ -259,7 +259,7 @@ func decideChecked(in Input, sans []string) Decision {
 		if published, perr := contract.DecodeAgentKey(in.PublishedKey); perr == nil {
 			return Decision{Action: Hold, Category: CategoryAgentKeyChanged,
 				Reason: fmt.Sprintf("the node's agent now publishes key %s, not the enrolled one. If the node was reinstalled, "+
-					"compare it with the public-key the agent logs at start on the node, then enrol the key the coordinator recorded: %s", contract.EncodeAgentKey(published), EnrolCommand(in.Node.Name))}
+					"compare it with the public-key the agent logs at start on the node, then enrol the key the coordinator recorded: %s", contract.EncodeAgentKey(published), EnrolCommand(in.Node.Name, in.PublishedKey))}
 		}
 		if err != nil {
 			return decideWithout(in, CategoryAttestationInvalid, fmt.Sprintf("ignored an attestation not signed by the enrolled agent key (%v); the node publishes an unreadable key", err))
@@ -327,11 +327,20 @@ func decideWithout(in Input, category Category, note string) Decision {
 	return with(Decision{Action: Wait, After: in.Timeout - elapsed, Reason: "waiting for the node's attestation", Category: CategoryWaiting})
 }
 
-// EnrolCommand is the one command that enrols the key a node's record holds
-// pending: a JSON patch copying spec.pendingAgentKey, which only the
-// coordinator writes, to spec.agentKey.
-func EnrolCommand(node string) string {
-	return fmt.Sprintf(`kubectl patch noderecord %s --type=json -p '[{"op":"copy","from":"/spec/pendingAgentKey","path":"/spec/agentKey"}]'`, node)
+// EnrolCommand is the one command that enrols key, which a node's record
+// holds pending: a JSON patch that tests spec.pendingAgentKey is still key,
+// then copies it (only the coordinator writes it) to spec.agentKey.
+// Whoever holds the node's credential can publish another key, which the
+// coordinator then records as pending in its place between the admin's
+// check of key against the agent's log and the command: the test makes
+// the command fail then, instead of enrolling that key. Without a
+// readable key, the command asks for the one the agent logs.
+func EnrolCommand(node, key string) string {
+	value := "<public-key the agent logs>"
+	if pub, err := contract.DecodeAgentKey(key); err == nil {
+		value = contract.EncodeAgentKey(pub)
+	}
+	return fmt.Sprintf(`kubectl patch noderecord %s --type=json -p '[{"op":"test","path":"/spec/pendingAgentKey","value":"%s"},{"op":"copy","from":"/spec/pendingAgentKey","path":"/spec/agentKey"}]'`, node, value)
 }
 
 // FloodLimit is the flood guard's limit for csr.maxPending; 0: no guard.

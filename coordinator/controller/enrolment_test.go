@@ -46,8 +46,38 @@ func TestEnrolmentApprove(t *testing.T) {
 		t.Fatalf("decided before the admin enrolled the key: %+v", c)
 	}
 
-	copyKey := []byte(`[{"op":"copy","from":"/spec/pendingAgentKey","path":"/spec/agentKey"}]`)
-	if _, err := recs.Patch(t.Context(), "enrol-a", types.JSONPatchType, copyKey, metav1.PatchOptions{}); err != nil {
+	// The admin checked the key the Event shows against the agent's log.
+	// Before they run the command, whoever holds the node's credential
+	// publishes another key, which the coordinator records as pending:
+	// the command they copied must not enrol that one.
+	command := events(t, "enrol-a", "AgentKeyNotEnrolled")[0].Message
+	_, patch, ok := strings.Cut(command, "--type=json -p '")
+	patch, _, _ = strings.Cut(patch, "'")
+	if !ok || patch == "" {
+		t.Fatalf("no JSON patch in the Event: %q", command)
+	}
+	honest := n.key
+	_, n.key, _ = ed25519.GenerateKey(nil)
+	n.publish(t, report{providerID: "talos://metal/10.0.26.1"})
+	swapped := contract.EncodeAgentKey(n.key.Public().(ed25519.PublicKey))
+	waitFor(t, 10*time.Second, "the other key pending", func() bool {
+		u, err := recs.Get(t.Context(), "enrol-a", metav1.GetOptions{})
+		rec, _ := records.FromUnstructured(u)
+		return err == nil && rec.Spec.PendingAgentKey == swapped
+	})
+	if _, err := recs.Patch(t.Context(), "enrol-a", types.JSONPatchType, []byte(patch), metav1.PatchOptions{}); err == nil {
+		u, _ := recs.Get(t.Context(), "enrol-a", metav1.GetOptions{})
+		rec, _ := records.FromUnstructured(u)
+		t.Fatalf("the command the admin checked enrolled %q, a key published after it (checked: %q)", rec.Spec.AgentKey, key)
+	}
+	n.key = honest
+	n.publish(t, report{providerID: "talos://metal/10.0.26.1"})
+	waitFor(t, 10*time.Second, "the checked key pending again", func() bool {
+		u, err := recs.Get(t.Context(), "enrol-a", metav1.GetOptions{})
+		rec, _ := records.FromUnstructured(u)
+		return err == nil && rec.Spec.PendingAgentKey == key
+	})
+	if _, err := recs.Patch(t.Context(), "enrol-a", types.JSONPatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	n.attest(t, "enrol-a-serving", "")

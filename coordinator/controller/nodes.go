@@ -265,7 +265,7 @@ func (c *Coordinator) recordWritten(node *corev1.Node, d nodestate.Desired) {
 	if d.PendingKey {
 		c.recorder.Eventf(node, corev1.EventTypeWarning, "AgentKeyNotEnrolled",
 			"the node's agent publishes key %s, which is not enrolled (csr.enrolment: %s; a first use already happened for this name, or none is allowed): its serving CSRs wait. Compare it with the public-key the agent logs at start on the node, then: %s",
-			d.Record.PendingAgentKey, c.settings.CSR.Enrolment, approval.EnrolCommand(name))
+			d.Record.PendingAgentKey, c.settings.CSR.Enrolment, approval.EnrolCommand(name, d.Record.PendingAgentKey))
 	}
 	if d.Adopting {
 		c.recorder.Eventf(node, corev1.EventTypeNormal, "Adopted", "adopted: recorded addresses %v; labels and taints set by others are never removed", records.ClaimedIPs(d.Claims))
