@@ -614,7 +614,7 @@ func TestAttestationCoversOnlyPublishedAddresses(t *testing.T) {
 
 func TestCertificateRotation(t *testing.T) {
 	n := newNode(t, "rotate-node", "10.0.0.14", metal("rotate-node"))
-	const validFor = 8 * time.Second
+	const validFor = 16 * time.Second // the join below takes seconds under -race on a busy machine
 	if err := n.id.RotateValidFor(validFor); err != nil {
 		t.Fatal(err)
 	}
@@ -624,7 +624,7 @@ func TestCertificateRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := n.startAgent(t, "")
-	n.waitNode(t, 5*time.Second, "join with the short-lived certificate", func(node *corev1.Node) bool {
+	n.waitNode(t, 12*time.Second, "join with the short-lived certificate", func(node *corev1.Node) bool {
 		return hasAddress(node, corev1.NodeExternalIP, "203.0.113.10")
 	})
 
@@ -642,7 +642,7 @@ func TestCertificateRotation(t *testing.T) {
 	}
 	// ...and the agent still writes.
 	n.ns.AddAddr("eth0", "198.51.100.8/24")
-	n.waitNode(t, 5*time.Second, "a write after the old certificate expired", func(node *corev1.Node) bool {
+	n.waitNode(t, 15*time.Second, "a write after the old certificate expired", func(node *corev1.Node) bool {
 		return hasAddress(node, corev1.NodeExternalIP, "198.51.100.8")
 	})
 	if got := testutil.ToFloat64(a.metrics.CredReloads); got < 1 {

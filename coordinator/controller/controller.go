@@ -18,6 +18,7 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -44,6 +45,7 @@ import (
 
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/nodestate"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/coordinator/config"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
 )
@@ -642,6 +644,17 @@ func (c *Coordinator) probeAPI(ctx context.Context) error {
 	}
 	if _, err := c.client.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{Limit: 1,
 		FieldSelector: fields.OneTermEqualSelector("spec.signerName", certificatesv1.KubeletServingSignerName).String()}); err != nil {
+		return err
+	}
+	// The namespaced lists too, which a Role grants and a manifest applied
+	// in pieces may allow seconds later: an informer refused them sits in
+	// its reflector's backoff (up to seconds) once they are allowed.
+	if _, err := c.client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{Limit: 1,
+		LabelSelector: discoveryv1.LabelServiceName + "=kubernetes"}); err != nil {
+		return err
+	}
+	if _, err := c.client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{Limit: 1,
+		FieldSelector: fields.OneTermEqualSelector("reason", contract.EventReasonAttested).String()}); err != nil {
 		return err
 	}
 	// Without its records the coordinator cannot decide anything safely.

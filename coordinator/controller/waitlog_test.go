@@ -18,7 +18,9 @@ import (
 func TestALongWaitIsNamed(t *testing.T) {
 	var log syncbuf.Buffer
 	startCoordinatorAs(t, "waitlog", ipamSettings, coordinatorIdentity(t), func(c *controller.Config) {
-		c.WaitingLogAfter = 2 * time.Second
+		// Ages count from the Node's creation time, in whole seconds: 5 s
+		// is 4 to 5, which a busy machine's join of the quick Node fits.
+		c.WaitingLogAfter = 5 * time.Second
 		c.Log = slog.New(slog.NewTextHandler(io.MultiWriter(&log, testWriter{t}), nil)).With("coordinator", "waitlog")
 	})
 	register(t, "waitlog-silent", "10.0.62.1") // no agent
