@@ -11,12 +11,15 @@ import (
 // else: syncs of Nodes with no address or /64 in common never wait on each
 // other. (Its predecessor, 64 hashed stripes, made most of 16 workers wait
 // on one another in a join storm, each Node holding 3–4 stripes.)
-type addrLocks struct {
+type addrLocks struct{ keyLocks[netip.Prefix] }
+
+// keyLocks is a lock per key, held only while someone holds or waits for it.
+type keyLocks[K comparable] struct {
 	mu   sync.Mutex
-	held map[netip.Prefix]*addrLock
+	held map[K]*keyLock
 }
 
-type addrLock struct {
+type keyLock struct {
 	sync.Mutex
 	refs int // holders and waiters; the entry goes with the last
 }
@@ -44,17 +47,20 @@ func lockKeys(ips []netip.Addr) []netip.Prefix {
 }
 
 // lock locks ips (see lockKeys) in order and returns the unlock.
-func (l *addrLocks) lock(ips []netip.Addr) func() {
-	keys := lockKeys(ips)
-	entries := make([]*addrLock, len(keys))
+func (l *addrLocks) lock(ips []netip.Addr) func() { return l.lockAll(lockKeys(ips)) }
+
+// lockAll locks keys, in the order given (every caller sorts them alike),
+// and returns the unlock.
+func (l *keyLocks[K]) lockAll(keys []K) func() {
+	entries := make([]*keyLock, len(keys))
 	for i, k := range keys {
 		l.mu.Lock()
 		if l.held == nil {
-			l.held = map[netip.Prefix]*addrLock{}
+			l.held = map[K]*keyLock{}
 		}
 		e := l.held[k]
 		if e == nil {
-			e = &addrLock{}
+			e = &keyLock{}
 			l.held[k] = e
 		}
 		e.refs++
@@ -75,7 +81,7 @@ func (l *addrLocks) lock(ips []netip.Addr) func() {
 }
 
 // size is how many keys are held or waited for.
-func (l *addrLocks) size() int {
+func (l *keyLocks[K]) size() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.held)

@@ -66,6 +66,11 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 		c.handedOff(name)
 		return nil
 	}
+	// One decision per requester at a time, from its inputs to its write:
+	// the renewal rule and the record's certificate read every earlier
+	// approval of the node's. Two workers deciding two of its requests at
+	// once each read none, and approved both, names changed or not.
+	defer c.requesterLocks.lockAll([]string{csrcheck.NodeName(csr.Spec.Username)})()
 	now := time.Now()
 	in, node := c.approvalInput(csr, now)
 	if in.Node != nil && in.Review == csr.Name && c.reviews.askedAt(csr.Name, csr.UID).IsZero() {
