@@ -126,6 +126,15 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 		if apierrors.IsNotFound(err) {
 			return nil // deleted meanwhile; the delete event releases
 		}
+		if d.Unpatched != nil {
+			// The grants the patch would have added were never written:
+			// not the coordinator's (nodestate.Desired.Unpatched). Should
+			// the API server have applied it after all (a timeout), they
+			// stay on the Node unowned: never removed, the safe way.
+			if _, werr := c.putRecord(ctx, name, written, d.Unpatched); werr != nil {
+				c.log.Warn("could not let go of the grants a failed patch would have written; they stay recorded until a patch applies, or fails again", "node", name, "err", werr)
+			}
+		}
 		if id := d.Plan.ProviderID; id != "" && refusedByAPIServer(err) && c.providerIDAlone(ctx, name, d.Patch) {
 			// The providerID alone is refused (an admin's policy): the next
 			// sync, now, leaves it out; it is tried again after

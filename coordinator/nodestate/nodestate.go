@@ -143,9 +143,11 @@ type Desired struct {
 	PrefixHolder string
 	PrefixSet    netip.Prefix
 
-	// Record is the record to write before the Node (nil: unchanged), and
-	// After what it says once Patch applied (nil: the same as Record).
-	Record, After *records.Spec
+	// Record is the record to write before the Node (nil: unchanged),
+	// After what it says once Patch applied (nil: the same as Record), and
+	// Unpatched what it says once Patch failed (nil: the same as Record):
+	// no grant the patch would have added.
+	Record, After, Unpatched *records.Spec
 	// Patch is the one merge patch for the Node (nil: nothing to write).
 	Patch []byte
 	Plan  finalize.Plan
@@ -314,6 +316,14 @@ func Decide(s Settings, in Input) (Desired, error) {
 		after := next
 		after.GrantedLabels, after.GrantedTaints = d.Plan.Owns.Labels, d.Plan.Owns.Taints
 		d.After = &after
+	}
+	// A grant is recorded before the patch that writes it: should the
+	// patch fail, the record lets it go again, so a value someone else
+	// sets meanwhile is never taken for the coordinator's (class 5).
+	if d.Patch != nil && !(slices.Equal(next.GrantedLabels, d.Plan.Unpatched.Labels) && slices.Equal(next.GrantedTaints, d.Plan.Unpatched.Taints)) {
+		unpatched := next
+		unpatched.GrantedLabels, unpatched.GrantedTaints = d.Plan.Unpatched.Labels, d.Plan.Unpatched.Taints
+		d.Unpatched = &unpatched
 	}
 	return d, nil
 }

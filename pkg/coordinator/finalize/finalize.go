@@ -203,7 +203,10 @@ type Plan struct {
 	// labels and taints the coordinator wrote and holds. Holding is what it
 	// must say before the patch is written: Owns and the values the patch
 	// rewrites or removes, so that a patch that fails leaves them held.
-	Owns, Holding Grants
+	// Unpatched is what it says once a patch failed: the values it holds
+	// on the Node now, none the patch would have added (an admin may set
+	// one of those next, and it would count as the coordinator's).
+	Owns, Holding, Unpatched Grants
 }
 
 // coordinatorLabels are set from the coordinator's configuration and the
@@ -268,6 +271,7 @@ func Compute(node *corev1.Node, r Reported, in Inputs) (Plan, error) {
 	}
 	taints, changed = plan.grantTaints(taints, wantTaints, ownTaints, changed)
 	plan.Holding = holding(plan.Owns, ownLabels, ownTaints)
+	plan.Unpatched = holding(Grants{}, ownLabels, ownTaints)
 	if changed {
 		spec["taints"] = taints
 	}
