@@ -239,7 +239,7 @@ func decideChecked(in Input, sans []string) Decision {
 	if in.EnrolledKey == nil {
 		return Decision{Action: Hold, Category: CategoryNoEnrolledKey,
 			Reason: "no agent key is enrolled for this node (its agent does not publish one, the node is not initialized yet, or this Node object is not the first of its name: " +
-				"then the key waits in its NodeRecord's spec.pendingAgentKey, and once checked against the agent's log it is enrolled with: " + EnrolCommand(in.Node.Name, in.PublishedKey) + ")"}
+				"then the key waits in its NodeRecord's spec.pendingAgentKey; check that the key in this command is the public-key the agent logs, then run it, which enrols that key only: " + EnrolCommand(in.Node.Name, in.PublishedKey) + ")"}
 	}
 	a := in.Attestation
 	if a != nil && a.CSR != in.CSR.Name {
@@ -259,7 +259,7 @@ func decideChecked(in Input, sans []string) Decision {
 		if published, perr := contract.DecodeAgentKey(in.PublishedKey); perr == nil {
 			return Decision{Action: Hold, Category: CategoryAgentKeyChanged,
 				Reason: fmt.Sprintf("the node's agent now publishes key %s, not the enrolled one. If the node was reinstalled, "+
-					"compare it with the public-key the agent logs at start on the node, then enrol the key the coordinator recorded: %s", contract.EncodeAgentKey(published), EnrolCommand(in.Node.Name, in.PublishedKey))}
+					"check that the key in this command is the public-key the agent logs at start on the node, then run it, which enrols that key only: %s", contract.EncodeAgentKey(published), EnrolCommand(in.Node.Name, in.PublishedKey))}
 		}
 		if err != nil {
 			return decideWithout(in, CategoryAttestationInvalid, fmt.Sprintf("ignored an attestation not signed by the enrolled agent key (%v); the node publishes an unreadable key", err))

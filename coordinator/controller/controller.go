@@ -120,7 +120,7 @@ type Coordinator struct {
 	attestations   *attestEvents          // the agents' attestation Events, by CSR
 	apiSANsRead    bool                   // the API server's certificate SANs are in cfg (read or given)
 	claimLocks     addrLocks              // claims are decided and recorded under their addresses' locks
-	requesterLocks keyLocks[string]       // a requester's serving CSRs are decided one at a time
+	requesterLocks keyLocks[string]       // a node's serving CSRs are decided one at a time
 	refusedIDs     refusedIDs             // providerIDs the API server refused, per Node object
 
 	pendingMu             sync.Mutex // the flood guard's count, reused for pendingTTL

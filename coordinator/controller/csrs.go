@@ -42,6 +42,10 @@ var heldReasons = map[approval.Category]string{
 // review is looked at again.
 const reviewRecheck = 30 * time.Second
 
+// requesterBusyRecheck is when a CSR is looked at again after another of
+// its node's was being decided.
+const requesterBusyRecheck = 50 * time.Millisecond
+
 func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 	if rest, ok := strings.CutPrefix(name, servingKey); ok {
 		csr, live := strings.CutPrefix(rest, liveKey)
@@ -66,11 +70,21 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 		c.handedOff(name)
 		return nil
 	}
-	// One decision per requester at a time, from its inputs to its write:
-	// the renewal rule and the record's certificate read every earlier
+	// One decision per node at a time, from its inputs to its write: the
+	// renewal rule and the record's certificate read every earlier
 	// approval of the node's. Two workers deciding two of its requests at
-	// once each read none, and approved both, names changed or not.
-	defer c.requesterLocks.lockAll([]string{csrcheck.NodeName(csr.Spec.Username)})()
+	// once each read none, and approved both, names changed or not. A CSR
+	// whose node is being decided for waits in the queue, not in a worker:
+	// a node filing requests in a loop holds up none of the others'.
+	// Requesters that are no node are never approved nor recorded.
+	if node := csrcheck.NodeName(csr.Spec.Username); node != "" {
+		unlock, ok := c.requesterLocks.tryLock(node)
+		if !ok {
+			c.csrQueue.AddAfter(name, requesterBusyRecheck)
+			return nil
+		}
+		defer unlock()
+	}
 	now := time.Now()
 	in, node := c.approvalInput(csr, now)
 	if in.Node != nil && in.Review == csr.Name && c.reviews.askedAt(csr.Name, csr.UID).IsZero() {

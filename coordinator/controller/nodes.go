@@ -131,7 +131,12 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 			// not the coordinator's (nodestate.Desired.Unpatched). Should
 			// the API server have applied it after all (a timeout), they
 			// stay on the Node unowned: never removed, the safe way.
-			if _, werr := c.putRecord(ctx, name, written, d.Unpatched); werr != nil {
+			// Written even as the coordinator stops: the grant must not
+			// outlive the patch that failed.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			_, werr := c.putRecord(rctx, name, written, d.Unpatched)
+			cancel()
+			if werr != nil {
 				c.log.Warn("could not let go of the grants a failed patch would have written; they stay recorded until a patch applies, or fails again", "node", name, "err", werr)
 			}
 		}
@@ -273,7 +278,7 @@ func (c *Coordinator) recordWritten(node *corev1.Node, d nodestate.Desired) {
 	}
 	if d.PendingKey {
 		c.recorder.Eventf(node, corev1.EventTypeWarning, "AgentKeyNotEnrolled",
-			"the node's agent publishes key %s, which is not enrolled (csr.enrolment: %s; a first use already happened for this name, or none is allowed): its serving CSRs wait. Compare it with the public-key the agent logs at start on the node, then: %s",
+			"the node's agent publishes key %s, which is not enrolled (csr.enrolment: %s; a first use already happened for this name, or none is allowed): its serving CSRs wait. Check that the key in this command is the public-key the agent logs at start on the node, then run it (it enrols that key only): %s",
 			d.Record.PendingAgentKey, c.settings.CSR.Enrolment, approval.EnrolCommand(name, d.Record.PendingAgentKey))
 	}
 	if d.Adopting {
