@@ -45,7 +45,6 @@ import (
 
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/nodestate"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/coordinator/config"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
 )
@@ -647,15 +646,14 @@ func (c *Coordinator) probeAPI(ctx context.Context) error {
 		FieldSelector: fields.OneTermEqualSelector("spec.signerName", certificatesv1.KubeletServingSignerName).String()}); err != nil {
 		return err
 	}
-	// The namespaced lists too, which a Role grants and a manifest applied
-	// in pieces may allow seconds later: an informer refused them sits in
-	// its reflector's backoff (up to seconds) once they are allowed.
+	// The kubernetes EndpointSlices too, which the default namespace's Role
+	// grants and a manifest applied in pieces may allow seconds later: an
+	// informer refused them sits in its reflector's backoff (up to
+	// seconds) once they are allowed. (The attestation Events are not
+	// probed: their watch is not waited for, so a coordinator without
+	// that RBAC works as before.)
 	if _, err := c.client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{Limit: 1,
 		LabelSelector: discoveryv1.LabelServiceName + "=kubernetes"}); err != nil {
-		return err
-	}
-	if _, err := c.client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{Limit: 1,
-		FieldSelector: fields.OneTermEqualSelector("reason", contract.EventReasonAttested).String()}); err != nil {
 		return err
 	}
 	// Without its records the coordinator cannot decide anything safely.

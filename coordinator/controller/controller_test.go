@@ -919,10 +919,10 @@ func TestWaitsForTheAPIServer(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// The namespaced lists (the kubernetes EndpointSlices, attestation
-	// Events) are allowed last, seconds later, as a GitOps tool applying
-	// the manifest in pieces may: long enough for a reflector refused
-	// them to back off twice.
+	// The kubernetes EndpointSlices (the default namespace's Role) are
+	// allowed last, seconds later, as a GitOps tool applying the manifest
+	// in pieces may: long enough for a reflector refused them to back off
+	// twice.
 	time.Sleep(3 * time.Second)
 	if _, err := admin().RbacV1().RoleBindings("default").Create(t.Context(), &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "nodeinit-late", Namespace: "default"}, Subjects: subject,

@@ -40,7 +40,8 @@ type Store struct {
 	mu      sync.Mutex
 	written map[string]*Record // own writes the informer has not caught up with
 	// gone is the version at which the informer saw each record deleted
-	// (a relist's: the list's), until a newer version of the name comes:
+	// (a relist's: the informer's last synced one), until a newer version
+	// of the name comes:
 	// an own write whose response returns after the deletion is not kept.
 	gone map[string]string
 }
@@ -212,7 +213,10 @@ func NewStore(client dynamic.Interface) *Store {
 // remembers the deletion's version for a write whose response is still
 // on its way (wrote). A watch's deletion carries its own version; one a
 // relist finds carries the version last seen, so it counts from the
-// list's version instead, which is later than the deletion.
+// informer's last synced version as the handler runs, which is later than
+// the deletion, and may be later than a write of the name made since: that
+// write is then read again once the informer delivers it (a create meanwhile
+// is answered AlreadyExists). Records are deleted by hand only.
 func (s *Store) deleted(obj any) {
 	rv := ""
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
