@@ -36,6 +36,10 @@ func TestWorksWithoutListingEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// As the shipped coordinator's: a leader first releases the records
+	// of the Nodes earlier tests deleted, hundreds of writes, which
+	// client-go's default 5 QPS spreads over a minute.
+	cfg.QPS, cfg.Burst = 1000, 2000
 	subject := []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: "nodeinit-no-event-list", APIGroup: rbacv1.GroupName}}
 	if _, err := admin().RbacV1().ClusterRoleBindings().Create(t.Context(), &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "nodeinit-no-event-list"}, Subjects: subject,
@@ -55,7 +59,7 @@ func TestWorksWithoutListingEvents(t *testing.T) {
 	waitFor(t, 10*time.Second, "ready", func() bool { return c.Ready() == nil })
 	n := register(t, "no-event-list", "10.0.64.1")
 	n.publish(t, report{providerID: "talos://metal/10.0.64.1"})
-	waitFor(t, 10*time.Second, n.name+" initialized", func() bool { return initialized(get(t, n.name)) })
+	waitFor(t, 30*time.Second, n.name+" initialized", func() bool { return initialized(get(t, n.name)) })
 	time.Sleep(time.Second) // csr.minAddressAge
 	n.csr(t, n.name, []string{n.name}, []string{n.ip.String()})
 	n.attest(t, n.name, "")
