@@ -8,6 +8,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	ktesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
@@ -120,7 +121,7 @@ func cachedAt(t *testing.T, name, rv, uid string, claims ...string) *Cached {
 
 func storeWith(t *testing.T, objs ...*Cached) *Store {
 	t.Helper()
-	s := &Store{written: map[string]*Record{}, gone: map[string]string{}}
+	s := &Store{written: map[string]*Record{}, gone: map[string]tombstone{}}
 	s.informer = cache.NewSharedIndexInformer(nil, &Cached{}, 0, cache.Indexers{byClaim: claimIndex})
 	for _, o := range objs {
 		if err := s.informer.GetIndexer().Add(o); err != nil {
@@ -184,6 +185,13 @@ func TestTheNewestVersionIsRead(t *testing.T) {
 
 func (r *Record) withVersion(rv string) *Record { c := clone(r); c.ResourceVersion = rv; return c }
 
+func withUID(r *Record, uid types.UID) *Record { r.UID = uid; return r }
+
+func withUIDCached(c *Cached, uid types.UID) *Cached {
+	c.UID, c.Record.UID = uid, uid
+	return c
+}
+
 type informerSynced struct {
 	cache.SharedIndexInformer
 	rv string
@@ -232,10 +240,27 @@ func TestOwnWritesAgainstConflictsAndDeletions(t *testing.T) {
 	t.Run("a deletion a relist finds", func(t *testing.T) {
 		s := storeWith(t)
 		s.informer = informerSynced{SharedIndexInformer: s.informer, rv: "15"}
-		s.wrote(cachedAt(t, "n", "9", "u", "10.0.0.1").Record.withVersion("9"))
-		s.deleted(cache.DeletedFinalStateUnknown{Key: "n", Obj: cachedAt(t, "n", "8", "u")}) // last seen at 8; the list was at 15
+		s.wrote(withUID(cachedAt(t, "n", "9", "u", "10.0.0.1").Record.withVersion("9"), "rec-1"))
+		s.deleted(cache.DeletedFinalStateUnknown{Key: "n", Obj: withUIDCached(cachedAt(t, "n", "8", "u"), "rec-1")}) // last seen at 8; the list was at 15
 		if got, _ := s.Get("n"); got != nil {
 			t.Errorf("Get = %+v, want none: the list at 15 has no record", got)
+		}
+		// A late response of a write of that object is not kept either.
+		s.wrote(withUID(cachedAt(t, "n", "10", "u").Record.withVersion("10"), "rec-1"))
+		if got, _ := s.Get("n"); got != nil {
+			t.Errorf("Get after a late write of the deleted object = %+v, want none", got)
+		}
+	})
+	t.Run("a relist's deletion of an earlier object", func(t *testing.T) {
+		// The record was deleted by hand and created again (a new
+		// object, at 12) before the relist that finds the first gone
+		// ran; the informer's last synced version is later still.
+		s := storeWith(t)
+		s.informer = informerSynced{SharedIndexInformer: s.informer, rv: "15"}
+		s.wrote(withUID(cachedAt(t, "n", "12", "again").Record.withVersion("12"), "rec-2"))
+		s.deleted(cache.DeletedFinalStateUnknown{Key: "n", Obj: withUIDCached(cachedAt(t, "n", "8", "first"), "rec-1")})
+		if got, _ := s.Get("n"); got == nil || got.Spec.NodeUID != "again" {
+			t.Errorf("Get = %+v, want the record created again (its create would be answered AlreadyExists)", got)
 		}
 	})
 }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // The NodeRecord resource (coordinator/deploy/noderecords.yaml).
@@ -32,7 +33,10 @@ var (
 type Record struct {
 	Name            string `json:"-"`
 	ResourceVersion string `json:"-"`
-	Spec            Spec   `json:"spec"`
+	// UID is the record object's, as read (empty for one not written
+	// yet): the store tells a deleted record from one created since.
+	UID  types.UID `json:"-"`
+	Spec Spec      `json:"spec"`
 }
 
 // Spec is what the coordinator remembers.
@@ -240,7 +244,7 @@ func (r *Record) ToUnstructured() (*unstructured.Unstructured, error) {
 
 // FromUnstructured reads the API object.
 func FromUnstructured(u *unstructured.Unstructured) (*Record, error) {
-	r := &Record{Name: u.GetName(), ResourceVersion: u.GetResourceVersion()}
+	r := &Record{Name: u.GetName(), ResourceVersion: u.GetResourceVersion(), UID: u.GetUID()}
 	raw, err := json.Marshal(u.Object["spec"])
 	if err != nil {
 		return nil, err

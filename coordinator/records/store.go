@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
@@ -39,11 +40,24 @@ type Store struct {
 
 	mu      sync.Mutex
 	written map[string]*Record // own writes the informer has not caught up with
-	// gone is the version at which the informer saw each record deleted
-	// (a relist's: the informer's last synced one), until a newer version
-	// of the name comes:
-	// an own write whose response returns after the deletion is not kept.
-	gone map[string]string
+	// gone is each record the informer saw deleted, until a newer object
+	// of the name comes: an own write whose response returns after the
+	// deletion is not kept.
+	gone map[string]tombstone
+}
+
+// tombstone is a deleted record: its object's UID, and the version the
+// deletion carried (a watch's: the deletion's own; a relist's: the
+// version last seen, earlier).
+type tombstone struct {
+	rv  string
+	uid types.UID
+}
+
+// buries says whether a version rv of object uid is the deleted one's, or
+// older than its deletion.
+func (g tombstone) buries(rv string, uid types.UID) bool {
+	return uid != "" && uid == g.uid || !newer(rv, g.rv)
 }
 
 // Cached is a NodeRecord as the informer keeps it: decoded once, as it
@@ -169,7 +183,7 @@ func Decoded(obj any) (*Record, error) {
 // NewStore builds the store; its informer starts with the caller's factory
 // lifecycle (Informer().Run).
 func NewStore(client dynamic.Interface) *Store {
-	s := &Store{client: client.Resource(GVR), written: map[string]*Record{}, gone: map[string]string{}}
+	s := &Store{client: client.Resource(GVR), written: map[string]*Record{}, gone: map[string]tombstone{}}
 	s.informer = dynamicinformer.NewFilteredDynamicInformer(client, GVR, "", 0, cache.Indexers{
 		byClaim: claimIndex,
 		byServingName: func(obj any) ([]string, error) {
@@ -209,31 +223,26 @@ func NewStore(client dynamic.Interface) *Store {
 }
 
 // deleted drops the store's own write of a record the informer saw
-// deleted, unless it is newer than the deletion (written again since), and
-// remembers the deletion's version for a write whose response is still
-// on its way (wrote). A watch's deletion carries its own version; one a
-// relist finds carries the version last seen, so it counts from the
-// informer's last synced version as the handler runs, which is later than
-// the deletion, and may be later than a write of the name made since: that
-// write is then read again once the informer delivers it (a create meanwhile
-// is answered AlreadyExists). Records are deleted by hand only.
+// deleted (that object's, or older than the deletion; an object created
+// since is kept), and remembers the deletion for a write whose response
+// is still on its way (wrote). A relist's deletion carries the version
+// last seen, earlier than the deletion: the object's UID tells its writes
+// from a new object's.
 func (s *Store) deleted(obj any) {
-	rv := ""
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
-		rv = s.informer.LastSyncResourceVersion()
 	}
 	c, ok := obj.(*Cached)
 	if !ok {
 		return
 	}
-	rv = latest(c.ResourceVersion, rv)
+	g := tombstone{rv: c.ResourceVersion, uid: c.UID}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if w := s.written[c.Name]; w != nil && !newer(w.ResourceVersion, rv) {
+	if w := s.written[c.Name]; w != nil && g.buries(w.ResourceVersion, w.UID) {
 		delete(s.written, c.Name)
 	}
-	s.gone[c.Name] = rv
+	s.gone[c.Name] = g
 }
 
 // Informer is the NodeRecord informer (start it, and wait for its sync).
@@ -249,7 +258,7 @@ func (s *Store) caughtUp(obj any) {
 	if w := s.written[c.Name]; w != nil && !newer(w.ResourceVersion, c.ResourceVersion) {
 		delete(s.written, c.Name)
 	}
-	if g, ok := s.gone[c.Name]; ok && newer(c.ResourceVersion, g) {
+	if g, ok := s.gone[c.Name]; ok && !g.buries(c.ResourceVersion, c.UID) {
 		delete(s.gone, c.Name)
 	}
 }
@@ -263,17 +272,6 @@ func newer(a, b string) bool {
 		return true
 	}
 	return x > y
-}
-
-// latest is the newer of resource versions a and b; a when either is not
-// an integer.
-func latest(a, b string) string {
-	x, errA := strconv.ParseUint(a, 10, 64)
-	y, errB := strconv.ParseUint(b, 10, 64)
-	if errA == nil && errB == nil && y > x {
-		return b
-	}
-	return a
 }
 
 // Get returns the Node's record, or nil when there is none (or it cannot be
@@ -443,7 +441,7 @@ func (s *Store) wrote(rec *Record) {
 		return
 	}
 	if g, ok := s.gone[rec.Name]; ok {
-		if !newer(rec.ResourceVersion, g) {
+		if g.buries(rec.ResourceVersion, rec.UID) {
 			return // deleted since
 		}
 		delete(s.gone, rec.Name)
