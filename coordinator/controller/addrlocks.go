@@ -70,14 +70,19 @@ func (l *keyLocks[K]) lockAll(keys []K) func() {
 	}
 	return func() {
 		for i, e := range slices.Backward(entries) {
-			e.Unlock()
-			l.mu.Lock()
-			if e.refs--; e.refs == 0 {
-				delete(l.held, keys[i])
-			}
-			l.mu.Unlock()
+			l.release(keys[i], e)
 		}
 	}
+}
+
+// release unlocks key's entry e, which goes with its last holder or waiter.
+func (l *keyLocks[K]) release(key K, e *keyLock) {
+	e.Unlock()
+	l.mu.Lock()
+	if e.refs--; e.refs == 0 {
+		delete(l.held, key)
+	}
+	l.mu.Unlock()
 }
 
 // tryLock locks key if nobody holds or waits for it, and returns the
@@ -94,14 +99,7 @@ func (l *keyLocks[K]) tryLock(key K) (unlock func(), ok bool) {
 	e := &keyLock{refs: 1}
 	e.Lock()
 	l.held[key] = e
-	return func() {
-		e.Unlock()
-		l.mu.Lock()
-		if e.refs--; e.refs == 0 {
-			delete(l.held, key)
-		}
-		l.mu.Unlock()
-	}, true
+	return func() { l.release(key, e) }, true
 }
 
 // size is how many keys are held or waited for.

@@ -192,13 +192,6 @@ func withUIDCached(c *Cached, uid types.UID) *Cached {
 	return c
 }
 
-type informerSynced struct {
-	cache.SharedIndexInformer
-	rv string
-}
-
-func (i informerSynced) LastSyncResourceVersion() string { return i.rv }
-
 // An own write answered Conflict (someone else wrote the record since)
 // is still the newest version this replica knows, whatever the cache
 // says: its claims hold until the informer delivers the newer one. A
@@ -239,11 +232,10 @@ func TestOwnWritesAgainstConflictsAndDeletions(t *testing.T) {
 	})
 	t.Run("a deletion a relist finds", func(t *testing.T) {
 		s := storeWith(t)
-		s.informer = informerSynced{SharedIndexInformer: s.informer, rv: "15"}
 		s.wrote(withUID(cachedAt(t, "n", "9", "u", "10.0.0.1").Record.withVersion("9"), "rec-1"))
-		s.deleted(cache.DeletedFinalStateUnknown{Key: "n", Obj: withUIDCached(cachedAt(t, "n", "8", "u"), "rec-1")}) // last seen at 8; the list was at 15
+		s.deleted(cache.DeletedFinalStateUnknown{Key: "n", Obj: withUIDCached(cachedAt(t, "n", "8", "u"), "rec-1")}) // last seen at 8
 		if got, _ := s.Get("n"); got != nil {
-			t.Errorf("Get = %+v, want none: the list at 15 has no record", got)
+			t.Errorf("Get = %+v, want none: the relist found the object it wrote gone", got)
 		}
 		// A late response of a write of that object is not kept either.
 		s.wrote(withUID(cachedAt(t, "n", "10", "u").Record.withVersion("10"), "rec-1"))
@@ -254,9 +246,8 @@ func TestOwnWritesAgainstConflictsAndDeletions(t *testing.T) {
 	t.Run("a relist's deletion of an earlier object", func(t *testing.T) {
 		// The record was deleted by hand and created again (a new
 		// object, at 12) before the relist that finds the first gone
-		// ran; the informer's last synced version is later still.
+		// ran.
 		s := storeWith(t)
-		s.informer = informerSynced{SharedIndexInformer: s.informer, rv: "15"}
 		s.wrote(withUID(cachedAt(t, "n", "12", "again").Record.withVersion("12"), "rec-2"))
 		s.deleted(cache.DeletedFinalStateUnknown{Key: "n", Obj: withUIDCached(cachedAt(t, "n", "8", "first"), "rec-1")})
 		if got, _ := s.Get("n"); got == nil || got.Spec.NodeUID != "again" {
