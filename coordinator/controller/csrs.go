@@ -139,7 +139,9 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 // approvalInput gathers what approval.Decide needs for csr, from sources
 // nodes cannot write (the record, cluster objects, the coordinator's own
 // observations) and, as requests and attestations only, the Node. It
-// writes nothing; the request is parsed once, here.
+// writes nothing to the API server, and of its own state only memos of
+// what it reads: the parsed request (once per CSR object), the checks of
+// attestations, the pending count (kept for pendingTTL).
 func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningRequest, now time.Time) (approval.Input, *corev1.Node) {
 	nodeName := csrcheck.NodeName(csr.Spec.Username)
 	in := approval.Input{

@@ -312,20 +312,23 @@ func Decide(s Settings, in Input) (Desired, error) {
 	// Once the patch applied, the values it rewrote or removed are no
 	// longer the coordinator's: an admin who sets one again is never
 	// overridden. Only such a patch costs this second write.
-	if d.Patch != nil && !(slices.Equal(next.GrantedLabels, d.Plan.Owns.Labels) && slices.Equal(next.GrantedTaints, d.Plan.Owns.Taints)) {
-		after := next
-		after.GrantedLabels, after.GrantedTaints = d.Plan.Owns.Labels, d.Plan.Owns.Taints
-		d.After = &after
-	}
-	// A grant is recorded before the patch that writes it: should the
-	// patch fail, the record lets it go again, so a value someone else
-	// sets meanwhile is never taken for the coordinator's (class 5).
-	if d.Patch != nil && !(slices.Equal(next.GrantedLabels, d.Plan.Unpatched.Labels) && slices.Equal(next.GrantedTaints, d.Plan.Unpatched.Taints)) {
-		unpatched := next
-		unpatched.GrantedLabels, unpatched.GrantedTaints = d.Plan.Unpatched.Labels, d.Plan.Unpatched.Taints
-		d.Unpatched = &unpatched
+	if d.Patch != nil {
+		d.After = granting(next, d.Plan.Owns)
+		// A grant is recorded before the patch that writes it: should the
+		// patch fail, the record lets it go again, so a value someone else
+		// sets meanwhile is never taken for the coordinator's (class 5).
+		d.Unpatched = granting(next, d.Plan.Unpatched)
 	}
 	return d, nil
+}
+
+// granting is next holding exactly g, or nil when next holds g already.
+func granting(next records.Spec, g finalize.Grants) *records.Spec {
+	if slices.Equal(next.GrantedLabels, g.Labels) && slices.Equal(next.GrantedTaints, g.Taints) {
+		return nil
+	}
+	next.GrantedLabels, next.GrantedTaints = g.Labels, g.Taints
+	return &next
 }
 
 // csrWait is how much longer initialization waits for the kubelet's
