@@ -104,6 +104,9 @@ type Agent struct {
 	haveAddrs bool
 	client    *nodeclient.Client
 	informer  *nodeInformer
+	// lastWrite is the Node the last patch returned; each new watch
+	// starts with it as its own write (adopt).
+	lastWrite *corev1.Node
 	attested  map[string]string
 	byEvent   map[string]string // the attested request, when the approval went by Event
 	answered  string            // the last csr-review value answered
@@ -328,8 +331,29 @@ func (a *Agent) startInformer(events chan struct{}) {
 	if a.informer != nil || a.client == nil || a.nodeName == "" {
 		return
 	}
-	a.informer = watchNode(a.client, a.nodeName, func() { replace(events, struct{}{}) })
+	a.adopt(watchNode(a.client, a.nodeName, func() { replace(events, struct{}{}) }))
 	a.missingSince, a.foundAt = time.Time{}, time.Time{} // a new watch gets its own time
+}
+
+// adopt makes n the agent's watch of its Node. The last Node a patch
+// returned goes with it: a new watch's first list may be older than that
+// patch (where client-go falls back from a streaming list to a list at
+// resourceVersion 0, served from the API server's watch cache), and a sync
+// reading it would send the patch's removals again.
+func (a *Agent) adopt(n *nodeInformer) {
+	a.informer = n
+	if a.lastWrite != nil {
+		n.wrote(a.lastWrite)
+	}
+}
+
+// wrote records a Node a patch returned, for the syncs to read until the
+// watch delivers it or something newer.
+func (a *Agent) wrote(n *corev1.Node) {
+	a.lastWrite = n
+	if a.informer != nil {
+		a.informer.wrote(n)
+	}
 }
 
 // observed is the newest Node known: from the watch, or from a patch
@@ -515,9 +539,7 @@ func (a *Agent) patch(ctx context.Context, kind string, body []byte, subresource
 		return fmt.Errorf("patching Node %s (%s): %w", a.nodeName, kind, err)
 	}
 	a.m.Writes.WithLabelValues(kind, "ok").Inc()
-	if a.informer != nil {
-		a.informer.wrote(n)
-	}
+	a.wrote(n)
 	a.log.Info("updated Node", "node", a.nodeName, "part", kind, "patch", string(body))
 	return nil
 }

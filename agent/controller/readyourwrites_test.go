@@ -42,3 +42,41 @@ func TestReadsItsOwnWrites(t *testing.T) {
 		t.Fatalf("a deleted Node came back from a patch response: %+v", got)
 	}
 }
+
+// Its own writes outlive a restarted watch (new credentials, or the safety
+// net's restart). client-go starts a watch with a streaming list, which
+// the API server answers at least as fresh as etcd; where it falls back
+// to a plain list (an API server that refuses streaming lists), it lists
+// at resourceVersion 0, from the API server's watch cache, which may be
+// older than the agent's last patch, and a sync reading that list would
+// send the patch's removals again, over whatever someone set since. The
+// stand-in list here is such a stale answer; a real API server gives one
+// only while its watch cache lags, which a test cannot bring about at will.
+func TestOwnWritesOutliveARestartedWatch(t *testing.T) {
+	node := func(rv, zone string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "self", ResourceVersion: rv, Labels: map[string]string{"zone": zone}}}
+	}
+	a := &Agent{nodeName: "self"}
+	a.adopt(newNodeInformer(&cache.ListWatch{}, "self", func() {}))
+	if err := a.informer.inf.GetStore().Add(node("10", "watched")); err != nil {
+		t.Fatal(err)
+	}
+	a.wrote(node("12", "patched"))
+
+	// The watch restarts; its first list is older than the patch.
+	a.informer = nil
+	a.adopt(newNodeInformer(&cache.ListWatch{}, "self", func() {}))
+	if err := a.informer.inf.GetStore().Add(node("10", "watched")); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.informer.get(); got == nil || got.Labels["zone"] != "patched" {
+		t.Fatalf("after the watch restarted with a stale list: %+v, want the patch's response", got)
+	}
+	// Anything newer the new watch delivers wins, as before.
+	if err := a.informer.inf.GetStore().Update(node("13", "watched later")); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.informer.get(); got == nil || got.Labels["zone"] != "watched later" {
+		t.Fatalf("after a newer watch event: %+v, want the watched Node", got)
+	}
+}
