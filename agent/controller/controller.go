@@ -105,8 +105,10 @@ type Agent struct {
 	client    *nodeclient.Client
 	informer  *nodeInformer
 	// lastWrite is the Node the last patch returned; each new watch
-	// starts with it as its own write (adopt).
+	// starts with it as its own write (adopt), while the credentials name
+	// the same API server (apiServer: its address and CA).
 	lastWrite *corev1.Node
+	apiServer string
 	attested  map[string]string
 	byEvent   map[string]string // the attested request, when the approval went by Event
 	answered  string            // the last csr-review value answered
@@ -320,6 +322,10 @@ func (a *Agent) useCredentials(l kubecreds.Loaded) {
 		return
 	}
 	a.client = cs
+	if server := cfg.Host + "\x00" + cfg.CAFile + "\x00" + string(cfg.CAData); server != a.apiServer {
+		// Another API server: the last patch's version says nothing there.
+		a.apiServer, a.lastWrite = server, nil
+	}
 	if a.informer != nil {
 		// The old watch authenticated with the old certificate; start over.
 		a.informer.stop()

@@ -1,11 +1,15 @@
 package controller
 
 import (
+	"log/slog"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/kubecreds"
 )
 
 // The agent reads its own writes: a Node a patch returned is what the next
@@ -78,5 +82,30 @@ func TestOwnWritesOutliveARestartedWatch(t *testing.T) {
 	}
 	if got := a.informer.get(); got == nil || got.Labels["zone"] != "watched later" {
 		t.Fatalf("after a newer watch event: %+v, want the watched Node", got)
+	}
+}
+
+// New credentials for the same API server keep the last patch for the next
+// watch; credentials for another API server (another cluster, or one whose
+// resource versions start over) do not: that patch's version says nothing
+// there, and kept, it would read as newer than every Node listed.
+func TestOwnWritesStayWithTheirAPIServer(t *testing.T) {
+	a := &Agent{nodeName: "self", log: slog.New(slog.DiscardHandler)}
+	creds := func(host string) kubecreds.Loaded {
+		return kubecreds.Loaded{Config: &rest.Config{Host: host, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}}
+	}
+	patched := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "self", ResourceVersion: "12", Labels: map[string]string{"zone": "patched"}}}
+	a.useCredentials(creds("https://one.example:6443"))
+	if a.client == nil {
+		t.Fatal("no client from the credentials")
+	}
+	a.wrote(patched)
+	a.useCredentials(creds("https://one.example:6443")) // a rotated client certificate
+	if a.lastWrite != patched {
+		t.Fatalf("new credentials for the same API server dropped the last patch")
+	}
+	a.useCredentials(creds("https://two.example:6443"))
+	if a.lastWrite != nil {
+		t.Fatalf("credentials for another API server kept the last patch: %+v", a.lastWrite)
 	}
 }
