@@ -11,6 +11,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/leakcheck"
 )
 
 // The fault tests share one control plane; each uses its own node names and
@@ -29,6 +31,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprint(os.Stderr, shared.cluster.LogTails(30))
 	}
 	shared.close()
+	if err := leakcheck.Find(); err != nil {
+		// Every test stops and waits for what it started: agents,
+		// kubelet stand-ins, coordinators and their watches.
+		fmt.Fprintln(os.Stderr, "bench tests:", err)
+		code = max(code, 1)
+	}
 	os.Exit(code)
 }
 

@@ -1,8 +1,22 @@
 package leakcheck
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"math/big"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/util/certificate"
 )
 
 // A goroutine started after the snapshot and still running is reported,
@@ -19,4 +33,67 @@ func TestLeftoverFindsARunningGoroutine(t *testing.T) {
 	if left := leftover(before); len(left) != 0 {
 		t.Errorf("an ended goroutine is still reported: %q", left)
 	}
+}
+
+// A stopped certificate manager whose rotation loop sleeps until its
+// certificate's next rotation (client-go's loop ignores its context there)
+// is not reported; one never stopped is, by its template loop.
+func TestStoppedCertificateManagerIsNotALeak(t *testing.T) {
+	cert := selfSigned(t)
+	start := func() certificate.Manager {
+		m, err := certificate.NewManager(&certificate.Config{
+			ClientsetFn:      func(*tls.Certificate) (kubernetes.Interface, error) { return fake.NewClientset(), nil },
+			GetTemplate:      func() *x509.CertificateRequest { return &x509.CertificateRequest{Subject: cert.Leaf.Subject} },
+			SignerName:       "example.com/test",
+			GetUsages:        certificate.DefaultKubeletServingGetUsages,
+			CertificateStore: memStore{cert},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Start()
+		return m
+	}
+	before := goroutines()
+	m := start()
+	time.Sleep(1500 * time.Millisecond) // its rotation loop sleeps until the deadline
+	m.Stop()
+	if left := leftover(before); len(left) != 0 {
+		t.Fatalf("a stopped manager is reported: %q", left)
+	}
+
+	never := start()
+	t.Cleanup(never.Stop)
+	time.Sleep(1500 * time.Millisecond)
+	left := leftover(before)
+	if len(left) == 0 || !slices.ContainsFunc(left, func(g string) bool { return strings.Contains(g, "certificate.(*manager).run.func") }) {
+		t.Fatalf("a manager never stopped is not reported: %q", left)
+	}
+}
+
+// memStore holds one certificate.
+type memStore struct{ cert *tls.Certificate }
+
+func (s memStore) Current() (*tls.Certificate, error) { return s.cert, nil }
+func (s memStore) Update(_, _ []byte) (*tls.Certificate, error) {
+	return nil, errors.New("not stored")
+}
+
+// selfSigned is a certificate valid for a year.
+func selfSigned(t *testing.T) *tls.Certificate {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "system:node:leak"},
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(365 * 24 * time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
 }
