@@ -59,7 +59,7 @@ bench-units: kube-tools ## component benchmarks that print figures: allocator, a
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/ipam
 	$(KT) $(GO) test -run '^$$' -bench Footprint -benchtime 1x ./agent
 	$(KT) $(GO) test -run '^$$' -bench 'ObserverHeld' -benchtime 3x ./coordinator/controller
-	$(GO) test -run '^$$' -bench 'CachedRecordHeld' -benchtime 3x ./coordinator/records
+	$(GO) test -run '^$$' -bench 'CachedRecordHeld|OwnerBesideOwnWrites' -benchtime 3x ./coordinator/records
 
 QUIET ?= 60s
 bench: kube-tools ## join storm of N nodes on a real control plane: latencies, writes per node, CPU, floor (N=100 QUIET=60s)

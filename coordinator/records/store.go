@@ -39,11 +39,19 @@ type Store struct {
 	informer cache.SharedIndexInformer
 
 	mu      sync.Mutex
-	written map[string]*Record // own writes the informer has not caught up with
+	written map[string]*own // own writes the informer has not caught up with
 	// gone is each record the informer saw deleted, until a newer object
 	// of the name comes: an own write whose response returns after the
 	// deletion is not kept.
 	gone map[string]tombstone
+}
+
+// own is a record the store wrote, with its keys in each of the
+// informer's indexes, taken once at the write: a read by index looks at
+// the own writes under its key only, without decoding each of them again.
+type own struct {
+	*Record
+	keys map[string][]string
 }
 
 // tombstone is a deleted record: its object's UID, and the version the
@@ -183,7 +191,7 @@ func Decoded(obj any) (*Record, error) {
 // NewStore builds the store; its informer starts with the caller's factory
 // lifecycle (Informer().Run).
 func NewStore(client dynamic.Interface) *Store {
-	s := &Store{client: client.Resource(GVR), written: map[string]*Record{}, gone: map[string]tombstone{}}
+	s := &Store{client: client.Resource(GVR), written: map[string]*own{}, gone: map[string]tombstone{}}
 	s.informer = dynamicinformer.NewFilteredDynamicInformer(client, GVR, "", 0, cache.Indexers{
 		byClaim: claimIndex,
 		byServingName: func(obj any) ([]string, error) {
@@ -296,7 +304,7 @@ func (s *Store) Get(name string) (*Record, error) {
 	}
 	s.mu.Unlock()
 	if w != nil {
-		return clone(w), nil
+		return clone(w.Record), nil
 	}
 	if !exists {
 		return nil, nil
@@ -346,19 +354,23 @@ func (s *Store) each(index, key string, f func(name string, spec *Spec)) {
 	// One moment's view: the cache is read under the lock too (Get).
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	overlay := make(map[string]bool, len(s.written))
 	for name, w := range s.written {
+		if !slices.Contains(w.keys[index], key) {
+			continue // not under key (its cache version, if under it, is passed over below)
+		}
 		if c := s.cachedLocked(name); c != nil && !newer(w.ResourceVersion, c.ResourceVersion) {
 			delete(s.written, name) // the cache caught up, or holds a newer version
 			continue
 		}
-		overlay[name] = true
 		f(name, &w.Spec)
 	}
 	objs, _ := s.informer.GetIndexer().ByIndex(index, key)
 	for _, o := range objs {
 		c := o.(*Cached)
-		if sp := held(c); sp != nil && !overlay[c.Name] {
+		if w := s.written[c.Name]; w != nil && newer(w.ResourceVersion, c.ResourceVersion) {
+			continue // an own write is newer: it counts, under its own keys
+		}
+		if sp := held(c); sp != nil {
 			f(c.Name, sp)
 		}
 	}
@@ -446,7 +458,17 @@ func (s *Store) wrote(rec *Record) {
 		}
 		delete(s.gone, rec.Name)
 	}
-	s.written[rec.Name] = rec
+	s.keep(rec)
+}
+
+// keep holds rec as the store's own write, with its index keys; the
+// caller holds s.mu.
+func (s *Store) keep(rec *Record) {
+	keys := map[string][]string{}
+	for index, f := range s.informer.GetIndexer().GetIndexers() {
+		keys[index], _ = f(&Cached{ObjectMeta: metav1.ObjectMeta{Name: rec.Name}, Record: rec})
+	}
+	s.written[rec.Name] = &own{Record: rec, keys: keys}
 }
 
 // stale drops the store's own write that a write based on it found
