@@ -239,7 +239,7 @@ func (c *Coordinator) certifies(name, dns string, now time.Time) bool {
 		return false
 	}
 	s := rec.Spec.Serving
-	if s == nil || !slices.ContainsFunc(s.SANs, func(x string) bool { return strings.EqualFold(x, "dns:"+dns) }) {
+	if !s.NamesDNS(dns) {
 		return false
 	}
 	return s.Certified(c.servingApproved(s), now) != nil

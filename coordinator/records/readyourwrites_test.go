@@ -3,6 +3,7 @@ package records
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -276,5 +277,32 @@ func BenchmarkOwnerBesideOwnWrites(b *testing.B) {
 		if s.Owner(ip) != "w256" {
 			b.Fatal("wrong owner")
 		}
+	}
+}
+
+// A certificate's DNS names are found by whoever asks, whatever the case
+// of the name or of its "dns:" prefix (an admin's edit may carry "DNS:"),
+// in the cache and among the store's own writes alike: the index and the
+// readers match them by one rule (servingDNS).
+func TestServingNamesWhateverTheirCase(t *testing.T) {
+	withSANs := func(name, rv string, sans ...string) *Cached {
+		c := cachedAt(t, name, rv, "u")
+		c.Record.Spec.Serving = &Serving{CSR: "csr-" + name, SANs: sans, ValidUntil: time.Now().Add(time.Hour)}
+		return c
+	}
+	s := &Store{written: map[string]*own{}, gone: map[string]tombstone{}}
+	s.informer = cache.NewSharedIndexInformer(nil, &Cached{}, 0, s.indexers())
+	if err := s.informer.GetIndexer().Add(withSANs("cached", "5", "DNS:Web.Example.COM")); err != nil {
+		t.Fatal(err)
+	}
+	s.keep(withSANs("written", "9", "Dns:WEB.example.com").Record.withVersion("9"))
+	if got := s.ServingHolders("web.EXAMPLE.com"); !slices.Equal(got, []string{"cached", "written"}) {
+		t.Errorf("ServingHolders = %v, want [cached written]", got)
+	}
+	if !(&Serving{SANs: []string{"DNS:Web.Example.COM"}}).NamesDNS("web.example.com") {
+		t.Error("NamesDNS missed a name in another case")
+	}
+	if (&Serving{SANs: []string{"ip:10.0.0.1", "dns:web.example.com.evil"}}).NamesDNS("web.example.com") {
+		t.Error("NamesDNS matched another name")
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -90,6 +91,27 @@ type Claim struct {
 }
 
 // Serving is the serving certificate the coordinator approved.
+// NamesDNS reports whether the certificate names the DNS name dns,
+// whatever the case of either or of the SAN's "dns:" prefix (servingDNS).
+// A nil certificate names nothing.
+func (s *Serving) NamesDNS(dns string) bool {
+	if s == nil {
+		return false
+	}
+	want := strings.ToLower(dns)
+	return slices.ContainsFunc(s.SANs, func(san string) bool { name, ok := servingDNS(san); return ok && name == want })
+}
+
+// servingDNS is the DNS name a serving SAN carries, lower-cased, when it
+// carries one: "dns:" in any case. The one rule by which the store's index
+// and every reader match a certificate's names.
+func servingDNS(san string) (string, bool) {
+	if len(san) < len("dns:") || !strings.EqualFold(san[:len("dns:")], "dns:") {
+		return "", false
+	}
+	return strings.ToLower(san[len("dns:"):]), true
+}
+
 type Serving struct {
 	CSR string `json:"csr"`
 	// UID is the CSR object's: a CSR's name is the requester's choice and

@@ -192,14 +192,27 @@ func Decoded(obj any) (*Record, error) {
 // lifecycle (Informer().Run).
 func NewStore(client dynamic.Interface) *Store {
 	s := &Store{client: client.Resource(GVR), written: map[string]*own{}, gone: map[string]tombstone{}}
-	s.informer = dynamicinformer.NewFilteredDynamicInformer(client, GVR, "", 0, cache.Indexers{
+	s.informer = dynamicinformer.NewFilteredDynamicInformer(client, GVR, "", 0, s.indexers(), nil).Informer()
+	_ = s.informer.SetTransform(cached)
+	_, _ = s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    s.caughtUp,
+		UpdateFunc: func(_, obj any) { s.caughtUp(obj) },
+		DeleteFunc: s.deleted,
+	})
+	return s
+}
+
+// indexers are the record informer's indexes: claimed addresses, the
+// serving certificate's DNS names (servingDNS), and the /64s held.
+func (s *Store) indexers() cache.Indexers {
+	return cache.Indexers{
 		byClaim: claimIndex,
 		byServingName: func(obj any) ([]string, error) {
 			var keys []string
 			if sp := held(obj); sp != nil && sp.Serving != nil {
 				for _, san := range sp.Serving.SANs {
-					if name, ok := strings.CutPrefix(san, "dns:"); ok && !slices.Contains(keys, strings.ToLower(name)) {
-						keys = append(keys, strings.ToLower(name))
+					if name, ok := servingDNS(san); ok && !slices.Contains(keys, name) {
+						keys = append(keys, name)
 					}
 				}
 			}
@@ -220,14 +233,7 @@ func NewStore(client dynamic.Interface) *Store {
 			}
 			return keys, nil
 		},
-	}, nil).Informer()
-	_ = s.informer.SetTransform(cached)
-	_, _ = s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    s.caughtUp,
-		UpdateFunc: func(_, obj any) { s.caughtUp(obj) },
-		DeleteFunc: s.deleted,
-	})
-	return s
+	}
 }
 
 // deleted drops the store's own write of a record the informer saw
@@ -339,7 +345,7 @@ func (s *Store) Owner(ip netip.Addr) string {
 func (s *Store) ServingHolders(dns string) []string {
 	var out []string
 	s.each(byServingName, strings.ToLower(dns), func(name string, spec *Spec) {
-		if spec.Serving != nil && slices.ContainsFunc(spec.Serving.SANs, func(x string) bool { return strings.EqualFold(x, "dns:"+dns) }) && !slices.Contains(out, name) {
+		if spec.Serving.NamesDNS(dns) && !slices.Contains(out, name) {
 			out = append(out, name)
 		}
 	})

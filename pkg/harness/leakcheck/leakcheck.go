@@ -40,7 +40,9 @@ var processOwned = []string{
 //     rotation deadline without looking at its context (rotate's select in
 //     util/certificate/certificate_manager.go, v0.37.2), and its run waits
 //     for it. A manager never stopped also keeps its template loop, which
-//     nothing allows.
+//     nothing allows, when it has one (a GetTemplate: kubeletsim's does);
+//     one built with a fixed Template has none, and would pass for stopped.
+//     No code here builds one.
 const (
 	certWatcher   = "\nk8s.io/client-go/transport.(*dynamicClientCert).run("
 	queueLoop     = "k8s.io/client-go/util/workqueue.(*delayingType[...]).waitingLoop("
