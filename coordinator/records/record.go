@@ -91,6 +91,22 @@ type Claim struct {
 }
 
 // Serving is the serving certificate the coordinator approved.
+type Serving struct {
+	CSR string `json:"csr"`
+	// UID is the CSR object's: a CSR's name is the requester's choice and
+	// free again once the object is deleted (kube-controller-manager's
+	// cleaner deletes an issued CSR after an hour), so only the name and
+	// the UID together say "this certificate's own request" (Is). Empty
+	// in records written before it was kept.
+	UID        string    `json:"uid,omitempty"`
+	SANs       []string  `json:"sans"`
+	ValidUntil time.Time `json:"validUntil"`
+	// CertifiedUntil: this request renews a certificate approved for the
+	// same SANs, valid until then (Renewing); the SANs stay certified that
+	// long whatever becomes of the request (Certified, Cleared).
+	CertifiedUntil *time.Time `json:"certifiedUntil,omitempty"`
+}
+
 // NamesDNS reports whether the certificate names the DNS name dns,
 // whatever the case of either or of the SAN's "dns:" prefix (servingDNS).
 // A nil certificate names nothing.
@@ -110,22 +126,6 @@ func servingDNS(san string) (string, bool) {
 		return "", false
 	}
 	return strings.ToLower(san[len("dns:"):]), true
-}
-
-type Serving struct {
-	CSR string `json:"csr"`
-	// UID is the CSR object's: a CSR's name is the requester's choice and
-	// free again once the object is deleted (kube-controller-manager's
-	// cleaner deletes an issued CSR after an hour), so only the name and
-	// the UID together say "this certificate's own request" (Is). Empty
-	// in records written before it was kept.
-	UID        string    `json:"uid,omitempty"`
-	SANs       []string  `json:"sans"`
-	ValidUntil time.Time `json:"validUntil"`
-	// CertifiedUntil: this request renews a certificate approved for the
-	// same SANs, valid until then (Renewing); the SANs stay certified that
-	// long whatever becomes of the request (Certified, Cleared).
-	CertifiedUntil *time.Time `json:"certifiedUntil,omitempty"`
 }
 
 // Certified are the SANs a valid certificate the record names carries
