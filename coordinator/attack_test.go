@@ -49,6 +49,7 @@ ipam:
   families: [ipv4, ipv6] # IPv6 only from nodes' own prefixes (no ipv6Pool)
   ipv4Pool: 10.244.0.0/16
   serviceCIDRs: [10.96.0.0/16]
+  firstClaimPrefixes: ["2001:db8:66::/48", "2001:db8:67::/48"] # class 3: first claim, the admin's opt-in
 inventory:
 - nodes: ["bound-*"]
   networks: [10.0.9.0/24, "2001:db8:99::/48"]

@@ -39,23 +39,24 @@ func TestAllocationAvoidsAddressesNotYetReserved(t *testing.T) {
 		}
 		return n
 	}
-	// b lists the ::1 of the first /80 of the /64 a carves from.
-	for _, n := range []*corev1.Node{node("a", "2001:db8:1:2:1::a"), node("b", "2001:db8:1:2::1")} {
+	// b lists the ::1 of the top /80 of the /64 a carves from (carving
+	// goes from the top down), and a's own address is in the next.
+	for _, n := range []*corev1.Node{node("a", "2001:db8:1:2:fffe::a"), node("b", "2001:db8:1:2:ffff::1")} {
 		if err := c.nodeIndex.Add(n); err != nil {
 			t.Fatal(err)
 		}
 	}
-	own := netip.MustParseAddr("2001:db8:1:2:1::a")
+	own := netip.MustParseAddr("2001:db8:1:2:fffe::a")
 	got, err := c.allocate("a", ipam.Request{IPv6: true, IPv6Prefix: netip.MustParsePrefix("2001:db8:1:2::/64"), IPv6Addr: own, Avoid: []netip.Addr{own}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ip := range []string{"2001:db8:1:2::1", "2001:db8:1:2:1::a"} {
+	for _, ip := range []string{"2001:db8:1:2:ffff::1", "2001:db8:1:2:fffe::a"} {
 		if len(got) != 1 || got[0].Contains(netip.MustParseAddr(ip)) {
 			t.Fatalf("a was handed %v, holding %s, which a Node in the store lists", got, ip)
 		}
 	}
-	if got[0] != netip.MustParsePrefix("2001:db8:1:2:2::/80") {
-		t.Errorf("a was handed %v, want the first /80 holding no listed address, 2001:db8:1:2:2::/80", got)
+	if got[0] != netip.MustParsePrefix("2001:db8:1:2:fffd::/80") {
+		t.Errorf("a was handed %v, want the top /80 holding no listed address, 2001:db8:1:2:fffd::/80", got)
 	}
 }

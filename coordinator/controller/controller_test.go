@@ -276,6 +276,7 @@ ipam:
   ipv6Pool: fd00:10:244::/64
   serviceCIDRs: [10.96.0.0/16, "fd00:10:96::/112"]
   sharedPrefixes: ["2001:db8:1:1::/64"] # alloc-a, -b and -d share one link's /64
+  firstClaimPrefixes: ["2001:db8::/32"] # these tests carve from node prefixes without an inventory
 requireProviderID: true
 grants:
   labels:

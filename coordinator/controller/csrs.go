@@ -170,7 +170,7 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 	if md, err := contract.DecodeMetadata(self.Annotations[contract.AnnotationMetadata]); err == nil {
 		in.PublishedKey = md.AgentKey
 	}
-	in.Facts = csrcheck.Facts{Reserved: c.reservedFor(self), Claims: map[netip.Addr]string{}, PodCIDROf: map[netip.Addr]string{}, Seen: c.observer.seen(self.Name, self.UID, now)}
+	in.Facts = csrcheck.Facts{Reserved: c.reservedFor(self), Claims: map[netip.Addr]string{}, PodCIDROf: map[netip.Addr]string{}, Bound: map[netip.Addr]string{}, Seen: c.observer.seen(self.Name, self.UID, now)}
 	var sans []string
 	if parsed, err := in.CSR.Parse(); err == nil {
 		sans = contract.RequestSANs(parsed)
@@ -182,6 +182,9 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 				continue
 			}
 			ip = ip.Unmap()
+			if err := records.Bound(c.inventory, self.Name, ip); err != nil {
+				in.Facts.Bound[ip] = err.Error()
+			}
 			if owner := c.claimant(self, ip); owner != "" {
 				in.Facts.Claims[ip] = owner
 			}

@@ -51,12 +51,13 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 			c.log.Warn("a Node's pod CIDR holds its own address", "node", name, "podCIDR", cidr, "address", ip)
 		}
 	}
+	c.sayPodCIDRConflicts(node, cidrs, current)
 	rec, err := c.records.Get(name)
 	if err != nil {
 		c.say(node, "node", name, corev1.EventTypeWarning, "NodeRecordUnreadable", "nothing changes for this Node until its NodeRecord can be read again (kubectl edit noderecord "+name+"): "+contract.NodeText(err.Error()))
 		return err
 	}
-	in := nodestate.Input{Node: node, Record: rec, Reserved: c.reservedFor(node), Near: c.records.Near, Now: time.Now()}
+	in := nodestate.Input{Node: node, Record: rec, Reserved: c.reservedFor(node), Near: c.records.Near, Listed: c.listedIn, Now: time.Now()}
 	in.HasV4, in.HasV6 = c.cidrs.families()
 	in.Review = c.review(node)
 	in.ServingCSRs, in.Asked = c.servingCSRs.Load(), c.kubeletAsked(node)
@@ -199,6 +200,58 @@ func (c *Coordinator) allocate(name string, req ipam.Request) ([]netip.Prefix, e
 	return c.cidrs.allocate(name, req)
 }
 
+// sayPodCIDRConflicts reports, on both Nodes, a pod CIDR that holds what
+// belongs to another: a range the inventory binds to other Nodes (a binding
+// added after the carve), or an address another Node lists. Pod CIDRs never
+// change, so no certificate names such an address while the segment is
+// held (csrcheck.Facts.PodCIDROf); the fix is the holder's re-registration.
+func (c *Coordinator) sayPodCIDRConflicts(node *corev1.Node, cidrs []netip.Prefix, current []netip.Addr) {
+	name := node.Name
+	fix := func(holder string) string {
+		return fmt.Sprintf("Delete Node %s (kubectl delete node %s) and restart its kubelet (talosctl -n <its address> service kubelet restart): it registers again and gets another segment", holder, holder)
+	}
+	var bound, inside []string
+	for _, cidr := range cidrs {
+		if b := records.BoundElsewhere(c.inventory, name, cidr); len(b) > 0 {
+			bound = append(bound, fmt.Sprintf("pod CIDR %s overlaps %v", cidr, b))
+		}
+	}
+	for _, ip := range current {
+		if holder := c.cidrs.holder(ip); holder != "" && holder != name {
+			inside = append(inside, fmt.Sprintf("address %s lies inside Node %s's pod CIDR: it is certified for nobody while %s holds it. If the address is this Node's, %s", ip, holder, holder, fix(holder)))
+		}
+	}
+	if len(bound) > 0 && c.say(node, "node", name, corev1.EventTypeWarning, "PodCIDRInBoundNetwork", strings.Join(bound, "; ")+
+		", which the inventory binds to other Nodes: no address there is certified for anyone while this Node holds it, and pod CIDRs never change. "+fix(name)) {
+		c.m.PodCIDRConflicts.Inc()
+	}
+	if len(inside) > 0 {
+		c.say(node, "node", name, corev1.EventTypeWarning, "AddressInOtherPodCIDR", strings.Join(inside, "; "))
+	}
+}
+
+// listedIn is what the Nodes in the informer's store list inside set (a
+// /64 or longer: ipam.SegmentFor), each address since the observer first
+// saw that Node list it; zero, the earliest, when it has not yet.
+func (c *Coordinator) listedIn(set netip.Prefix) []records.Holding {
+	key, _ := set.Addr().Prefix(64)
+	objs, _ := c.nodeIndex.ByIndex(bySlash64, key.String())
+	var out []records.Holding
+	for _, o := range objs {
+		n, ok := o.(*corev1.Node)
+		if !ok {
+			continue
+		}
+		seen := c.observer.firstSeen(n.Name, n.UID)
+		for _, ip := range nodestate.Addresses(n, c.settings.MaxNodeAddresses) {
+			if set.Contains(ip) {
+				out = append(out, records.Holding{Node: n.Name, Addr: ip, Since: seen[ip]})
+			}
+		}
+	}
+	return out
+}
+
 // putRecord writes spec over rec (creating record name when rec is nil) and returns
 // the record as written; a nil spec writes nothing and returns rec.
 func (c *Coordinator) putRecord(ctx context.Context, name string, rec *records.Record, spec *records.Spec) (*records.Record, error) {
@@ -261,6 +314,13 @@ func (c *Coordinator) report(node *corev1.Node, d nodestate.Desired) {
 				"If %s is not entitled to it, delete that Node or bind the network to this Node's name in the coordinator's inventory; if the prefix is shared on one link, list it in ipam.sharedPrefixes",
 			d.PrefixSet, h, h)) {
 			c.m.Contested.WithLabelValues("prefix").Inc()
+		}
+	}
+	if why := d.PrefixRefused; why != "" {
+		if c.say(node, "node", name, corev1.EventTypeWarning, "PrefixNotEntitled", why+
+			"; its IPv6 pod CIDR comes from ipam.ipv6Pool, or it gets none. To carve from it: bind the network to this Node in the coordinator's inventory "+
+			"(inventory: [{nodes: ["+name+"], networks: ["+d.PrefixSet.String()+"]}]), or list a network holding it in ipam.firstClaimPrefixes") {
+			c.m.Contested.WithLabelValues("prefix-not-entitled").Inc()
 		}
 	}
 	if len(d.Plan.Refused) > 0 {

@@ -28,11 +28,11 @@ import (
 // Settings is the configuration Decide reads, parsed once.
 type Settings struct {
 	Config *config.Config
-	// Networks are the node networks; Shared the prefixes every Node on
-	// them carves from (ipam.sharedPrefixes); Inventory the admin's
-	// bindings of names to networks.
-	Networks, Shared []netip.Prefix
-	Inventory        []records.Binding
+	// Networks are the node networks; Inventory the admin's bindings of
+	// names to networks; Prefixes who may carve from which node prefix.
+	Networks  []netip.Prefix
+	Inventory []records.Binding
+	Prefixes  records.PrefixRules
 }
 
 // NewSettings parses what Decide needs from the configuration.
@@ -41,10 +41,11 @@ func NewSettings(cfg *config.Config) (Settings, error) {
 	if err != nil {
 		return Settings{}, err
 	}
-	s := Settings{Config: cfg, Networks: networks, Shared: cfg.SharedPrefixesParsed()}
+	s := Settings{Config: cfg, Networks: networks}
 	for _, b := range cfg.Inventory {
 		s.Inventory = append(s.Inventory, records.Binding{Names: b.Nodes, Networks: b.InventoryNetworks()})
 	}
+	s.Prefixes = records.PrefixRules{Inventory: s.Inventory, FirstClaim: cfg.FirstClaimPrefixesParsed(), Shared: cfg.SharedPrefixesParsed()}
 	return s, nil
 }
 
@@ -85,8 +86,10 @@ type Input struct {
 	// each of its addresses, listed continuously since: a new claim dates
 	// from then.
 	FirstSeen map[netip.Addr]time.Time
-	// Near is what other records hold around a prefix (records.Store.Near).
-	Near func(netip.Prefix) []records.Holding
+	// Near is what other records hold around a prefix (records.Store.Near),
+	// and Listed the addresses other Nodes list inside it, each since the
+	// coordinator first saw it listed (zero: not known, the earliest).
+	Near, Listed func(netip.Prefix) []records.Holding
 	// HasV4, HasV6: the allocator hands out segments of that family.
 	HasV4, HasV6 bool
 	Review       Review
@@ -137,11 +140,13 @@ type Desired struct {
 	// Request is the pod CIDR request; Allocate, when set, asks the
 	// controller for the allocator's answer (Input.Allocated) before the
 	// rest can be decided. PrefixHolder is the other Node holding the node
-	// prefix the request would have carved from ("" when none).
-	Request      ipam.Request
-	Allocate     bool
-	PrefixHolder string
-	PrefixSet    netip.Prefix
+	// prefix the request would have carved from ("" when none), and
+	// PrefixRefused why this Node is not entitled to it at all.
+	Request       ipam.Request
+	Allocate      bool
+	PrefixHolder  string
+	PrefixRefused string
+	PrefixSet     netip.Prefix
 
 	// Record is the record to write before the Node (nil: unchanged),
 	// After what it says once Patch applied (nil: the same as Record), and
@@ -239,6 +244,7 @@ func Decide(s Settings, in Input) (Desired, error) {
 	// Node's event, which reserves them, may not have run yet.
 	d.Request.Avoid = current
 	prefix := d.nodePrefix(s, in, node.Name, prev.Prefix, existing)
+	d.Request.AvoidRanges = avoidRanges(s, node.Name, d.Request)
 	if cfg.IPAMEnabled() && len(existing) == 0 && len(d.Waiting) == 0 {
 		if in.Allocated == nil {
 			d.Allocate = true
@@ -372,13 +378,41 @@ func (d *Desired) nodePrefix(s Settings, in Input, name, held string, existing [
 	if in.Near != nil {
 		near = in.Near(set)
 	}
-	prefix, holder := records.NodePrefix(name, set, d.Claims, held, near, s.Shared, existing)
-	if holder == "" || len(existing) > 0 {
+	if in.Listed != nil {
+		near = append(near, in.Listed(set)...)
+	}
+	mine := records.Earliest(set, d.Claims, in.FirstSeen)
+	prefix, holder, why := s.Prefixes.NodePrefix(name, set, mine, held, near, existing)
+	if holder == "" && why == "" || len(existing) > 0 {
 		return prefix
 	}
-	d.PrefixHolder, d.PrefixSet = holder, set
+	d.PrefixHolder, d.PrefixRefused, d.PrefixSet = holder, why, set
 	d.Request.IPv6Prefix, d.Request.IPv6Addr, d.Request.IPv6 = netip.Prefix{}, netip.Addr{}, in.HasV6
 	return prefix
+}
+
+// avoidRanges are the parts of the pools and the node prefix req carves
+// from that the inventory binds to other Nodes (records.BoundElsewhere).
+func avoidRanges(s Settings, node string, req ipam.Request) []netip.Prefix {
+	if len(s.Inventory) == 0 {
+		return nil
+	}
+	var from []netip.Prefix
+	for _, pool := range []string{s.Config.IPAM.IPv4Pool, s.Config.IPAM.IPv6Pool} {
+		if p, err := netip.ParsePrefix(pool); err == nil {
+			from = append(from, p)
+		}
+	}
+	if req.IPv6Prefix.IsValid() {
+		if set, _, err := ipam.SegmentFor(req.IPv6Prefix, req.IPv6Addr); err == nil {
+			from = append(from, set)
+		}
+	}
+	var out []netip.Prefix
+	for _, r := range from {
+		out = append(out, records.BoundElsewhere(s.Inventory, node, r)...)
+	}
+	return out
 }
 
 // releaseWithdrawn is rec without the addresses node no longer lists, and

@@ -234,7 +234,7 @@ func TestAddressHeldByAnotherNode(t *testing.T) {
 // holding the latter.
 func dualStack(t *testing.T) (nodestate.Settings, *corev1.Node) {
 	t.Helper()
-	s := settings(t, "ipam: {families: [ipv4, ipv6], ipv4Pool: 10.244.0.0/16, ipv4MaskSize: 24, ipv6Pool: 'fd00:10:244::/64', ipv6MaskSize: 80}\n")
+	s := settings(t, "ipam: {families: [ipv4, ipv6], ipv4Pool: 10.244.0.0/16, ipv4MaskSize: 24, ipv6Pool: 'fd00:10:244::/64', ipv6MaskSize: 80, firstClaimPrefixes: ['2001:db8::/32']}\n")
 	node := joined("n1", "uid-1", "10.0.0.1", agentKey(1))
 	node.Status.Addresses = append(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "2001:db8:1:2::10"})
 	pf, _ := contract.EncodePrefixes([]netip.Prefix{netip.MustParsePrefix("2001:db8:1:2::/64")})
@@ -263,6 +263,31 @@ func TestPrefixHeldByAnotherNode(t *testing.T) {
 	}
 	if d.PrefixHolder != "n0" || d.Request.IPv6Prefix.IsValid() || !d.Request.IPv6 {
 		t.Fatalf("a prefix n0 carves from: holder %q, request %+v (want the IPv6 pool instead)", d.PrefixHolder, d.Request)
+	}
+}
+
+// TestPrefixNeedsTheInventory: by default a listing alone gives no node
+// prefix; the inventory's binding does, and the request then avoids the
+// ranges it binds to other Nodes, whatever their size.
+func TestPrefixNeedsTheInventory(t *testing.T) {
+	_, node := dualStack(t)
+	const pools = "ipam: {families: [ipv4, ipv6], ipv4Pool: 10.244.0.0/16, ipv6Pool: 'fd00:10:244::/64'}\n"
+	base := nodestate.Input{Node: node, Now: now, HasV4: true, HasV6: true}
+	d, err := nodestate.Decide(settings(t, pools), base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Request.IPv6Prefix.IsValid() || !d.Request.IPv6 || !strings.Contains(d.PrefixRefused, "inventory") {
+		t.Fatalf("no inventory: request %+v, refused %q; want the IPv6 pool and a reason", d.Request, d.PrefixRefused)
+	}
+	s := settings(t, pools+"inventory: [{nodes: [n1], networks: ['2001:db8:1:2::/64']}, {nodes: [n9], networks: ['2001:db8:1:2:ffff::/112', '10.244.7.0/24']}]\n")
+	d, err = nodestate.Decide(s, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []netip.Prefix{netip.MustParsePrefix("10.244.7.0/24"), netip.MustParsePrefix("2001:db8:1:2:ffff::/112")}
+	if !d.Request.IPv6Prefix.IsValid() || d.PrefixRefused != "" || !reflect.DeepEqual(d.Request.AvoidRanges, want) {
+		t.Fatalf("bound: request %+v, refused %q; want the node prefix, avoiding %v", d.Request, d.PrefixRefused, want)
 	}
 }
 

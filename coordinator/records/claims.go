@@ -34,27 +34,65 @@ type Binding struct {
 }
 
 // Bound is the inventory invariant: an address inside a network the
-// inventory binds belongs only to Nodes whose name that binding lists
-// (when several bindings hold it, any one of them may list the Node); an
-// address no binding holds goes to its first claimant. It returns why
-// node may not hold ip, or nil.
+// inventory binds belongs only to Nodes whose name the most specific
+// binding holding it lists (two bindings of the same network: either may
+// list the Node); an address no binding holds goes to its first claimant.
+// It returns why node may not hold ip, or nil.
 func Bound(inventory []Binding, node string, ip netip.Addr) error {
-	var bound []string
-	for _, b := range inventory {
-		if !slices.ContainsFunc(b.Networks, func(n netip.Prefix) bool { return n.Contains(ip) }) {
-			continue
-		}
-		for _, pat := range b.Names {
-			if ok, _ := path.Match(pat, node); ok {
-				return nil
-			}
-		}
-		bound = append(bound, b.Names...)
-	}
-	if bound == nil {
+	names, ok := boundTo(inventory, netip.PrefixFrom(ip, ip.BitLen()))
+	if !ok || Names(names, node) {
 		return nil
 	}
-	return fmt.Errorf("%s is in the inventory for Nodes %v, not this one", ip, bound)
+	return fmt.Errorf("%s is in the inventory for Nodes %v, not this one", ip, names)
+}
+
+// boundTo is the names the most specific binding that holds all of r
+// lists (those of every binding of that network); ok is false when no
+// binding holds r.
+func boundTo(inventory []Binding, r netip.Prefix) (names []string, ok bool) {
+	best := -1
+	for _, b := range inventory {
+		for _, n := range b.Networks {
+			if n.Bits() > r.Bits() || !n.Contains(r.Addr()) || n.Bits() < best {
+				continue
+			}
+			if n.Bits() > best {
+				best, names = n.Bits(), nil
+			}
+			names = append(names, b.Names...)
+		}
+	}
+	return names, best >= 0
+}
+
+// Names reports whether one of the path.Match patterns matches node.
+func Names(patterns []string, node string) bool {
+	return slices.ContainsFunc(patterns, func(pat string) bool { ok, _ := path.Match(pat, node); return ok })
+}
+
+// BoundElsewhere are the parts of r the inventory gives to other Nodes
+// than node: r itself when its most specific binding does not name node,
+// else every bound network inside r whose own does not. No segment carved
+// for node from r may overlap one (a binding of any size protects its
+// addresses from every carve).
+func BoundElsewhere(inventory []Binding, node string, r netip.Prefix) []netip.Prefix {
+	r = r.Masked()
+	if names, ok := boundTo(inventory, r); ok && !Names(names, node) {
+		return []netip.Prefix{r}
+	}
+	var out []netip.Prefix
+	for _, b := range inventory {
+		for _, n := range b.Networks {
+			n = n.Masked()
+			if n.Bits() <= r.Bits() || !r.Contains(n.Addr()) || slices.Contains(out, n) {
+				continue
+			}
+			if names, _ := boundTo(inventory, n); !Names(names, node) {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
 }
 
 // Holding is something another Node's record holds near a prefix: the
@@ -67,29 +105,74 @@ type Holding struct {
 	Since  time.Time
 }
 
-// PrefixHolder is the prefix invariant: a node prefix is carved for at
-// most one Node, and never around an address recorded for another. The
-// unit of ownership is the prefix, or the /64 holding a longer one. It
-// returns the Node that holds p against node ("" when node may carve from
-// it): one whose record carves from a prefix whose unit overlaps p's, or
-// else the one with the earliest recorded address in p's unit (first claim wins,
-// then the name, as for addresses), given that node's own earliest
-// address inside p was recorded at mine (zero: it has none there, and
-// any other claimant wins). near is what other records hold
-// around p (the Node's own entries are ignored). Prefixes inside shared
-// (the admin's ipam.sharedPrefixes) are carved by every Node in them.
-func PrefixHolder(node string, p netip.Prefix, mine time.Time, near []Holding, shared []netip.Prefix) string {
-	if slices.ContainsFunc(shared, func(s netip.Prefix) bool { return s.Bits() <= p.Bits() && s.Contains(p.Addr()) }) {
-		return ""
+// PrefixRules are the admin's choices over node prefixes: who may carve
+// pod segments from which.
+type PrefixRules struct {
+	// Inventory binds networks to Node names.
+	Inventory []Binding
+	// FirstClaim are the networks whose node prefixes go to the first Node
+	// to list an address in them (ipam.firstClaimPrefixes): the admin's
+	// opt-in to trust on first use.
+	FirstClaim []netip.Prefix
+	// Shared are the networks every Node in them carves from
+	// (ipam.sharedPrefixes): one link, many nodes.
+	Shared []netip.Prefix
+}
+
+// Entitled is the first half of the prefix invariant: node may carve from
+// set only when set lies in a shared prefix (shared), or the most specific
+// binding holding set's unit names node, or no binding holds it and it lies
+// in a first-claim network. Anywhere else a listing alone never gives a
+// prefix. why says what refuses it ("" when node is entitled).
+func (r PrefixRules) Entitled(node string, set netip.Prefix) (shared bool, why string) {
+	if within(r.Shared, set) {
+		return true, ""
 	}
+	u := unit(set)
+	if names, ok := boundTo(r.Inventory, u); ok {
+		if Names(names, node) {
+			return false, ""
+		}
+		return false, fmt.Sprintf("node prefix %s is in the inventory for Nodes %v, not this one", u, names)
+	}
+	if within(r.FirstClaim, u) {
+		return false, ""
+	}
+	return false, fmt.Sprintf("node prefix %s is bound to no Node in the coordinator's inventory and lies in no ipam.firstClaimPrefixes network: pod segments are carved only from a prefix the admin gave this Node (add it to inventory with this Node's name)", u)
+}
+
+// within reports whether p lies inside one of nets.
+func within(nets []netip.Prefix, p netip.Prefix) bool {
+	return slices.ContainsFunc(nets, func(n netip.Prefix) bool { return n.Bits() <= p.Bits() && n.Contains(p.Addr()) })
+}
+
+// PrefixHolder is the second half of the prefix invariant: among the Nodes
+// entitled to it, a node prefix is carved for at most one, and never around
+// an address another has listed or recorded. The unit of ownership is the
+// prefix, or the /64 holding a longer one. It returns the Node that holds
+// p against node ("" when node may carve from it): an entitled one whose
+// record carves from a prefix whose unit overlaps p's, or else the one with
+// the earliest address in p's unit (recorded or listed, first claim wins,
+// then the name, as for addresses), given that node's own earliest address
+// inside p dates from mine (zero: it has none there, and any other
+// claimant wins). near is what other Nodes hold around p: their records'
+// prefixes and addresses, and the addresses they list, since their first
+// sight (the Node's own entries are ignored). A Node not entitled to p, or
+// holding an address the inventory gives to others, holds nothing here.
+func (r PrefixRules) PrefixHolder(node string, p netip.Prefix, mine time.Time, near []Holding) string {
 	region := unit(p)
 	holder, at := "", time.Time{}
 	for _, h := range near {
+		if h.Node == node {
+			continue
+		}
+		if _, why := r.Entitled(h.Node, p); why != "" {
+			continue
+		}
 		switch {
-		case h.Node == node:
 		case h.Prefix.IsValid() && unit(h.Prefix).Overlaps(region):
 			return h.Node
-		case h.Addr.IsValid() && region.Contains(h.Addr):
+		case h.Addr.IsValid() && region.Contains(h.Addr) && Bound(r.Inventory, h.Node, h.Addr) == nil:
 			if holder == "" || h.Since.Before(at) || h.Since.Equal(at) && h.Node < holder {
 				holder, at = h.Node, h.Since
 			}
@@ -104,30 +187,50 @@ func PrefixHolder(node string, p netip.Prefix, mine time.Time, near []Holding, s
 // NodePrefix is what a Node's record says about node prefixes after a
 // sync that wants a pod segment from set (the prefix ipam.SegmentFor
 // carves from): prefix is the one it holds afterwards (held before), and
-// holder the other Node that holds set against it ("" when it may carve).
-// A prefix inside shared is never recorded. A Node with pod CIDRs
-// (existing) keeps what it holds, and takes set only when its pod CIDR lies
-// in it and nobody else holds it (a record from before prefixes were kept).
-func NodePrefix(node string, set netip.Prefix, claims []Claim, held string, near []Holding, shared []netip.Prefix, existing []netip.Prefix) (prefix, holder string) {
-	if held == set.String() {
-		return held, ""
+// holder the other Node that holds set against it, or why the Node is not
+// entitled to set (both "" when it may carve). mine is when the Node's
+// earliest address in set was first seen. A prefix inside a shared
+// network is never recorded. A Node with pod CIDRs (existing) keeps what
+// it holds, and takes set only when its pod CIDR lies in it and nobody
+// else holds it (a record from before prefixes were kept).
+func (r PrefixRules) NodePrefix(node string, set netip.Prefix, mine time.Time, held string, near []Holding, existing []netip.Prefix) (prefix, holder, why string) {
+	shared, why := r.Entitled(node, set)
+	switch {
+	case why != "":
+		return held, "", why
+	case held == set.String() || shared:
+		return held, "", ""
 	}
-	mine := time.Time{}
-	for _, cl := range claims {
-		if ip, err := netip.ParseAddr(cl.IP); err == nil && set.Contains(ip) && (mine.IsZero() || cl.Since.Before(mine)) {
-			mine = cl.Since
-		}
-	}
-	if holder = PrefixHolder(node, set, mine, near, shared); holder != "" {
-		return held, holder
-	}
-	if slices.ContainsFunc(shared, func(s netip.Prefix) bool { return s.Bits() <= set.Bits() && s.Contains(set.Addr()) }) {
-		return held, ""
+	if holder = r.PrefixHolder(node, set, mine, near); holder != "" {
+		return held, holder, ""
 	}
 	if len(existing) > 0 && !slices.ContainsFunc(existing, func(p netip.Prefix) bool { return set.Contains(p.Addr()) }) {
-		return held, "" // its pod CIDR is not from this prefix
+		return held, "", "" // its pod CIDR is not from this prefix
 	}
-	return set.String(), ""
+	return set.String(), "", ""
+}
+
+// Earliest is when node's earliest address inside set was first seen: its
+// recorded claims' dates, and firstSeen for what it lists unrecorded
+// (zero: none there).
+func Earliest(set netip.Prefix, claims []Claim, firstSeen map[netip.Addr]time.Time) time.Time {
+	mine := time.Time{}
+	earlier := func(t time.Time) {
+		if !t.IsZero() && (mine.IsZero() || t.Before(mine)) {
+			mine = t
+		}
+	}
+	for _, cl := range claims {
+		if ip, err := netip.ParseAddr(cl.IP); err == nil && set.Contains(ip) {
+			earlier(cl.Since)
+		}
+	}
+	for ip, t := range firstSeen {
+		if set.Contains(ip) {
+			earlier(t)
+		}
+	}
+	return mine
 }
 
 // InPrefix returns the Node whose carved prefix holds ip, other than node

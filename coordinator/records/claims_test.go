@@ -2,6 +2,7 @@ package records
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -155,10 +156,11 @@ func TestBound(t *testing.T) {
 		{"web-1", "2001:db8:1:7::1", false},
 		{"db-1", "10.1.0.9", true},        // a web network
 		{"db-1", "10.1.5.9", false},       // its own binding, nested in web's
-		{"web-2", "10.1.5.9", false},      // web's wider binding holds it too
+		{"web-2", "10.1.5.9", true},       // the most specific binding decides: db-1's /24, not web's /16
 		{"web", "10.1.0.9", true},         // the pattern wants the dash
 		{"web-1.evil", "10.1.0.9", false}, // path.Match: * spans dots; bind exact names where it matters
 		{"db-10", "10.1.5.9", true},
+		{"db-1", "10.1.6.9", true},    // outside its /24, web's /16 decides
 		{"anyone", "10.2.0.1", false}, // unbound: first claim
 		{"anyone", "2001:db8:1::1", true},
 	} {
@@ -208,7 +210,8 @@ func TestPrefixHolder(t *testing.T) {
 		{name: "another claimed first in the /64 around a longer prefix", mine: 5, near: []Holding{addr("b", "2001:db8:1:1:ffff::b", 1)}, want: "b", p: "2001:db8:1:1::/96"},
 		{name: "another carves a longer prefix in the same /64", mine: 1, near: []Holding{{Node: "b", Prefix: netip.MustParsePrefix("2001:db8:1:1:ffff::/96")}}, want: "b", p: "2001:db8:1:1::/96"},
 		{name: "a longer prefix in another /64", mine: 1, near: []Holding{{Node: "b", Prefix: netip.MustParsePrefix("2001:db8:1:2::/96")}}, p: "2001:db8:1:1::/96"},
-		{name: "shared: anyone carves", mine: 5, near: []Holding{{Node: "b", Prefix: p}}, shared: []netip.Prefix{netip.MustParsePrefix("2001:db8:1::/48")}},
+		{name: "a listing not yet recorded counts", mine: 5, near: []Holding{addr("b", "2001:db8:1:1::b", 1)}, want: "b"},
+		{name: "an address the inventory gives to others counts for nothing", mine: 5, near: []Holding{addr("x", "2001:db8:1:1::77", 1)}},
 	} {
 		mine := t0.Add(c.mine)
 		if c.mine < 0 {
@@ -218,7 +221,9 @@ func TestPrefixHolder(t *testing.T) {
 		if c.p != "" {
 			pp = netip.MustParsePrefix(c.p)
 		}
-		if got := PrefixHolder("a", pp, mine, c.near, c.shared); got != c.want {
+		rules := PrefixRules{FirstClaim: []netip.Prefix{netip.MustParsePrefix("2001:db8::/32")}, Shared: c.shared,
+			Inventory: []Binding{{Names: []string{"y"}, Networks: []netip.Prefix{netip.MustParsePrefix("2001:db8:1:1::77/128")}}}}
+		if got := rules.PrefixHolder("a", pp, mine, c.near); got != c.want {
 			t.Errorf("%s: PrefixHolder = %q, want %q", c.name, got, c.want)
 		}
 	}
@@ -260,6 +265,62 @@ func TestServingIs(t *testing.T) {
 	} {
 		if got := c.s.Is(c.csr, c.uid); got != c.want {
 			t.Errorf("%s: Is(%q, %q) = %v, want %v", c.name, c.csr, c.uid, got, c.want)
+		}
+	}
+}
+
+// Who may carve from a node prefix at all (class 3): the inventory's most
+// specific binding of its /64, else first claim where the admin chose it,
+// else nobody; a shared prefix is everyone's.
+func TestEntitled(t *testing.T) {
+	rules := PrefixRules{
+		Inventory: []Binding{
+			{Names: []string{"web-*"}, Networks: []netip.Prefix{netip.MustParsePrefix("2001:db8:1::/48")}},
+			{Names: []string{"db-1"}, Networks: []netip.Prefix{netip.MustParsePrefix("2001:db8:1:5::/64")}},
+			{Names: []string{"tiny"}, Networks: []netip.Prefix{netip.MustParsePrefix("2001:db8:1:6::/112")}},
+		},
+		FirstClaim: []netip.Prefix{netip.MustParsePrefix("2001:db8:f000::/36")},
+		Shared:     []netip.Prefix{netip.MustParsePrefix("2001:db8:5::/48")},
+	}
+	for _, c := range []struct {
+		node, set  string
+		ok, shared bool
+	}{
+		{"web-1", "2001:db8:1:7::/64", true, false},
+		{"db-1", "2001:db8:1:7::/64", false, false},  // web's
+		{"db-1", "2001:db8:1:5::/64", true, false},   // the most specific binding
+		{"web-1", "2001:db8:1:5::/64", false, false}, // db-1's, though inside web's /48
+		{"web-1", "2001:db8:1:5::/96", false, false}, // a longer prefix: its /64 decides
+		{"tiny", "2001:db8:1:6::/64", false, false},  // a /112 does not give its /64
+		{"web-1", "2001:db8:1:6::/64", true, false},  // web's /48 holds the /64 (the carve avoids tiny's /112)
+		{"anyone", "2001:db8:f000:1::/64", true, false},
+		{"anyone", "2001:db8:2:1::/64", false, false}, // unbound, not first claim: nobody's
+		{"anyone", "2001:db8:5:1::/64", true, true},
+	} {
+		shared, why := rules.Entitled(c.node, netip.MustParsePrefix(c.set))
+		if (why == "") != c.ok || shared != c.shared {
+			t.Errorf("Entitled(%s, %s) = %t, %q; want entitled %t, shared %t", c.node, c.set, shared, why, c.ok, c.shared)
+		}
+	}
+	for _, c := range []struct {
+		node, r string
+		want    []string
+	}{
+		{"web-1", "2001:db8:1::/48", []string{"2001:db8:1:5::/64", "2001:db8:1:6::/112"}},
+		{"web-1", "2001:db8:1:6::/64", []string{"2001:db8:1:6::/112"}},
+		{"web-1", "2001:db8:1:7::/64", nil},
+		{"db-1", "2001:db8:1:5::/64", nil}, // its own /64, inside web's /48
+		{"db-1", "2001:db8:1:6::/64", []string{"2001:db8:1:6::/64"}},
+		{"tiny", "2001:db8:1:6::/64", []string{"2001:db8:1:6::/64"}},
+		{"anyone", "2001:db8:2::/64", nil},
+		{"anyone", "::/0", []string{"2001:db8:1::/48", "2001:db8:1:5::/64", "2001:db8:1:6::/112"}},
+	} {
+		var want []netip.Prefix
+		for _, w := range c.want {
+			want = append(want, netip.MustParsePrefix(w))
+		}
+		if got := BoundElsewhere(rules.Inventory, c.node, netip.MustParsePrefix(c.r)); !slices.Equal(got, want) {
+			t.Errorf("BoundElsewhere(%s, %s) = %v, want %v", c.node, c.r, got, want)
 		}
 	}
 }

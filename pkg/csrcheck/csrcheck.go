@@ -131,6 +131,9 @@ type Facts struct {
 	// requester other than the holder waits (first claim holds), never
 	// is denied for it.
 	PodCIDROf map[netip.Addr]string
+	// Bound maps an address the admin's inventory binds to other Nodes
+	// than the requester to why: never certified for it (denied).
+	Bound map[netip.Addr]string
 	// ControlPlane says the requesting Node carries the control-plane role
 	// label, which no node can set on itself and the coordinator never grants.
 	ControlPlane bool
@@ -797,6 +800,9 @@ func CheckIP(ip netip.Addr, node string, nodeIPs []netip.Addr, facts Facts, poli
 	}
 	if !slices.Contains(nodeIPs, ip) {
 		return fmt.Errorf("IP SAN %s is not an address of Node %s", ip, node)
+	}
+	if why := facts.Bound[ip]; why != "" {
+		return fmt.Errorf("IP SAN %s: %s", ip, why)
 	}
 	switch holder := facts.PodCIDROf[ip]; {
 	case holder == node:

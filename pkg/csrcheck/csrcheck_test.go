@@ -195,6 +195,10 @@ func TestCheck(t *testing.T) {
 			facts: &Facts{Claims: factsA.Claims, Seen: factsA.Seen, PodCIDROf: map[netip.Addr]string{netip.MustParseAddr("2001:db8::a"): "node-b"}}, want: Retry, check: "ip-addresses", inReason: "inside Node node-b's pod CIDR"},
 		{name: "IP inside its own pod CIDR", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a"}, ips: []string{"2001:db8::a"}}) },
 			facts: &Facts{Claims: factsA.Claims, Seen: factsA.Seen, PodCIDROf: map[netip.Addr]string{netip.MustParseAddr("2001:db8::a"): "node-a"}}, want: Deny, check: "ip-addresses", inReason: "own pod CIDR"},
+		// Class 8: an address the inventory binds to other Nodes is never
+		// this one's, recorded or not: denied, not left waiting.
+		{name: "IP the inventory binds to another node", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a"}, ips: []string{"2001:db8::a"}}) },
+			facts: &Facts{Claims: factsA.Claims, Seen: factsA.Seen, Bound: map[netip.Addr]string{netip.MustParseAddr("2001:db8::a"): "in the inventory for Nodes [node-b]"}}, want: Deny, check: "ip-addresses", inReason: "inventory for Nodes [node-b]"},
 		{name: "IP not on the node", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a"}, ips: []string{"192.0.2.99"}}) }, want: Deny, check: "ip-addresses", inReason: "192.0.2.99"},
 		{name: "loopback the node claims", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a"}, ips: []string{"127.0.0.1"}}) }, want: Deny, check: "ip-addresses", inReason: "not a routable"},
 		{name: "IP outside the node networks", req: func() Request { return goodRequest(t, good) },

@@ -53,6 +53,9 @@ type Request struct {
 	// those other Nodes list near its prefix, as the caller read them (a
 	// caller's reservations may lag the Nodes it read).
 	Avoid []netip.Addr
+	// AvoidRanges are ranges no segment handed out for this request may
+	// overlap: the admin's inventory binds them to other Nodes.
+	AvoidRanges []netip.Prefix
 }
 
 // Allocator holds every pool and who has what. It is not safe for
@@ -333,6 +336,15 @@ func (a *Allocator) set(prefix netip.Prefix, segBits int) (*pool, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A node prefix is carved from the top down, and its lowest segment
+	// never (of 16 or more): the low end holds the addresses hosts are
+	// given there (::1, DHCPv6 and static ranges), and the top of a /64,
+	// with a first interface-ID byte that is odd, no EUI-64 address of a
+	// unicast MAC.
+	p.down, p.cursor = true, p.n-1
+	if p.n >= 16 {
+		p.block(p.segment(0))
+	}
 	for _, s := range a.services {
 		p.block(s)
 	}
@@ -401,6 +413,12 @@ func (a *Allocator) Allocate(node string, req Request) ([]netip.Prefix, error) {
 			return nil, errors.New("IPv6 requested but the node has no global prefix and no IPv6 pool is configured")
 		}
 		pools = append(pools, p)
+	}
+	for _, r := range req.AvoidRanges {
+		for _, p := range pools {
+			p.block(r.Masked())
+			defer p.unblock(r.Masked())
+		}
 	}
 	var got []netip.Prefix
 	for _, p := range pools {

@@ -598,13 +598,13 @@ func TestServiceCIDRsFromTheCluster(t *testing.T) {
 	}
 	a.Release("before")
 	a.AddServiceCIDR(mp("10.0.0.0/23"))
-	a.AddServiceCIDR(mp("2001:db8:1::/121"))
-	a.AddServiceCIDR(mp("2001:db8:2::/121"))
+	a.AddServiceCIDR(mp("2001:db8:1::80/121")) // the top half, where a node prefix is carved first
+	a.AddServiceCIDR(mp("2001:db8:2::80/121"))
 	a.AddServiceCIDR(mp("10.0.3.0/24")) // also configured
 	for i, req := range []Request{{IPv4: true}, prefix("2001:db8:1::/120"), prefix("2001:db8:2::/120")} {
 		got, err := a.Allocate(fmt.Sprintf("n%d", i), req)
-		if err != nil || got[0] != []netip.Prefix{mp("10.0.2.0/24"), mp("2001:db8:1::80/122"), mp("2001:db8:2::80/122")}[i] {
-			t.Fatalf("n%d got %v %v, want the first segment after the service range", i, got, err)
+		if err != nil || got[0] != []netip.Prefix{mp("10.0.2.0/24"), mp("2001:db8:1::40/122"), mp("2001:db8:2::40/122")}[i] {
+			t.Fatalf("n%d got %v %v, want the first segment outside the service range", i, got, err)
 		}
 	}
 	if got, err := a.Allocate("full", Request{IPv4: true}); !errors.Is(err, ErrExhausted) {
@@ -677,10 +677,10 @@ func TestAllocateAgainAvoidsAddressesListedSince(t *testing.T) {
 	a, _ := New(Config{Families: []Family{IPv4, IPv6}, IPv4Pool: mp("10.0.0.0/22")})
 	slaac := ma("2001:db8:0:1:a8bb:ccff:fedd:eeff")
 	first, err := a.Allocate("n", Request{IPv4: true, IPv6: true, IPv6Prefix: mp("2001:db8:0:1::/64"), IPv6Addr: slaac, Avoid: []netip.Addr{slaac}})
-	if err != nil || len(first) != 2 || first[1] != mp("2001:db8:0:1::/80") {
-		t.Fatalf("first allocation %v %v, want an IPv4 /24 and 2001:db8:0:1::/80", first, err)
+	if err != nil || len(first) != 2 || first[1] != mp("2001:db8:0:1:ffff::/80") {
+		t.Fatalf("first allocation %v %v, want an IPv4 /24 and 2001:db8:0:1:ffff::/80", first, err)
 	}
-	static := ma("2001:db8:0:1::1") // added before the retry, inside the first /80
+	static := ma("2001:db8:0:1:ffff::1") // added before the retry, inside the first /80
 	again, err := a.Allocate("n", Request{IPv4: true, IPv6: true, IPv6Prefix: mp("2001:db8:0:1::/64"), IPv6Addr: slaac, Avoid: []netip.Addr{slaac, static}})
 	if err != nil {
 		t.Fatal(err)
@@ -693,7 +693,7 @@ func TestAllocateAgainAvoidsAddressesListedSince(t *testing.T) {
 	if got := a.Owned("n"); !slices.Equal(got, again) {
 		t.Errorf("the allocator holds %v for n, handed out %v", got, again)
 	}
-	if holder, _ := a.Holder(ma("2001:db8:0:1::2")); holder != "" {
+	if holder, _ := a.Holder(ma("2001:db8:0:1:ffff::2")); holder != "" {
 		t.Errorf("the first /80 is still held by %q", holder)
 	}
 }
@@ -743,5 +743,38 @@ func TestOutsidePool(t *testing.T) {
 	}
 	if got := OutsidePool(map[string][]netip.Prefix{"a": {p("10.42.0.0/24")}}, netip.Prefix{}); got != nil {
 		t.Errorf("no IPv4 pool: %v", got)
+	}
+}
+
+// TestNodePrefixCarvesAwayFromHosts: segments of a node prefix come from
+// its top down, never its lowest (the addresses hosts are given: ::1,
+// DHCPv6 and static ranges), and never over a range the request avoids
+// (an inventory binding of another Node's), whatever its size.
+func TestNodePrefixCarvesAwayFromHosts(t *testing.T) {
+	a, _ := New(Config{Families: []Family{IPv6}})
+	own := ma("2001:db8:7:1:abcd::1")
+	req := Request{IPv6: true, IPv6Prefix: mp("2001:db8:7:1::/64"), IPv6Addr: own, Avoid: []netip.Addr{own},
+		AvoidRanges: []netip.Prefix{mp("2001:db8:7:1:fffe::/112"), mp("2001:db8:7:1:ffe0::/76")}}
+	got, err := a.Allocate("n1", req)
+	if err != nil || got[0] != mp("2001:db8:7:1:ffff::/80") {
+		t.Fatalf("n1 got %v %v, want the top /80", got, err)
+	}
+	got, err = a.Allocate("n2", req)
+	if err != nil || got[0] != mp("2001:db8:7:1:fffd::/80") {
+		t.Fatalf("n2 got %v %v, want the top /80 below the ranges avoided", got, err)
+	}
+	// A small prefix: every segment held, the lowest never handed out.
+	small := Request{IPv6: true, IPv6Prefix: mp("2001:db8:7:2::/112"), IPv6Addr: ma("2001:db8:7:2::1")}
+	for i := 0; ; i++ {
+		got, err := a.Allocate(fmt.Sprintf("s%d", i), small)
+		if errors.Is(err, ErrExhausted) {
+			if i != 15 {
+				t.Fatalf("a /112 gave %d segments of /116, want 15 (all but the lowest)", i)
+			}
+			break
+		}
+		if err != nil || got[0].Contains(ma("2001:db8:7:2::1")) || got[0].Contains(ma("2001:db8:7:2::ff")) {
+			t.Fatalf("s%d got %v %v", i, got, err)
+		}
 	}
 }

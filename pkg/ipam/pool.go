@@ -35,6 +35,7 @@ type pool struct {
 	whole   int            // blocks covering the whole pool
 	free    int            // segments nothing blocks, ignoring whole
 	cursor  int
+	down    bool // the cursor moves down (a node prefix: DESIGN.md, Pod CIDRs)
 }
 
 func newPool(prefix netip.Prefix, segBits int) (*pool, error) {
@@ -150,6 +151,18 @@ func (p *pool) index(addr netip.Addr) int {
 func (p *pool) firstFree() (int, error) {
 	if p.free == 0 || p.whole > 0 {
 		return 0, fmt.Errorf("%w: %s has no free /%d", ErrExhausted, p.prefix, p.segBits)
+	}
+	for p.down {
+		w := p.cursor / 64
+		if p.used[w] == ^uint64(0) {
+			p.cursor = (w*64 - 1 + p.n) % p.n
+			continue
+		}
+		i := p.cursor
+		p.cursor = (p.cursor - 1 + p.n) % p.n
+		if p.used[w]&(1<<(i%64)) == 0 {
+			return i, nil
+		}
 	}
 	for {
 		w := p.cursor / 64

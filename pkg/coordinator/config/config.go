@@ -84,9 +84,14 @@ type IPAM struct {
 	ServiceCIDRs []string `yaml:"serviceCIDRs,omitempty"`
 	// SharedPrefixes are IPv6 networks in which several Nodes may each carve
 	// a pod segment from the same node prefix (a /64 shared on one link).
-	// Elsewhere a node prefix is carved for one Node only: the first to
-	// claim an address in it.
+	// Elsewhere a node prefix is carved for one Node only: one the
+	// inventory binds it to.
 	SharedPrefixes []string `yaml:"sharedPrefixes,omitempty"`
+	// FirstClaimPrefixes are IPv6 networks whose node prefixes no binding
+	// holds go to the first Node to list an address in them (trust on
+	// first use: SECURITY.md says what it risks). Elsewhere a node prefix
+	// is carved only for a Node the inventory binds it to.
+	FirstClaimPrefixes []string `yaml:"firstClaimPrefixes,omitempty"`
 	// defaultedServices are the ServiceCIDRs defaults() added, for errors.
 	defaultedServices []string
 }
@@ -403,10 +408,12 @@ func (c *Config) validate(doc *document, raw *Config) Errors {
 	ps = append(ps, checkMaskSize("ipam.ipv4MaskSize", c.IPAM.IPv4MaskSize, set("ipam.ipv4MaskSize") || c.IPAM.IPv4MaskSize != 0, c.IPAM.IPv4Pool, 32)...)
 	ps = append(ps, checkMaskSize("ipam.ipv6MaskSize", c.IPAM.IPv6MaskSize, set("ipam.ipv6MaskSize") || c.IPAM.IPv6MaskSize != 0, c.IPAM.IPv6Pool, 128)...)
 	ps = append(ps, checkPrefixes("ipam.serviceCIDRs", c.IPAM.ServiceCIDRs)...)
-	ps = append(ps, checkPrefixes("ipam.sharedPrefixes", c.IPAM.SharedPrefixes)...)
-	for i, p := range c.IPAM.SharedPrefixes {
-		if pp, err := netip.ParsePrefix(p); err == nil && !pp.Addr().Is6() {
-			ps = append(ps, problem{fmt.Sprintf("ipam.sharedPrefixes[%d]", i), p + " is not IPv6", "pod segments are carved from IPv6 node prefixes only"})
+	for key, list := range map[string][]string{"ipam.sharedPrefixes": c.IPAM.SharedPrefixes, "ipam.firstClaimPrefixes": c.IPAM.FirstClaimPrefixes} {
+		ps = append(ps, checkPrefixes(key, list)...)
+		for i, p := range list {
+			if pp, err := netip.ParsePrefix(p); err == nil && !pp.Addr().Is6() {
+				ps = append(ps, problem{fmt.Sprintf("%s[%d]", key, i), p + " is not IPv6", "pod segments are carved from IPv6 node prefixes only"})
+			}
 		}
 	}
 	var out Errors
@@ -643,6 +650,11 @@ func (c *Config) CSRPolicy() (csrcheck.Policy, error) {
 
 // SharedPrefixesParsed parses ipam.sharedPrefixes (validated at load).
 func (c *Config) SharedPrefixesParsed() []netip.Prefix { return parsedPrefixes(c.IPAM.SharedPrefixes) }
+
+// FirstClaimPrefixesParsed parses ipam.firstClaimPrefixes (validated at load).
+func (c *Config) FirstClaimPrefixesParsed() []netip.Prefix {
+	return parsedPrefixes(c.IPAM.FirstClaimPrefixes)
+}
 
 // InventoryNetworks parses one binding's networks (validated at load).
 func (b Binding) InventoryNetworks() []netip.Prefix { return parsedPrefixes(b.Networks) }
