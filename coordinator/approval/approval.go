@@ -229,9 +229,13 @@ func decideChecked(in Input, sans []string) Decision {
 			Reason: fmt.Sprintf("the node's current serving certificate names %v and is still valid; this request names %v. "+
 				"Left pending: approve it by hand (kubectl certificate approve %s) if the change is expected", in.PreviousSANs, sans, in.CSR.Name)}
 	}
-	if in.MaxPending > 0 && in.Pending > in.MaxPending {
+	// The flood guard pauses new names and new Nodes only: the renewal of
+	// the certificate the record names (the same SANs, attested below by
+	// the same enrolled key) goes on, whoever floods.
+	renewal := in.PreviousSANs != nil && slices.Equal(in.PreviousSANs, sans)
+	if in.MaxPending > 0 && in.Pending > in.MaxPending && !renewal {
 		return Decision{Action: Hold, After: floodRecheck, Category: CategoryFloodGuard,
-			Reason: fmt.Sprintf("%d serving CSRs are pending, more than csr.maxPending (%d): automatic approval is paused", in.Pending, in.MaxPending)}
+			Reason: fmt.Sprintf("%d serving CSRs are pending, more than csr.maxPending (%d): automatic approval of new names and new Nodes is paused (renewals of recorded certificates go on)", in.Pending, in.MaxPending)}
 	}
 	if !in.AttestationRequired {
 		return Decision{Action: Approve, Reason: "static checks passed; attestation not required by policy", Category: CategoryStatic}

@@ -224,6 +224,20 @@ func TestDecide(t *testing.T) {
 			in.Attestation = attest(good, contract.VerdictApprove, "ok")
 			return in
 		}, Hold, "paused"},
+		{"a flood never delays the renewal of the recorded certificate", func() Input {
+			in := base(good)
+			in.Pending, in.MaxPending = 101, 100
+			in.PreviousSANs = []string{"dns:node-a", "ip:10.0.0.1"}
+			in.Attestation = attest(good, contract.VerdictApprove, "ok")
+			return in
+		}, Approve, "attested"},
+		{"a flood still pauses a renewal with other names (checks policy)", func() Input {
+			in := base(good)
+			in.Pending, in.MaxPending, in.Renewals = 101, 100, config.RenewOnChecks
+			in.PreviousSANs = []string{"dns:node-a", "ip:10.0.0.7"}
+			in.Attestation = attest(good, contract.VerdictApprove, "ok")
+			return in
+		}, Hold, "paused"},
 		{"first seen after the timeout (coordinator was down), approve policy: reviewed, not approved blind", func() Input {
 			in := base(good)
 			in.Created, in.ReviewRequested, in.OnTimeout = now.Add(-time.Hour), time.Time{}, config.ApproveOnChecks

@@ -60,3 +60,43 @@ func TestFloodGuardCountsNodes(t *testing.T) {
 		}
 	}
 }
+
+// TestFloodNeverDelaysARenewal: Nodes minted with the bootstrap token file
+// two serving CSRs each, past csr.maxPending. New Nodes' certificates wait
+// (ApprovalPaused), but a certified Node's renewal with the names its
+// record holds, attested by its enrolled key, goes on.
+func TestFloodNeverDelaysARenewal(t *testing.T) {
+	if err := admin().CertificatesV1().CertificateSigningRequests().DeleteCollection(t.Context(), metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	startCoordinator(t, "flood-renewal", ipamSettings+"  maxPending: 2\n")
+	certified := register(t, "flood-certified", "10.0.11.20")
+	certified.publish(t, report{providerID: "talos://metal/10.0.11.20"})
+	waitFor(t, 20*time.Second, "flood-certified initialized", func() bool { return initialized(get(t, "flood-certified")) })
+	time.Sleep(time.Second) // csr.minAddressAge
+	certified.csr(t, "flood-certified-1", []string{"flood-certified"}, []string{"10.0.11.20"})
+	certified.attest(t, "flood-certified-1", "")
+	waitFor(t, 20*time.Second, "flood-certified-1 approved", func() bool {
+		c, _ := condition(t, "flood-certified-1")
+		return c.Type == certificatesv1.CertificateApproved
+	})
+	for i := range 3 {
+		name := fmt.Sprintf("flooder-%d", i)
+		flooder := register(t, name, fmt.Sprintf("10.0.11.%d", 30+i))
+		for j := range 2 {
+			flooder.csr(t, fmt.Sprintf("%s-%d", name, j), []string{name}, []string{fmt.Sprintf("10.0.11.%d", 30+i)})
+		}
+	}
+	late := register(t, "flood-new", "10.0.11.21")
+	late.publish(t, report{providerID: "talos://metal/10.0.11.21"})
+	waitFor(t, 20*time.Second, "flood-new initialized", func() bool { return initialized(get(t, "flood-new")) })
+	time.Sleep(time.Second) // csr.minAddressAge
+	late.csr(t, "flood-new-1", []string{"flood-new"}, []string{"10.0.11.21"})
+	waitFor(t, 20*time.Second, "flood-new-1 paused", func() bool { return len(events(t, "flood-new-1", "ApprovalPaused")) > 0 })
+	certified.csr(t, "flood-certified-2", []string{"flood-certified"}, []string{"10.0.11.20"})
+	certified.attest(t, "flood-certified-2", "")
+	waitFor(t, 20*time.Second, "the renewal flood-certified-2 approved", func() bool {
+		c, _ := condition(t, "flood-certified-2")
+		return c.Type == certificatesv1.CertificateApproved
+	})
+}
