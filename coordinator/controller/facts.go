@@ -210,6 +210,11 @@ func (c *Coordinator) names(dns []string, self string, now time.Time) (names, ho
 			// Its identity gives it the name (csrcheck.FromIdentity), or its
 			// certificate does, within the patterns the policy still allows.
 			continue
+		case c.certifies(self, lower, now):
+			// A name nobody's identity gives (a "*" pattern's) stays its
+			// certified holder's against a Node listing it as its Hostname:
+			// one named like it gets it too (csrcheck.PatternOwner).
+			continue
 		}
 		objs, _ := c.nodeIndex.ByIndex(byHostname, lower)
 		for _, o := range objs {

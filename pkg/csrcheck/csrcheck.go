@@ -595,6 +595,12 @@ func CheckDNSSAN(name, node string, facts Facts, policy Policy) error {
 	if FromIdentity(lower, node, policy) {
 		return nil
 	}
+	if owner, _ := PatternOwner(lower, policy); owner != "" && owner != strings.ToLower(node) {
+		if lower == strings.ToLower(node) {
+			return fmt.Errorf("DNS SAN %q is the name csr.allowedDNSNames gives Node %s, and a pattern's name is never a Node's own: rename this Node, or change the pattern", name, owner)
+		}
+		return fmt.Errorf("DNS SAN %q is the name csr.allowedDNSNames gives Node %s", name, owner)
+	}
 	if owner := facts.Hostnames[lower]; owner != "" && owner != node {
 		return retryError{msg: fmt.Sprintf("DNS SAN %q is also Node %s's Hostname; it stays pending", name, owner), name: true}
 	}
@@ -607,15 +613,15 @@ func CheckDNSSAN(name, node string, facts Facts, policy Policy) error {
 }
 
 // FromIdentity reports whether a DNS name is given to node by its
-// authenticated identity (system:node:<node>): the node's own name, or a
-// name an admin pattern derives from it ("{node}" substituted, no "*").
-// Another Node listing such a name as its Hostname holds nothing: names
-// come from the requester's identity, so the squatter's listing loses, not
-// the requester's CSR. Reserved names and other Nodes' names are refused
-// before this is asked.
+// authenticated identity (system:node:<node>): the node's own name, unless
+// a pattern gives that name out (PatternOwner), or a name an admin pattern
+// derives from it ("{node}" substituted, no "*"). Another Node listing such
+// a name as its Hostname holds nothing: names come from the requester's
+// identity, so the squatter's listing loses, not the requester's CSR.
+// Reserved names and other Nodes' names are refused before this is asked.
 func FromIdentity(name, node string, policy Policy) bool {
 	lower := strings.ToLower(name)
-	if lower == strings.ToLower(node) {
+	if _, patterned := PatternOwner(lower, policy); lower == strings.ToLower(node) && !patterned {
 		return true
 	}
 	for _, p := range policy.DNSPatterns {
@@ -626,6 +632,33 @@ func FromIdentity(name, node string, policy Policy) bool {
 	return false
 }
 
+// PatternOwner says whether a csr.allowedDNSNames pattern gives name out
+// (ok), and to which Node: the one a "{node}" pattern derives it from, ""
+// for a "*" pattern (any Node may carry it). A name a pattern gives out is
+// never a Node's own name: a Node named like it gets it only as the pattern
+// gives it, so no order of registration or certification makes a Node wait
+// for its own name (a "*" name is certified to several Nodes), and no Node
+// named after another's "{node}" name is ever certified for it.
+func PatternOwner(name string, policy Policy) (owner string, ok bool) {
+	lower := strings.ToLower(name)
+	for _, p := range policy.DNSPatterns {
+		if strings.Contains(p, "*") {
+			ok = ok || MatchDNSPattern(p, "", lower)
+			continue
+		}
+		before, after, found := strings.Cut(strings.ToLower(p), "{node}")
+		if !found || before == "" && after == "" {
+			continue // "{node}" alone is the own-name rule itself
+		}
+		node, hasPrefix := strings.CutPrefix(lower, before)
+		node, hasSuffix := strings.CutSuffix(node, after)
+		if hasPrefix && hasSuffix && node != "" && len(validation.IsDNS1123Subdomain(node)) == 0 {
+			return node, true
+		}
+	}
+	return "", ok
+}
+
 // IdentityOwners are the node names whose identity gives them name
 // (FromIdentity, the inverse): the name itself, and the name each "{node}"
 // pattern without "*" derives it from. Such a name is refused to every
@@ -633,10 +666,13 @@ func FromIdentity(name, node string, policy Policy) bool {
 // another Node's name through a "*" pattern either.
 func IdentityOwners(name string, policy Policy) []string {
 	lower := strings.ToLower(name)
-	out := []string{lower}
+	var out []string
+	if _, patterned := PatternOwner(lower, policy); !patterned {
+		out = append(out, lower)
+	}
 	for _, p := range policy.DNSPatterns {
 		before, after, ok := strings.Cut(strings.ToLower(p), "{node}")
-		if !ok || strings.Contains(p, "*") || strings.Contains(after, "{node}") {
+		if !ok || strings.Contains(p, "*") || strings.Contains(after, "{node}") || before == "" && after == "" {
 			continue
 		}
 		node, hasPrefix := strings.CutPrefix(lower, before)

@@ -332,7 +332,7 @@ func TestForgedNodeRefusals(t *testing.T) {
 		{"another node's name", []string{"node-a", "node-b"}, "", forged(corev1.NodeAddress{Type: corev1.NodeHostName, Address: "node-b"}), claimed(), "Node node-b's name"},
 		{"another node's hostname", []string{"node-a", "b.example.com"}, "", forged(dns("b.example.com")), claimed(), "Node node-b's name"},
 		{"a name only in its own status", []string{"node-a", "mail.example.org"}, "", forged(dns("mail.example.org")), claimed(), "matches no allowed pattern"},
-		{"pattern for another node", []string{"node-a", "node-c.example.com"}, "", forged(dns("node-c.example.com")), claimed(), "matches no allowed pattern"},
+		{"pattern for another node", []string{"node-a", "node-c.example.com"}, "", forged(dns("node-c.example.com")), claimed(), "gives Node node-c"},
 		{"the kubernetes Service IP", []string{"node-a"}, "10.96.0.1", forged(ip("10.96.0.1")), claimed("10.96.0.1"), "service CIDR"},
 		{"the DNS Service IP", []string{"node-a"}, "10.96.0.10", forged(ip("10.96.0.10")), claimed("10.96.0.10"), "service CIDR"},
 		{"an IP in the pod pool", []string{"node-a"}, "10.244.3.7", forged(ip("10.244.3.7")), claimed("10.244.3.7"), "pod pool"},
