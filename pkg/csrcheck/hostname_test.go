@@ -100,7 +100,7 @@ func TestIdentityOwners(t *testing.T) {
 		{"x.n1.nodes.example.com", []string{"x.n1"}},
 		{".nodes.example.com", []string{".nodes.example.com"}}, // no empty node name
 		{"a.n1.example.com", []string{"a.n1.example.com"}},     // a "*" pattern binds no identity
-		{"ip-1.compute.example.com", nil}, // a "*" name is nobody's, a Node named like it included
+		{"ip-1.compute.example.com", nil},                      // a "*" name is nobody's, a Node named like it included
 	} {
 		got := IdentityOwners(c.name, policy)
 		if !slices.Equal(got, c.want) {
