@@ -364,14 +364,15 @@ func TestAttackClasses(t *testing.T) {
 			t.Fatalf("the victim's Event does not name the holder: %s", ev)
 		}
 		t.Logf("on the victim: %s", ev)
-		// Its CSR for that address is held, never approved, never denied.
+		// Its CSR for that address is denied with the fix, never approved,
+		// never left waiting for a pod CIDR that does not change.
 		victim.csr("v6-victim-serving", []string{"v6-victim"}, "10.0.8.41", inSegment)
 		victim.attest("v6-victim-serving", victim.key)
 		why := refused(t, "v6-victim-serving")
-		if c, _ := csrCondition(t, "v6-victim-serving"); c.Type == certificatesv1.CertificateDenied {
-			t.Fatalf("the victim's CSR was denied: %s", c.Message)
+		if !strings.HasPrefix(why, "denied") || !strings.Contains(why, "kubectl delete node v6-squatter") {
+			t.Fatalf("the victim's CSR: %s; want it denied with the fix", why)
 		}
-		t.Logf("v6-victim-serving, held: %s", why)
+		t.Logf("v6-victim-serving: %s", why)
 		// And the squatter never gets the victim's address certified.
 		sq.csr("v6-squatter-victims", []string{"v6-squatter"}, inSegment)
 		sq.attest("v6-squatter-victims", sq.key)

@@ -27,6 +27,7 @@ ipam:
   ipv4Pool: 10.244.0.0/16
   serviceCIDRs: [10.96.0.0/16]
   firstClaimPrefixes: ["2001:db8:f0::/44"]
+  sharedPrefixes: ["2001:db8:66:6::/64"]
 csr:
   attestationTimeout: 20s
   minAddressAge: 1s
@@ -185,6 +186,28 @@ func TestPrefixAttacks(t *testing.T) {
 		narrow := honestJoin(t, "narrow-1", "10.0.40.7", nil)
 		time.Sleep(time.Second)
 		narrow.certified("narrow-1-serving", []string{"narrow-1"}, "10.0.40.7")
+	})
+
+	// In a shared prefix (one link, many nodes), a later Node's address
+	// inside an existing segment: that Node carves elsewhere, its CSR naming
+	// the address is denied with the fix, never left waiting, and the
+	// Node carries an Event naming the holder.
+	t.Run("a later address inside a shared prefix's segment", func(t *testing.T) {
+		first := v6Join(t, "sh-first", "10.0.46.1", "2001:db8:66:6::1", "2001:db8:66:6::/64")
+		seg := v6PodCIDR(t, first.name)
+		inSeg := seg.Addr().Next().String()
+		later := v6Join(t, "sh-later", "10.0.46.2", inSeg, "2001:db8:66:6::/64")
+		if got := v6PodCIDR(t, later.name); got.Overlaps(seg) || got.Contains(netip.MustParseAddr(inSeg)) {
+			t.Fatalf("sh-later got %s beside sh-first's %s", got, seg)
+		}
+		t.Logf("on sh-later: %s", eventWith(t, later.name, "AddressInOtherPodCIDR"))
+		time.Sleep(time.Second) // csr.minAddressAge
+		later.csr("sh-later-serving", []string{"sh-later"}, "10.0.46.2", inSeg)
+		later.attest("sh-later-serving", later.key)
+		if why := refused(t, "sh-later-serving"); !strings.HasPrefix(why, "denied") || !strings.Contains(why, "kubectl delete node sh-first") {
+			t.Fatalf("sh-later-serving: %s; want it denied with the fix", why)
+		}
+		later.certified("sh-later-v4", []string{"sh-later"}, "10.0.46.2")
 	})
 
 	// Shape 5: a binding added after a carve. The carve stands (pod CIDRs

@@ -208,7 +208,7 @@ func (c *Coordinator) allocate(name string, req ipam.Request) ([]netip.Prefix, e
 func (c *Coordinator) sayPodCIDRConflicts(node *corev1.Node, cidrs []netip.Prefix, current []netip.Addr) {
 	name := node.Name
 	fix := func(holder string) string {
-		return fmt.Sprintf("Delete Node %s (kubectl delete node %s) and restart its kubelet (talosctl -n <its address> service kubelet restart): it registers again and gets another segment", holder, holder)
+		return fmt.Sprintf("delete Node %s (kubectl delete node %s) and restart its kubelet (talosctl -n <its address> service kubelet restart): it registers again and gets another segment", holder, holder)
 	}
 	var bound, inside []string
 	for _, cidr := range cidrs {
@@ -222,7 +222,7 @@ func (c *Coordinator) sayPodCIDRConflicts(node *corev1.Node, cidrs []netip.Prefi
 		}
 	}
 	if len(bound) > 0 && c.say(node, "node", name, corev1.EventTypeWarning, "PodCIDRInBoundNetwork", strings.Join(bound, "; ")+
-		", which the inventory binds to other Nodes: no address there is certified for anyone while this Node holds it, and pod CIDRs never change. "+fix(name)) {
+		", which the inventory binds to other Nodes: no address there is certified for anyone while this Node holds it, and pod CIDRs never change. To free it, "+fix(name)) {
 		c.m.PodCIDRConflicts.Inc()
 	}
 	if len(inside) > 0 {

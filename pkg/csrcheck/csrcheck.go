@@ -127,9 +127,9 @@ type Facts struct {
 	// carry one, and only its own name.
 	APIServerNames []string
 	// PodCIDROf maps an address inside an allocated pod CIDR to the Node
-	// holding that CIDR: never certified for anyone while it does; a
-	// requester other than the holder waits (first claim holds), never
-	// is denied for it.
+	// holding that CIDR: never certified for anyone while it does; denied
+	// to every requester (the holder's is a pod's address), never left
+	// waiting for a pod CIDR that does not change.
 	PodCIDROf map[netip.Addr]string
 	// Bound maps an address the admin's inventory binds to other Nodes
 	// than the requester to why: never certified for it (denied).
@@ -844,7 +844,12 @@ func CheckIP(ip netip.Addr, node string, nodeIPs []netip.Addr, facts Facts, poli
 	case holder == node:
 		return fmt.Errorf("IP SAN %s is inside this Node's own pod CIDR (a pod's address)", ip)
 	case holder != "":
-		return retryError{msg: fmt.Sprintf("IP SAN %s is inside Node %s's pod CIDR; it stays pending while %s holds it", ip, holder, holder), conflict: true}
+		// Denied, not left waiting: a pod CIDR never changes while its
+		// Node exists (a later address in a shared prefix, a binding
+		// added after the carve). The kubelet asks again, and once the
+		// holder is gone its next request is certified.
+		return fmt.Errorf("IP SAN %s is inside Node %s's pod CIDR, which never changes while that Node exists. "+
+			"If the address is this Node's, delete Node %s (kubectl delete node %s) and restart its kubelet: it registers again with another segment", ip, holder, holder, holder)
 	}
 	switch owner := facts.Claims[ip]; {
 	case owner == "":

@@ -190,9 +190,10 @@ func TestCheck(t *testing.T) {
 		{name: "IP recorded for another node stays pending", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a"}, ips: []string{"2001:db8::a"}}) },
 			facts: &Facts{Claims: map[netip.Addr]string{netip.MustParseAddr("2001:db8::a"): "node-b"}}, want: Retry, check: "ip-addresses", inReason: "held by Node node-b"},
 		// Class 9: an honest node whose address falls inside another
-		// node's carved pod segment waits; it is not denied for it.
-		{name: "IP inside another node's pod CIDR stays pending", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a"}, ips: []string{"2001:db8::a"}}) },
-			facts: &Facts{Claims: factsA.Claims, Seen: factsA.Seen, PodCIDROf: map[netip.Addr]string{netip.MustParseAddr("2001:db8::a"): "node-b"}}, want: Retry, check: "ip-addresses", inReason: "inside Node node-b's pod CIDR"},
+		// node's carved pod segment is denied for it, with the fix, never
+		// left waiting for a pod CIDR that does not change.
+		{name: "IP inside another node's pod CIDR is denied", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a"}, ips: []string{"2001:db8::a"}}) },
+			facts: &Facts{Claims: factsA.Claims, Seen: factsA.Seen, PodCIDROf: map[netip.Addr]string{netip.MustParseAddr("2001:db8::a"): "node-b"}}, want: Deny, check: "ip-addresses", inReason: "kubectl delete node node-b"},
 		{name: "IP inside its own pod CIDR", req: func() Request { return goodRequest(t, tmpl{dns: []string{"node-a"}, ips: []string{"2001:db8::a"}}) },
 			facts: &Facts{Claims: factsA.Claims, Seen: factsA.Seen, PodCIDROf: map[netip.Addr]string{netip.MustParseAddr("2001:db8::a"): "node-a"}}, want: Deny, check: "ip-addresses", inReason: "own pod CIDR"},
 		// Class 8: an address the inventory binds to other Nodes is never
