@@ -408,7 +408,11 @@ func (c *Config) validate(doc *document, raw *Config) Errors {
 	ps = append(ps, checkMaskSize("ipam.ipv4MaskSize", c.IPAM.IPv4MaskSize, set("ipam.ipv4MaskSize") || c.IPAM.IPv4MaskSize != 0, c.IPAM.IPv4Pool, 32)...)
 	ps = append(ps, checkMaskSize("ipam.ipv6MaskSize", c.IPAM.IPv6MaskSize, set("ipam.ipv6MaskSize") || c.IPAM.IPv6MaskSize != 0, c.IPAM.IPv6Pool, 128)...)
 	ps = append(ps, checkPrefixes("ipam.serviceCIDRs", c.IPAM.ServiceCIDRs)...)
-	for key, list := range map[string][]string{"ipam.sharedPrefixes": c.IPAM.SharedPrefixes, "ipam.firstClaimPrefixes": c.IPAM.FirstClaimPrefixes} {
+	for _, l := range []struct {
+		key  string
+		list []string
+	}{{"ipam.sharedPrefixes", c.IPAM.SharedPrefixes}, {"ipam.firstClaimPrefixes", c.IPAM.FirstClaimPrefixes}} {
+		key, list := l.key, l.list
 		ps = append(ps, checkPrefixes(key, list)...)
 		for i, p := range list {
 			if pp, err := netip.ParsePrefix(p); err == nil && !pp.Addr().Is6() {

@@ -323,3 +323,19 @@ func TestCertificateDuration(t *testing.T) {
 		}
 	}
 }
+
+// ipam.firstClaimPrefixes is checked like ipam.sharedPrefixes: IPv6
+// prefixes only, each error at its entry.
+func TestFirstClaimPrefixes(t *testing.T) {
+	if _, err := Parse([]byte("ipam: {firstClaimPrefixes: ['2001:db8::/32']}\n")); err != nil {
+		t.Fatalf("a valid list: %v", err)
+	}
+	for in, want := range map[string]string{
+		"ipam: {firstClaimPrefixes: ['10.0.0.0/8']}\n": "ipam.firstClaimPrefixes[0]",
+		"ipam: {firstClaimPrefixes: ['nonsense']}\n":   "ipam.firstClaimPrefixes",
+	} {
+		if _, err := Parse([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want an error naming %s", in, err, want)
+		}
+	}
+}
