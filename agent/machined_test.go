@@ -147,11 +147,37 @@ func TestAgentNotRegistered(t *testing.T) {
 			c, body := readyz(metrics)
 			return c == http.StatusServiceUnavailable && strings.Contains(body, "machined refused this process")
 		})
-		if !strings.Contains(logs.String(), `"level":"ERROR","msg":"cannot read facts: run the agent as the Talos system extension, or with --facts=cmdline in a static pod"`) {
+		if !strings.Contains(logs.String(), `"level":"ERROR","msg":"cannot read facts: run the agent as the Talos system extension, or with --facts=auto`) {
 			t.Errorf("the refusal is not an error in the log:\n%s", logs)
 		}
 		if zoneIs(t, n.Name, "zone-1")() {
 			t.Error("a refused agent labelled its Node from facts it cannot have")
+		}
+	})
+
+	// Under workloadIsolation, Talos v1.14.0-v1.14.1 refuse the agent's
+	// ContainerConfig and say nothing of the node's name, and the kernel
+	// command line rarely does: the kubelet's client certificate does.
+	t.Run("auto without a node name takes the certificate's", func(t *testing.T) {
+		n := unregisteredNode(t, "isolated-auto", "10.1.0.33")
+		cmdline := filepath.Join(t.TempDir(), "cmdline")
+		if err := os.WriteFile(cmdline, []byte("console=ttyS0 talos.platform=metal\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, logs, _ := extensionAgent(t, n, "--facts", "auto", "--cmdline-file", cmdline)
+		cs := kubernetes.NewForConfigOrDie(cluster.Admin())
+		waitUntil(t, 30*time.Second, "the Node's metadata from the kernel command line", func() bool {
+			node, err := cs.CoreV1().Nodes().Get(t.Context(), n.Name, metav1.GetOptions{})
+			if err != nil {
+				return false
+			}
+			md, err := contract.DecodeMetadata(node.Annotations[contract.AnnotationMetadata])
+			return err == nil && md.Platform == "metal"
+		})
+		for _, want := range []string{"node name from the kubelet's client certificate", "workloadIsolation", "falling back to degraded facts"} {
+			if !strings.Contains(logs.String(), want) {
+				t.Errorf("the log does not say %q:\n%s", want, logs)
+			}
 		}
 	})
 

@@ -322,6 +322,15 @@ func (a *Agent) useCredentials(l kubecreds.Loaded) {
 		return
 	}
 	a.client = cs
+	if a.nodeName == "" {
+		// Machined may never tell (it refuses a ContainerConfig under
+		// workloadIsolation on Talos v1.14.0-v1.14.1): the credentials'
+		// own identity is the one Node they may write anyway.
+		if name, err := l.NodeName(); err == nil {
+			a.nodeName = name
+			a.log.Info("node name from the kubelet's client certificate", "node", name)
+		}
+	}
 	if server := cfg.Host + "\x00" + cfg.CAFile + "\x00" + string(cfg.CAData); server != a.apiServer {
 		// Another API server: the last patch's version says nothing there.
 		a.apiServer, a.lastWrite = server, nil
@@ -378,7 +387,7 @@ func (a *Agent) sync(ctx context.Context) error {
 	case a.client == nil:
 		return a.waiting("the kubelet's kubeconfig")
 	case a.nodeName == "":
-		return a.waiting("the node name from Talos (or --node-name)")
+		return a.waiting("the node name from Talos, the kubelet's client certificate, or --node-name")
 	case a.facts == nil:
 		return a.waiting("facts from machined")
 	case !a.haveAddrs:

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -201,4 +202,27 @@ func Watch(ctx context.Context, path string, interval time.Duration, from Loaded
 		}
 	}()
 	return out
+}
+
+// NodeName is the node name in the client certificate (its common name,
+// system:node:<name>): the identity the API server authenticates, and
+// the only Node NodeRestriction lets these credentials write. It is how
+// an agent that machined refuses learns its name.
+func (l Loaded) NodeName() (string, error) {
+	if l.Config == nil || len(l.Config.CertData) == 0 {
+		return "", errors.New("the kubeconfig holds no client certificate")
+	}
+	pair, err := tls.X509KeyPair(l.Config.CertData, l.Config.KeyData)
+	if err != nil {
+		return "", err
+	}
+	cert, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return "", err
+	}
+	name, ok := strings.CutPrefix(cert.Subject.CommonName, "system:node:")
+	if !ok || name == "" {
+		return "", fmt.Errorf("the client certificate's common name %q is not a node's (system:node:<name>)", cert.Subject.CommonName)
+	}
+	return name, nil
 }

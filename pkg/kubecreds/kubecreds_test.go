@@ -295,3 +295,22 @@ func TestWatchStartsFromTheReadingItIsGiven(t *testing.T) {
 		t.Fatal("rotation not noticed")
 	}
 }
+
+// TestNodeNameFromTheCertificate: the node name is the client
+// certificate's system:node:<name>, and nothing else passes for one.
+func TestNodeNameFromTheCertificate(t *testing.T) {
+	for cn, want := range map[string]string{"system:node:w-1": "w-1", "system:node:": "", "w-1": "", "system:admin": ""} {
+		kc, _ := writeKubeconfig(t, selfSigned(t, cn))
+		l, err := Load(kc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := l.NodeName()
+		if got != want || (want == "") != (err != nil) {
+			t.Errorf("CN %q: NodeName() = %q, %v; want %q", cn, got, err, want)
+		}
+	}
+	if _, err := (Loaded{}).NodeName(); err == nil {
+		t.Error("no credentials gave a node name")
+	}
+}

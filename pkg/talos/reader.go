@@ -67,7 +67,8 @@ type Reader struct {
 // ErrRefused is machined refusing this process its socket: it authorizes
 // only the PIDs (and mount namespaces) of services it runs itself, so only
 // a system extension service may read it, never a static pod (Talos 1.13+).
-var ErrRefused = errors.New("machined refused this process: only a service Talos runs (the nodeinit-agent system extension, ext-nodeinit-agent) may read its socket; a static pod may not since Talos 1.13")
+var ErrRefused = errors.New("machined refused this process: only a service Talos runs may read its socket (the system extension ext-nodeinit-agent, or the ContainerConfig ctr-nodeinit-agent); a static pod may not since Talos 1.13, " +
+	"and under SecurityProfileConfig workloadIsolation (on in clusters created with Talos 1.14) Talos v1.14.0-v1.14.1 refuse a ContainerConfig too (they record its PID in sandboxd's namespace; fixed upstream in 41475c9c)")
 
 // Refused reports whether err is machined's PermissionDenied.
 func Refused(err error) bool {
@@ -198,7 +199,7 @@ func refusedBackoff(b wait.Backoff) wait.Backoff {
 // fallBack logs a refusal once, loudly, and publishes the fallback facts.
 func (r *Reader) fallBack(log *slog.Logger, err error, update func(facts.Talos)) {
 	if r.Fallback == nil {
-		log.Error("cannot read facts: run the agent as the Talos system extension, or with --facts=cmdline in a static pod",
+		log.Error("cannot read facts: run the agent as the Talos system extension, or with --facts=auto (the install's default: the kernel command line's facts while machined refuses)",
 			"socket", r.socket(), "err", err)
 		return
 	}
@@ -208,7 +209,7 @@ func (r *Reader) fallBack(log *slog.Logger, err error, update func(facts.Talos))
 		return
 	}
 	f.Degraded = err.Error() + "; " + f.Degraded
-	log.Error("falling back to degraded facts; run the agent as the Talos system extension for complete ones",
+	log.Error("falling back to degraded facts from the kernel command line (the platform; no region, zone, instance type, instance ID or VIPs): the Node is initialized without them. For complete facts run the agent as the Talos system extension, or on a Talos release that admits a ContainerConfig under workloadIsolation",
 		"socket", r.socket(), "err", err)
 	update(f)
 }
