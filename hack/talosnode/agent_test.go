@@ -125,10 +125,14 @@ func TestAgentAsContainerConfig(t *testing.T) {
 }
 
 // The same under SecurityProfileConfig.workloadIsolation, the default of
-// clusters created with Talos 1.14: machined runs the CRI containerd, and
-// so the container, in sandboxd's PID and mount namespace (container mode
-// never does; hack/talos/patches/sandboxd-container.go.patch lets this
-// node). machined then refuses the agent: see isolatedAgentRefused.
+// clusters created with Talos 1.14, with no security setting changed:
+// machined runs the CRI containerd, and so the container, in sandboxd's PID
+// and mount namespace (container mode never does;
+// hack/talos/patches/sandboxd-container.go.patch lets this node). machined
+// then refuses the agent (isolatedAgentRefused); with the shipped
+// --facts=auto it publishes the kernel command line's facts and its name
+// from the kubelet's certificate, and the coordinator initializes the Node
+// and approves its kubelet's serving certificate all the same.
 func TestAgentAsContainerConfigUnderWorkloadIsolation(t *testing.T) {
 	root := repoRoot(t)
 	agent := gobuild.Binary(t, filepath.Join(root, "agent"))
@@ -306,8 +310,7 @@ users:
 	}
 	admin := kubernetes.NewForConfigOrDie(cluster.Admin())
 	if cfg.Sandboxd {
-		isolatedAgentRefused(t, ctx, admin, name, line)
-		return
+		isolatedAgentRefused(t, line)
 	}
 	var node *corev1.Node
 	deadline := time.Now().Add(90 * time.Second)
@@ -333,8 +336,13 @@ users:
 	}
 	// Read from machined's socket through its authorization: the platform
 	// (container mode) and the hostname Talos resolved.
-	if md.Platform != "container" || md.Hostname != name || md.AgentKey == "" {
-		t.Errorf("metadata %+v: want platform container and hostname %s from machined, and the agent's key", md, name)
+	switch {
+	case md.AgentKey == "":
+		t.Errorf("metadata %+v: want the agent's key", md)
+	case cfg.Sandboxd && md.Platform == "container":
+		t.Errorf("metadata %+v: machined admitted the agent under workloadIsolation; Talos may have fixed it: update the docs", md)
+	case !cfg.Sandboxd && (md.Platform != "container" || md.Hostname != name):
+		t.Errorf("metadata %+v: want platform container and hostname %s from machined", md, name)
 	}
 	// The coordinator initializes the Node (pod CIDR, the uninitialized
 	// taint removed) and, on the agent's attestation, approves the
@@ -350,7 +358,7 @@ users:
 		}
 	}
 	t.Logf("initialized: podCIDRs %v", node.Spec.PodCIDRs)
-	if bytes.Contains(docs, []byte(rulesLabel)) && node.Labels[rulesLabel] != "applied" {
+	if !cfg.Sandboxd && bytes.Contains(docs, []byte(rulesLabel)) && node.Labels[rulesLabel] != "applied" { // (its rule matches machined's platform)
 		t.Errorf("Node %s lacks %s from the rules in its machine config: labels %v", name, rulesLabel, node.Labels)
 	}
 	if err := k.StartServing(ctx); err != nil {
@@ -631,7 +639,7 @@ func listenIn(netns, addr string) (net.Listener, error) {
 // machined then refuses the agent, and would admit, as the agent, whatever
 // process of its own namespace holds that number. If Talos translates the
 // PID one day, this test fails and the README's advice can change.
-func isolatedAgentRefused(t *testing.T, ctx context.Context, admin kubernetes.Interface, name, started string) {
+func isolatedAgentRefused(t *testing.T, started string) {
 	t.Helper()
 	m := regexp.MustCompile(`"pid": (\d+)`).FindStringSubmatch(started)
 	if m == nil {
@@ -663,16 +671,6 @@ func isolatedAgentRefused(t *testing.T, ctx context.Context, admin kubernetes.In
 	t.Logf("machined recorded PID %d for ctr-nodeinit-agent; the agent is PID %d in machined's namespace and %d in sandboxd's", recorded, nspid[1], nspid[2])
 	if recorded != nspid[2] || recorded == nspid[1] {
 		t.Errorf("machined recorded PID %d: no longer the PID in sandboxd's namespace (%d) instead of its own (%d); Talos may have fixed this: update the README", recorded, nspid[2], nspid[1])
-	}
-	// Refused: the agent never reads machined's facts, so it publishes none.
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		node, err := admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err == nil && node.Annotations[contract.AnnotationMetadata] != "" {
-			t.Errorf("the agent published its facts under workloadIsolation: machined admitted it (%s)", node.Annotations[contract.AnnotationMetadata])
-			return
-		}
-		time.Sleep(time.Second)
 	}
 }
 
