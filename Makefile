@@ -93,10 +93,12 @@ clean: ## remove build outputs (the kube-tools cache is kept)
 manifests: ## install files rendered from coordinator/deploy: bin/manifests/nodeinit-coordinator.yaml (kubectl), talos-patch.yaml, talos-unpatch.yaml (machine config) and their -1.14 forms; IMAGE=REPO: the coordinator image you pushed
 	$(GO) -C hack/manifests run . -deploy $(CURDIR)/coordinator/deploy -out $(abspath $(BIN))/manifests $(if $(IMAGE),-image $(IMAGE))
 
-install-patch: ## the machine-config patches that install everything, validated with Talos's machinery: bin/install/ (IMAGE=REPO AGENT_IMAGE=REF [MODE=container|extension] [TALOS_CONFIG=multidoc|v1alpha1] [RULES=FILE] [CONFIG=FILE] [AGENT_ENV="NODEINIT_X=y"] [WORKLOAD_ISOLATION=off] [REPLICAS=1])
+comma := ,
+space := $(subst ,, )
+install-patch: ## the machine-config patches that install everything, validated with Talos's machinery: bin/install/ (IMAGE=REPO AGENT_IMAGE=REF MACHINE_CONFIG=cp.yaml,worker.yaml [MODE=container|extension] [RULES=FILE] [CONFIG=FILE] [AGENT_ENV="NODEINIT_X=y"] [REPLICAS=1])
 	$(GO) -C hack/manifests run . install -deploy $(CURDIR)/coordinator/deploy -extension $(CURDIR)/extension -out $(abspath $(BIN))/install \
-		-form $(or $(TALOS_CONFIG),multidoc) -mode $(or $(MODE),container) -image "$(IMAGE)" -agent-image "$(AGENT_IMAGE)" \
-		$(if $(RULES),-rules $(abspath $(RULES))) $(if $(CONFIG),-coordinator-config $(abspath $(CONFIG))) -env "$(AGENT_ENV)" -workload-isolation "$(WORKLOAD_ISOLATION)" $(if $(REPLICAS),-replicas $(REPLICAS))
+		-form "$(TALOS_CONFIG)" -mode "$(MODE)" -image "$(IMAGE)" -agent-image "$(AGENT_IMAGE)" \
+		$(if $(RULES),-rules $(abspath $(RULES))) $(if $(CONFIG),-coordinator-config $(abspath $(CONFIG))) -env "$(AGENT_ENV)" $(if $(MACHINE_CONFIG),-machine-config "$(subst $(space),$(comma),$(foreach f,$(subst $(comma), ,$(MACHINE_CONFIG)),$(abspath $(f))))") $(if $(REPLICAS),-replicas $(REPLICAS))
 
 release: images extension ## push the images (amd64+arm64) and the Helm chart (OCI) to REGISTRY, and write the install assets pinned by digest to bin/release (VERSION=vX.Y.Z REGISTRY=host/path [COSIGN_KEY=cosign.key: sign and verify])
 	$(GO) -C hack/manifests run . release -version "$(VERSION)" -registry "$(REGISTRY)" -bin $(abspath $(BIN)) \

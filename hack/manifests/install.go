@@ -64,11 +64,10 @@ type Install struct {
 	// CoordinatorConfig is coordinator.yaml (or the coordinator's
 	// ConfigMap holding it); empty: the shipped one.
 	CoordinatorConfig []byte
-	// IsolationOff says the user checked that the cluster's
-	// SecurityProfileConfig.workloadIsolation is off: Talos v1.14.1 refuses
-	// a machinedAccess container under it, and clusters created with 1.14
-	// have it on, so MODE=container with the multidoc form requires it.
-	IsolationOff bool
+	// Clusters are the cluster's own machine configurations (one per node
+	// type given): decide reads the form and mode from them, and each
+	// patch is validated on the configuration of its node type too.
+	Clusters []Cluster
 	// Replicas is the coordinator Deployment's replicas; 0: as shipped (2).
 	// A cluster with a single control-plane node holds one: the replicas
 	// share the host network there, and a second stays Pending.
@@ -126,7 +125,7 @@ func (in Install) Render(deployDir, extensionDir string) (map[string][]byte, err
 	named := in.Mode == ModeContainer || in.Form == FormMultidoc
 	again := upgradeHint(named)
 	if in.Mode == ModeContainer {
-		again += ".\nThe agent's ContainerConfig needs SecurityProfileConfig.workloadIsolation off: Talos v1.14.1 refuses it otherwise"
+		again += ".\nUnder SecurityProfileConfig.workloadIsolation, Talos v1.14.0-v1.14.1 refuse the agent's container on machined's socket: it then publishes the kernel command line's facts (--facts=auto)"
 	}
 	header := fmt.Sprintf("talos-nodeinit %s: installs the agent (%s) and the coordinator. Rendered by `make install-patch`;\n"+
 		"apply with `talosctl patch mc --patch @FILE`. %s.\n%s removes the documents it added.", release, in.Mode, again, InstallRemove)
@@ -170,6 +169,13 @@ func (in Install) Render(deployDir, extensionDir string) (map[string][]byte, err
 		if err := validateInstall(in.Form, typ, b); err != nil {
 			return nil, fmt.Errorf("%s does not pass Talos's validation: %w", name, err)
 		}
+		for _, c := range in.Clusters {
+			if typ == machine.TypeUnknown || c.Type == typ {
+				if err := c.validateOn(b); err != nil {
+					return nil, fmt.Errorf("%s does not pass Talos's validation on the cluster's own configuration: %w", name, err)
+				}
+			}
+		}
 		out[name] = b
 	}
 	out[InstallRemove] = in.uninstall(release, named)
@@ -178,6 +184,28 @@ func (in Install) Render(deployDir, extensionDir string) (map[string][]byte, err
 	// newer patch `kubectl apply --server-side -f` this file updates them.
 	out[InstallObjects] = manifest
 	return out, nil
+}
+
+// ipv4Pool is the coordinator configuration's ipam.ipv4Pool, as Render
+// will ship it ("" when it allocates none).
+func (in Install) ipv4Pool(deployDir string) (string, error) {
+	_, rendered, err := renderCoordinator(deployDir, CoordinatorImage, in.Coordinator)
+	if err != nil {
+		return "", err
+	}
+	if len(in.CoordinatorConfig) > 0 {
+		if rendered, err = withCoordinatorConfig(rendered, in.CoordinatorConfig); err != nil {
+			return "", err
+		}
+	}
+	cfg, err := config.Parse(rendered)
+	if err != nil {
+		return "", fmt.Errorf("the coordinator's configuration: %w", err)
+	}
+	if !cfg.IPAMEnabled() {
+		return "", nil
+	}
+	return cfg.IPAM.IPv4Pool, nil
 }
 
 // check refuses what cannot be installed, every problem at once; it returns
@@ -195,11 +223,6 @@ func (in Install) check() ([]byte, []string, error) {
 	}
 	if in.Mode == ModeContainer && in.AgentImage == "" {
 		errs = append(errs, errors.New("AGENT_IMAGE is required with MODE=container: the agent image you pushed, e.g. AGENT_IMAGE=registry.example.com/nodeinit-agent-pod:v0.1.0 or …@sha256:…"))
-	}
-	if in.Mode == ModeContainer && in.Form == FormMultidoc && !in.IsolationOff {
-		errs = append(errs, errors.New("MODE=container on a cluster created with Talos 1.14: its SecurityProfileConfig.workloadIsolation is on unless someone turned it off, "+
-			"and Talos v1.14.1 then refuses the agent's container on machined's socket (the README's Talos 1.14 settings). "+
-			"Check `talosctl get mc -o yaml | grep workloadIsolation`: if it is false, say WORKLOAD_ISOLATION=off; otherwise use MODE=extension"))
 	}
 	if in.Mode == ModeExtension && in.AgentImage != "" {
 		errs = append(errs, errors.New("AGENT_IMAGE is for MODE=container: the extension's agent is in the Talos image"))

@@ -112,7 +112,7 @@ func TestInstallPatches(t *testing.T) {
 				render := func(agentImage, rules string) map[string][]byte {
 					t.Helper()
 					in := Install{Form: form, Mode: mode, Coordinator: "registry.example.com/nodeinit-coordinator", Rules: []byte(rules),
-						Env: []string{"NODEINIT_PROVIDER_ID_POLICY=talos-fallback"}, IsolationOff: true}
+						Env: []string{"NODEINIT_PROVIDER_ID_POLICY=talos-fallback"}}
 					if mode == ModeContainer {
 						in.AgentImage = agentImage
 					}
@@ -197,7 +197,7 @@ func TestInstallPatches(t *testing.T) {
 		}
 	}
 	// Each form's patch on the other's cluster: Talos refuses it.
-	in := Install{Form: FormMultidoc, Mode: ModeContainer, Coordinator: "registry.example.com/nodeinit-coordinator", AgentImage: "registry.example.com/nodeinit-agent:v1", IsolationOff: true}
+	in := Install{Form: FormMultidoc, Mode: ModeContainer, Coordinator: "registry.example.com/nodeinit-coordinator", AgentImage: "registry.example.com/nodeinit-agent:v1"}
 	multi, err := in.Render(deployDir, extensionDir)
 	if err != nil {
 		t.Fatal(err)
@@ -238,7 +238,7 @@ func sameConfig(t *testing.T, a, b talosconfig.Provider) bool {
 
 // Bad input is refused with what to do, before anything is written.
 func TestInstallRefuses(t *testing.T) {
-	ok := Install{Form: FormMultidoc, Mode: ModeContainer, Coordinator: "registry.example.com/nodeinit-coordinator", AgentImage: "registry.example.com/nodeinit-agent:v1", IsolationOff: true}
+	ok := Install{Form: FormMultidoc, Mode: ModeContainer, Coordinator: "registry.example.com/nodeinit-coordinator", AgentImage: "registry.example.com/nodeinit-agent:v1"}
 	for _, tc := range []struct {
 		name string
 		edit func(*Install)
@@ -252,7 +252,6 @@ func TestInstallRefuses(t *testing.T) {
 		{"an unknown mode", func(i *Install) { i.Mode = "pod" }, `MODE="pod"`},
 		{"bad rules", func(i *Install) { i.Rules = []byte("transformations:\n  - name: x\n    labels: [a]\n") }, "RULES: "},
 		{"a bad setting", func(i *Install) { i.Env = []string{"PROVIDER_ID_POLICY=never"} }, "want NODEINIT_NAME=value"},
-		{"a container on a 1.14 cluster, isolation not checked", func(i *Install) { i.IsolationOff = false }, "WORKLOAD_ISOLATION=off"},
 		{"a bad coordinator configuration", func(i *Install) { i.CoordinatorConfig = []byte("clusterName: \"bad name!\"\n") }, "the coordinator's configuration"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -284,7 +283,7 @@ func TestAgentValidatesTheInstallPatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, mode := range []Mode{ModeContainer, ModeExtension} {
-		in := Install{Form: FormMultidoc, Mode: mode, Coordinator: "registry.example.com/nodeinit-coordinator", Rules: rules, Env: []string{"NODEINIT_PROVIDER_ID_POLICY=talos-fallback"}, IsolationOff: true}
+		in := Install{Form: FormMultidoc, Mode: mode, Coordinator: "registry.example.com/nodeinit-coordinator", Rules: rules, Env: []string{"NODEINIT_PROVIDER_ID_POLICY=talos-fallback"}}
 		if mode == ModeContainer {
 			in.AgentImage = "registry.example.com/nodeinit-agent:v1"
 		}
@@ -353,12 +352,25 @@ func TestREADMEInstallPatchCommand(t *testing.T) {
 	}
 	files["nodeinit-rules.yaml"] = write("nodeinit-rules.yaml", string(migrated))
 	files["coordinator-fragment.yaml"] = filepath.Join(dir, "coordinator-fragment.yaml")
+	// The cluster's own configurations, as Talos generates them: created
+	// with 1.14 for the install; created with 1.13 and upgraded to 1.14 for
+	// the migration (a cluster that ran Talos CCM long enough).
+	upgraded := func(s string) string {
+		return strings.Replace(s, "\n    install:\n", "\n    install:\n        image: ghcr.io/siderolabs/installer:v1.14.1\n", 1)
+	}
+	clusters := [][2]string{
+		{write("cp14.yaml", string(asResource(generated(t, talosconfig.TalosVersion1_14, machine.TypeControlPlane, nil)))), write("w14.yaml", string(generated(t, talosconfig.TalosVersion1_14, machine.TypeWorker, nil)))},
+		{write("cp13.yaml", string(generated(t, talosconfig.TalosVersion1_13, machine.TypeControlPlane, upgraded))), write("w13.yaml", string(generated(t, talosconfig.TalosVersion1_13, machine.TypeWorker, upgraded)))},
+	}
 	for i, cmd := range cmds {
 		out := filepath.Join(dir, strconv.Itoa(i))
 		args := []string{"-C", "../..", "-s", "BIN=" + out}
 		for _, f := range strings.Fields(strings.TrimPrefix(cmd, "make "))[1:] {
 			if k, v, ok := strings.Cut(f, "="); ok && files[v] != "" {
 				f = k + "=" + files[v]
+			}
+			if k, v, ok := strings.Cut(f, "="); ok && k == "MACHINE_CONFIG" && v == "cp.yaml,worker.yaml" {
+				f = k + "=" + clusters[i][0] + "," + clusters[i][1]
 			}
 			args = append(args, f)
 		}
@@ -368,8 +380,11 @@ func TestREADMEInstallPatchCommand(t *testing.T) {
 			t.Fatalf("%s: %v\n%s", cmd, err, output)
 		}
 		want, others := InstallWorker, []string{InstallControlPlane, InstallRemove, InstallObjects}
-		if strings.Contains(cmd, "TALOS_CONFIG=v1alpha1") {
+		if i == 1 {
 			want, others = InstallAll, []string{InstallRemove, InstallObjects}
+		}
+		if !strings.Contains(string(output), "decided: config form") {
+			t.Errorf("%s: the renderer did not say what it read from the cluster:\n%s", cmd, output)
 		}
 		worker, err := os.ReadFile(filepath.Join(out, "install", want))
 		if err != nil {
@@ -411,7 +426,7 @@ environment:
   - NODEINIT_PROVIDER_ID_POLICY=talos-fallback
 `)
 	in := Install{Form: FormMultidoc, Mode: ModeContainer, Coordinator: "registry.example.com/nodeinit-coordinator",
-		AgentImage: "registry.example.com/nodeinit-agent-pod:v1", Rules: migrated, Env: []string{"NODEINIT_LOG_FORMAT=json"}, IsolationOff: true}
+		AgentImage: "registry.example.com/nodeinit-agent-pod:v1", Rules: migrated, Env: []string{"NODEINIT_LOG_FORMAT=json"}}
 	files, err := in.Render(deployDir, extensionDir)
 	if err != nil {
 		t.Fatal(err)

@@ -64,14 +64,14 @@ func installMain(args []string) int {
 	deploy := fs.String("deploy", "../../coordinator/deploy", "the coordinator's kustomization `DIR`")
 	extension := fs.String("extension", "../../extension", "the shipped agent documents' `DIR`")
 	out := fs.String("out", "../../bin/install", "output `DIR`")
-	form := fs.String("form", string(FormMultidoc), "how the cluster's machine config is written: multidoc (created with Talos 1.14) or v1alpha1 (created with 1.13 or earlier)")
-	mode := fs.String("mode", string(ModeContainer), "container (Talos 1.14 ContainerConfig: no image rebuild, no reboot) or extension")
+	machineConfigs := fs.String("machine-config", "", "comma-separated `FILES`: the cluster's own machine configurations (`talosctl -n <node> get mc -o yaml`, a control-plane node's and a worker's); the form, mode and checks are read from them")
+	form := fs.String("form", "", "how the cluster's machine config is written: multidoc (created with Talos 1.14) or v1alpha1 (created with 1.13 or earlier); read from -machine-config when given")
+	mode := fs.String("mode", "", "container (Talos 1.14 ContainerConfig: no image rebuild, no reboot) or extension; read from -machine-config when given (default container)")
 	image := fs.String("image", "", "the `REPOSITORY` you pushed the coordinator image to (required)")
 	agentImage := fs.String("agent-image", "", "the agent image `REF` you pushed (required with -mode container)")
 	rulesFile := fs.String("rules", "", "a rules `FILE` (Talos CCM's transformations); none when empty")
 	configFile := fs.String("coordinator-config", "", "the coordinator's coordinator.yaml `FILE`; the shipped one when empty")
 	env := fs.String("env", "", "the agent's settings, space-separated NODEINIT_NAME=value")
-	isolation := fs.String("workload-isolation", "", "off: you checked that the cluster's SecurityProfileConfig.workloadIsolation is off (needed for -mode container on a cluster created with Talos 1.14)")
 	replicas := fs.String("replicas", "", "the coordinator's `N` of replicas (default: as shipped, 2); 1 on a cluster with one control-plane node")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -84,7 +84,7 @@ func installMain(args []string) int {
 			return 2
 		}
 	}
-	in := Install{Form: Form(*form), Mode: Mode(*mode), Coordinator: *image, AgentImage: *agentImage, Env: strings.Fields(*env), IsolationOff: *isolation == "off", Replicas: n}
+	in := Install{Form: Form(*form), Mode: Mode(*mode), Coordinator: *image, AgentImage: *agentImage, Env: strings.Fields(*env), Replicas: n}
 	var err error
 	if *rulesFile != "" {
 		if in.Rules, err = os.ReadFile(*rulesFile); err != nil {
@@ -97,6 +97,43 @@ func installMain(args []string) int {
 			fmt.Fprintf(os.Stderr, "install: CONFIG: %v\n", err)
 			return 2
 		}
+	}
+	if *machineConfigs != "" {
+		for _, f := range strings.Split(*machineConfigs, ",") {
+			raw, err := os.ReadFile(f)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "install: MACHINE_CONFIG: %v\n", err)
+				return 2
+			}
+			c, err := ReadCluster(f, raw)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "install: MACHINE_CONFIG: %v\n", err)
+				return 2
+			}
+			in.Clusters = append(in.Clusters, c)
+		}
+		pool, err := in.ipv4Pool(*deploy)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "install: %v\n", err)
+			return 1
+		}
+		said, err := in.decide(in.Clusters, pool)
+		for _, s := range said {
+			fmt.Println("decided: " + s)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "install: refused, nothing written:\n%v\n", err)
+			return 1
+		}
+	} else {
+		if in.Form == "" {
+			in.Form = FormMultidoc
+		}
+		if in.Mode == "" {
+			in.Mode = ModeContainer
+		}
+		fmt.Println("no MACHINE_CONFIG: the form (" + string(in.Form) + ") and mode (" + string(in.Mode) + ") are as given or defaulted, not read from your cluster; " +
+			"give MACHINE_CONFIG=cp.yaml,worker.yaml (talosctl -n <node> get mc -o yaml > cp.yaml) to have them read and checked")
 	}
 	files, err := in.Render(*deploy, *extension)
 	if err != nil {

@@ -122,21 +122,29 @@ func (r Publish) Run() ([]Published, error) {
 	}
 	manifest := pinDigest(Manifest(r.Version, rendered), coordinator)
 	files["nodeinit-coordinator.yaml"] = manifest
-	for _, form := range []Form{FormMultidoc, FormV1Alpha1} {
-		// Container mode; its header says it needs workloadIsolation off.
-		in := Install{Form: form, Mode: ModeContainer, Coordinator: r.Registry + "/nodeinit-coordinator", AgentImage: agentPod.Ref + "@" + agentPod.Digest, IsolationOff: true}
-		patches, err := in.Render(r.Deploy, r.Extdir)
-		if err != nil {
-			return nil, err
-		}
-		for f, b := range patches {
-			if f == InstallObjects {
-				continue
+	// Every form and mode: the container patches publish the kernel
+	// command line's facts where workloadIsolation keeps machined closed
+	// (--facts=auto); the extension ones need the extension in the image.
+	for _, mode := range []Mode{ModeContainer, ModeExtension} {
+		for _, form := range []Form{FormMultidoc, FormV1Alpha1} {
+			in := Install{Form: form, Mode: mode, Coordinator: r.Registry + "/nodeinit-coordinator"}
+			if mode == ModeContainer {
+				in.AgentImage = agentPod.Ref + "@" + agentPod.Digest
 			}
-			if form == FormV1Alpha1 && f != InstallAll {
-				continue // the multidoc form's uninstall serves both: it deletes the same documents
+			patches, err := in.Render(r.Deploy, r.Extdir)
+			if err != nil {
+				return nil, err
 			}
-			files[strings.TrimSuffix(f, ".yaml")+map[Form]string{FormMultidoc: "", FormV1Alpha1: "-v1alpha1"}[form]+".yaml"] = pinDigest(b, coordinator)
+			for f, b := range patches {
+				if f == InstallObjects || mode == ModeExtension && f == InstallRemove {
+					continue // the container mode's uninstall deletes the same documents
+				}
+				if form == FormV1Alpha1 && f != InstallAll {
+					continue // the multidoc form's uninstall serves both: it deletes the same documents
+				}
+				name := strings.TrimSuffix(f, ".yaml") + map[Form]string{FormMultidoc: "", FormV1Alpha1: "-v1alpha1"}[form] + map[Mode]string{ModeContainer: "", ModeExtension: "-extension"}[mode] + ".yaml"
+				files[name] = pinDigest(b, coordinator)
+			}
 		}
 	}
 

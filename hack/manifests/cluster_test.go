@@ -1,0 +1,147 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	talosconfig "github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate"
+	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+)
+
+// generated is a machine configuration as Talos's own generator writes it
+// for a cluster created with that version contract, edited by edit.
+func generated(t *testing.T, contract *talosconfig.VersionContract, typ machine.Type, edit func(string) string) []byte {
+	t.Helper()
+	in, err := generate.NewInput("prod", "https://10.5.0.1:6443", "1.37.0", generate.WithVersionContract(contract))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := in.Config(typ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := cfg.EncodeBytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if edit != nil {
+		b = []byte(edit(string(b)))
+	}
+	return b
+}
+
+// asResource wraps a configuration as `talosctl get mc -o yaml` prints it.
+func asResource(cfg []byte) []byte {
+	var b strings.Builder
+	b.WriteString("node: 10.5.0.2\nmetadata:\n    namespace: config\n    type: MachineConfigs.config.talos.dev\n    id: v1alpha1\n    version: 1\nspec: |\n")
+	for _, l := range strings.Split(strings.TrimRight(string(cfg), "\n"), "\n") {
+		b.WriteString("    " + l + "\n")
+	}
+	return []byte(b.String())
+}
+
+func readClusters(t *testing.T, cfgs ...[]byte) []Cluster {
+	t.Helper()
+	var out []Cluster
+	for i, raw := range cfgs {
+		c, err := ReadCluster(filepath.Join(t.TempDir(), "mc"+string(rune('0'+i))+".yaml"), raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// TestRendererReadsTheCluster: the form, the mode and the checks come from
+// the cluster's own machine configuration, as Talos generates it for each
+// version; every combination that would break the cluster is refused with
+// its fix, and a cluster created with Talos 1.14 (workloadIsolation on)
+// gets a working install with no security setting changed.
+func TestRendererReadsTheCluster(t *testing.T) {
+	cp14 := generated(t, talosconfig.TalosVersion1_14, machine.TypeControlPlane, nil)
+	w14 := generated(t, talosconfig.TalosVersion1_14, machine.TypeWorker, nil)
+	if !strings.Contains(string(w14), "workloadIsolation: true") {
+		t.Fatal("Talos 1.14's generator no longer turns workloadIsolation on: this test's premise is gone")
+	}
+	base := func() Install {
+		return Install{Coordinator: "registry.example.com/nodeinit-coordinator", AgentImage: "registry.example.com/nodeinit-agent-pod@sha256:" + strings.Repeat("a", 64)}
+	}
+
+	t.Run("created with 1.14, isolation on", func(t *testing.T) {
+		in := base()
+		in.Clusters = readClusters(t, asResource(cp14), w14)
+		said, err := in.decide(in.Clusters, "10.244.0.0/16")
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := strings.Join(said, "\n")
+		if in.Form != FormMultidoc || in.Mode != ModeContainer || !strings.Contains(text, "kernel command line") || !strings.Contains(text, "Nothing is switched off") {
+			t.Fatalf("form %s, mode %s, said:\n%s", in.Form, in.Mode, text)
+		}
+		files, err := in.Render(deployDir, extensionDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{InstallControlPlane, InstallWorker} {
+			if !strings.Contains(string(files[name]), "--facts=auto") || strings.Contains(string(files[name]), "kind: SecurityProfileConfig") {
+				t.Errorf("%s: want the agent with --facts=auto and no SecurityProfileConfig:\n%s", name, files[name])
+			}
+		}
+	})
+	t.Run("created with 1.13: the extension, never a ContainerConfig", func(t *testing.T) {
+		w13 := generated(t, talosconfig.TalosVersion1_13, machine.TypeWorker, func(s string) string {
+			return strings.Replace(s, "\n    install:\n", "\n    install:\n        image: ghcr.io/siderolabs/installer:v1.13.9\n", 1)
+		})
+		in := base()
+		in.AgentImage = ""
+		if _, err := in.decide(readClusters(t, w13), "10.244.0.0/16"); err != nil || in.Mode != ModeExtension || in.Form != FormV1Alpha1 {
+			t.Fatalf("mode %s, form %s, %v", in.Mode, in.Form, err)
+		}
+		in = base()
+		in.Mode = ModeContainer
+		if _, err := in.decide(readClusters(t, w13), "10.244.0.0/16"); err == nil || !strings.Contains(err.Error(), "ContainerConfig is a Talos 1.14 document") {
+			t.Fatalf("MODE=container on 1.13: %v", err)
+		}
+	})
+	for _, c := range []struct {
+		name, pool, want string
+		edit             func(string) string
+	}{
+		{"a pool outside the pod subnets", "10.200.0.0/16", "not inside the cluster's pod subnets", nil},
+		{"Talos CCM installed", "10.244.0.0/16", "Talos CCM", func(s string) string {
+			return strings.Replace(s, "cluster:\n", "cluster:\n    externalCloudProvider:\n        enabled: true\n        manifests:\n            - https://raw.githubusercontent.com/siderolabs/talos-cloud-controller-manager/main/docs/deploy/cloud-controller-manager.yml\n", 1)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			in := base()
+			cfg := generated(t, talosconfig.TalosVersion1_14, machine.TypeControlPlane, c.edit)
+			if _, err := in.decide(readClusters(t, cfg), c.pool); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("%v, want a refusal naming %q", err, c.want)
+			}
+		})
+	}
+	t.Run("not a machine configuration", func(t *testing.T) {
+		if _, err := ReadCluster("x.yaml", []byte("apiVersion: v1\nkind: ConfigMap\n")); err == nil || !strings.Contains(err.Error(), "talosctl -n <node> get mc -o yaml") {
+			t.Fatalf("%v", err)
+		}
+	})
+}
+
+// TestREADMEPrefillsNoAnswer: the README's install commands hold no answer
+// the renderer reads from the cluster (it once pre-filled
+// WORKLOAD_ISOLATION=off, which broke every cluster created with 1.14).
+func TestREADMEPrefillsNoAnswer(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, answer := range []string{"WORKLOAD_ISOLATION", "TALOS_CONFIG=", "MODE=container make", "IsolationOff"} {
+		if strings.Contains(string(b), answer) {
+			t.Errorf("README.md holds %q: the renderer reads it from MACHINE_CONFIG", answer)
+		}
+	}
+}
