@@ -90,14 +90,20 @@ func TestPrefixAttacks(t *testing.T) {
 	// /64 as its own. Outside first-claim networks a listing gives nobody
 	// a prefix; inside one, the victim listed first and carves.
 	t.Run("a prefix goes to the node that has it, not to the first reporter", func(t *testing.T) {
-		for i, c := range []struct{ net, victimIP, attackerIP, prefix string }{
-			{"default", "2001:db8:11:1::10", "2001:db8:11:1:7::99", "2001:db8:11:1::/64"},
-			{"first claim", "2001:db8:f1:1::10", "2001:db8:f1:1:7::99", "2001:db8:f1:1::/64"},
-			{"first claim, a /96 reported", "2001:db8:f1:2::10", "2001:db8:f1:2::7:99", "2001:db8:f1:2::/96"},
+		for i, c := range []struct{ net, victimIP, attackerIP, prefix, attackerPrefix string }{
+			{"default", "2001:db8:11:1::10", "2001:db8:11:1:7::99", "2001:db8:11:1::/64", ""},
+			{"first claim", "2001:db8:f1:1::10", "2001:db8:f1:1:7::99", "2001:db8:f1:1::/64", ""},
+			{"first claim, a /96 reported", "2001:db8:f1:2::10", "2001:db8:f1:2::7:99", "2001:db8:f1:2::/96", ""},
+			// The attacker's /96 holds none of the victim's addresses, but
+			// its /64, the unit of ownership, does (from a review).
+			{"first claim, the attacker's /96 beside the victim's address", "2001:db8:f1:3::10", "2001:db8:f1:3:ffff::5", "2001:db8:f1:3::/64", "2001:db8:f1:3:ffff::/96"},
 		} {
+			if c.attackerPrefix == "" {
+				c.attackerPrefix = c.prefix
+			}
 			octet := byte(1 + i)
 			victim := registered(t, "s1-victim-"+string(rune('a'+i)), netip.AddrFrom4([4]byte{10, 0, 41, octet}).String(), c.victimIP, c.prefix)
-			attacker := v6Join(t, victim.name+"-attacker", netip.AddrFrom4([4]byte{10, 0, 42, octet}).String(), c.attackerIP, c.prefix)
+			attacker := v6Join(t, victim.name+"-attacker", netip.AddrFrom4([4]byte{10, 0, 42, octet}).String(), c.attackerIP, c.attackerPrefix)
 			unit, _ := netip.MustParseAddr(c.victimIP).Prefix(64)
 			if got, ok := v6PodCIDROk(t, attacker.name); ok && unit.Overlaps(got) {
 				t.Fatalf("%s: the attacker got %s from the victim's /64", c.net, got)

@@ -230,9 +230,11 @@ func (c *Coordinator) sayPodCIDRConflicts(node *corev1.Node, cidrs []netip.Prefi
 	}
 }
 
-// listedIn is what the Nodes in the informer's store list inside set (a
-// /64 or longer: ipam.SegmentFor), each address since the observer first
-// saw that Node list it; zero, the earliest, when it has not yet.
+// listedIn is what the Nodes in the informer's store list inside the /64
+// holding set (ipam.SegmentFor's set, a /64 or longer: the unit of
+// ownership), each address since the observer first saw that Node list
+// it; zero, the earliest, when it has not yet, or when a list delivered
+// it (the order among a list is not known: records.PrefixRules).
 func (c *Coordinator) listedIn(set netip.Prefix) []records.Holding {
 	key, _ := set.Addr().Prefix(64)
 	objs, _ := c.nodeIndex.ByIndex(bySlash64, key.String())
@@ -242,9 +244,9 @@ func (c *Coordinator) listedIn(set netip.Prefix) []records.Holding {
 		if !ok {
 			continue
 		}
-		seen := c.observer.firstSeen(n.Name, n.UID)
+		seen := c.observer.firstSeenOrdered(n.Name, n.UID)
 		for _, ip := range nodestate.Addresses(n, c.settings.MaxNodeAddresses) {
-			if set.Contains(ip) {
+			if key.Contains(ip) {
 				out = append(out, records.Holding{Node: n.Name, Addr: ip, Since: seen[ip]})
 			}
 		}

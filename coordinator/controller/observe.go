@@ -433,6 +433,27 @@ func (o *observer) firstSeen(name string, uid types.UID) map[netip.Addr]time.Tim
 	return out
 }
 
+// firstSeenOrdered is firstSeen with a zero time (earliest of all) for
+// each address whose beginning a list delivered, or a relist left unsure:
+// its order against another Node's is not known, so a Node's name (the
+// order of a list) never decides who listed first.
+func (o *observer) firstSeenOrdered(name string, uid types.UID) map[netip.Addr]time.Time {
+	now := time.Now()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := map[netip.Addr]time.Time{}
+	if n, had := o.nodes[name]; had && n.uid == uid {
+		for _, a := range n.addrs {
+			if a.list != 0 || a.lo != a.since {
+				out[a.ip] = time.Time{}
+				continue
+			}
+			out[a.ip] = now.Round(0).Add(-time.Duration(o.nanos(now) - a.since))
+		}
+	}
+	return out
+}
+
 // seen is how long each of the Node's addresses has been observed at now.
 func (o *observer) seen(name string, uid types.UID, now time.Time) map[netip.Addr]time.Duration {
 	o.mu.Lock()

@@ -391,28 +391,20 @@ func (d *Desired) nodePrefix(s Settings, in Input, name, held string, existing [
 	return prefix
 }
 
-// avoidRanges are the parts of the pools and the node prefix req carves
-// from that the inventory binds to other Nodes (records.BoundElsewhere).
+// avoidRanges are the parts of the node prefix req carves from that the
+// inventory binds to other Nodes (records.BoundElsewhere). The pools are
+// left out: no Node address may lie in a pool (csrcheck.Certifiable), so a
+// binding over one protects nothing there, and avoiding it would empty the
+// pool for every Node it does not name.
 func avoidRanges(s Settings, node string, req ipam.Request) []netip.Prefix {
-	if len(s.Inventory) == 0 {
+	if len(s.Inventory) == 0 || !req.IPv6Prefix.IsValid() {
 		return nil
 	}
-	var from []netip.Prefix
-	for _, pool := range []string{s.Config.IPAM.IPv4Pool, s.Config.IPAM.IPv6Pool} {
-		if p, err := netip.ParsePrefix(pool); err == nil {
-			from = append(from, p)
-		}
+	set, _, err := ipam.SegmentFor(req.IPv6Prefix, req.IPv6Addr)
+	if err != nil {
+		return nil
 	}
-	if req.IPv6Prefix.IsValid() {
-		if set, _, err := ipam.SegmentFor(req.IPv6Prefix, req.IPv6Addr); err == nil {
-			from = append(from, set)
-		}
-	}
-	var out []netip.Prefix
-	for _, r := range from {
-		out = append(out, records.BoundElsewhere(s.Inventory, node, r)...)
-	}
-	return out
+	return records.BoundElsewhere(s.Inventory, node, set)
 }
 
 // releaseWithdrawn is rec without the addresses node no longer lists, and
