@@ -333,13 +333,25 @@ func TestAttackClasses(t *testing.T) {
 		caseSquat.attest("case9-squat", caseSquat.key)
 		t.Logf("in another case: %s", refused(t, "case9-squat"))
 
-		// A "*" name: certified to its first holder, then to a Node named
-		// like it; the holder's renewal goes on.
+		// A "*" name: certified to its first holder; a Node named like it
+		// gets its own name, never waiting, and from then on the name is
+		// that Node's: the holder's renewal naming it is denied, and no
+		// other Node is certified for an existing Node's name through "*".
 		star := honestJoin(t, "starv", "10.0.8.69", nil)
 		star.certified("starv-1", []string{"starv", "Web9.lb.example.com"}, "10.0.8.69")
 		named9 := honestJoin(t, "web9.lb.example.com", "10.0.8.70", nil)
 		named9.certified("web9-own", []string{"web9.lb.example.com"}, "10.0.8.70")
-		star.certified("starv-2", []string{"starv", "Web9.lb.example.com"}, "10.0.8.69")
+		star.csr("starv-2", []string{"starv", "Web9.lb.example.com"}, "10.0.8.69")
+		star.attest("starv-2", star.key)
+		if why := refused(t, "starv-2"); !strings.HasPrefix(why, "denied") {
+			t.Fatalf("the holder's renewal naming a Node's own name: %s; want it denied", why)
+		}
+		other := honestJoin(t, "starw", "10.0.8.72", nil)
+		other.csr("starw-1", []string{"starw", "web9.lb.example.com"}, "10.0.8.72")
+		other.attest("starw-1", other.key)
+		if why := refused(t, "starw-1"); !strings.HasPrefix(why, "denied") {
+			t.Fatalf("another Node's name through \"*\": %s; want it denied", why)
+		}
 	})
 
 	// Class 3: a node prefix is carved for one Node, and no segment is

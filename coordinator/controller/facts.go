@@ -167,6 +167,19 @@ func (c *Coordinator) names(dns []string, self string, now time.Time) (names, ho
 	names, hosts, shared = map[string]string{}, map[string]string{}, map[string]string{}
 	for _, n := range dns {
 		lower := strings.ToLower(n)
+		if owner, _ := csrcheck.PatternOwner(lower, c.policy); owner == "" {
+			// A Node's own name is its own, ahead of whoever a "*" pattern
+			// certified for it first (that holder's renewal loses it), and
+			// never another's while that Node exists: no order of
+			// registration makes a Node wait for its name.
+			if lower == strings.ToLower(self) {
+				continue
+			}
+			if c.nodeExists(lower) {
+				names[lower] = lower
+				continue
+			}
+		}
 		// The requester's identity is authenticated, whether or not its
 		// Node is in the informer yet.
 		identity := csrcheck.IdentityOwners(lower, c.policy)
@@ -209,11 +222,6 @@ func (c *Coordinator) names(dns []string, self string, now time.Time) (names, ho
 		case mine:
 			// Its identity gives it the name (csrcheck.FromIdentity), or its
 			// certificate does, within the patterns the policy still allows.
-			continue
-		case c.certifies(self, lower, now):
-			// A name nobody's identity gives (a "*" pattern's) stays its
-			// certified holder's against a Node listing it as its Hostname:
-			// one named like it gets it too (csrcheck.PatternOwner).
 			continue
 		}
 		objs, _ := c.nodeIndex.ByIndex(byHostname, lower)

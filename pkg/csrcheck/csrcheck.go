@@ -621,7 +621,7 @@ func CheckDNSSAN(name, node string, facts Facts, policy Policy) error {
 // Reserved names and other Nodes' names are refused before this is asked.
 func FromIdentity(name, node string, policy Policy) bool {
 	lower := strings.ToLower(name)
-	if _, patterned := PatternOwner(lower, policy); lower == strings.ToLower(node) && !patterned {
+	if owner, _ := PatternOwner(lower, policy); lower == strings.ToLower(node) && owner == "" {
 		return true
 	}
 	for _, p := range policy.DNSPatterns {
@@ -634,11 +634,10 @@ func FromIdentity(name, node string, policy Policy) bool {
 
 // PatternOwner says whether a csr.allowedDNSNames pattern gives name out
 // (ok), and to which Node: the one a "{node}" pattern derives it from, ""
-// for a "*" pattern (any Node may carry it). A name a pattern gives out is
-// never a Node's own name: a Node named like it gets it only as the pattern
-// gives it, so no order of registration or certification makes a Node wait
-// for its own name (a "*" name is certified to several Nodes), and no Node
-// named after another's "{node}" name is ever certified for it.
+// for a "*" pattern only (any Node may carry it, unless it is a Node's own
+// name). A "{node}" pattern's name is never a Node's own name: no Node
+// named after another's "{node}" name is ever certified for it, so no
+// order of registration makes the derived Node wait for it.
 func PatternOwner(name string, policy Policy) (owner string, ok bool) {
 	lower := strings.ToLower(name)
 	for _, p := range policy.DNSPatterns {
@@ -667,7 +666,7 @@ func PatternOwner(name string, policy Policy) (owner string, ok bool) {
 func IdentityOwners(name string, policy Policy) []string {
 	lower := strings.ToLower(name)
 	var out []string
-	if _, patterned := PatternOwner(lower, policy); !patterned {
+	if owner, _ := PatternOwner(lower, policy); owner == "" {
 		out = append(out, lower)
 	}
 	for _, p := range policy.DNSPatterns {

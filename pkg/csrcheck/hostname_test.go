@@ -98,9 +98,9 @@ func TestIdentityOwners(t *testing.T) {
 		{"N1.Nodes.Example.com", []string{"n1"}},
 		{"node-n1.example.com", []string{"n1"}},
 		{"x.n1.nodes.example.com", []string{"x.n1"}},
-		{".nodes.example.com", []string{".nodes.example.com"}}, // no empty node name
-		{"a.n1.example.com", []string{"a.n1.example.com"}},     // a "*" pattern binds no identity
-		{"ip-1.compute.example.com", nil},                      // a "*" name is nobody's, a Node named like it included
+		{".nodes.example.com", []string{".nodes.example.com"}},             // no empty node name
+		{"a.n1.example.com", []string{"a.n1.example.com"}},                 // a "*" pattern binds no identity
+		{"ip-1.compute.example.com", []string{"ip-1.compute.example.com"}}, // a "*" name that is a Node's name is that Node's
 	} {
 		got := IdentityOwners(c.name, policy)
 		if !slices.Equal(got, c.want) {
