@@ -99,6 +99,8 @@ install-patch: ## the machine-config patches that install everything, validated 
 	$(GO) -C hack/manifests run . install -deploy $(CURDIR)/coordinator/deploy -extension $(CURDIR)/extension -out $(abspath $(BIN))/install \
 		-form "$(TALOS_CONFIG)" -mode "$(MODE)" -image "$(IMAGE)" -agent-image "$(AGENT_IMAGE)" \
 		$(if $(RULES),-rules $(abspath $(RULES))) $(if $(CONFIG),-coordinator-config $(abspath $(CONFIG))) -env "$(AGENT_ENV)" $(if $(MACHINE_CONFIG),-machine-config "$(subst $(space),$(comma),$(foreach f,$(subst $(comma), ,$(MACHINE_CONFIG)),$(abspath $(f))))") $(if $(REPLICAS),-replicas $(REPLICAS))
+	@# The agent's own parser checks what the agent will read (AGENT_ENV's names and values, the rules).
+	@for f in nodeinit-worker.yaml nodeinit.yaml; do if [ -f $(abspath $(BIN))/install/$$f ]; then $(GO) run ./agent validate --rules-file $(abspath $(BIN))/install/$$f >/dev/null || { rm -rf $(abspath $(BIN))/install; echo "install-patch: refused by nodeinit-agent validate (above); nothing written" >&2; exit 1; }; fi; done
 
 release: images extension ## push the images (amd64+arm64) and the Helm chart (OCI) to REGISTRY, and write the install assets pinned by digest to bin/release (VERSION=vX.Y.Z REGISTRY=host/path [COSIGN_KEY=cosign.key: sign and verify])
 	$(GO) -C hack/manifests run . release -version "$(VERSION)" -registry "$(REGISTRY)" -bin $(abspath $(BIN)) \

@@ -82,6 +82,43 @@ func TestValidateChecksTheEnvironment(t *testing.T) {
 	}
 }
 
+// The same checks on a ContainerConfig's environment (Talos 1.14), its
+// rules in the EtcFileConfig, as `make install-patch` renders them: a bad
+// value there made the agent crash-loop on every node while validate said
+// OK.
+func TestValidateChecksTheContainerEnvironment(t *testing.T) {
+	doc := `apiVersion: v1alpha1
+kind: ContainerConfig
+name: nodeinit-agent
+image: registry.example.com/nodeinit-agent-pod:v1
+args: [run, --facts=auto]
+environment:
+  - NODEINIT_LOG_FORMAT=json
+  - NODEINIT_PROVIDER_ID_POLICY=bogus
+---
+apiVersion: v1alpha1
+kind: EtcFileConfig
+name: nodeinit/rules.yaml
+contents: |
+  transformations: []
+`
+	file := filepath.Join(t.TempDir(), "container.yaml")
+	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCmd("validate", "--rules-file", file)
+	if code != 1 || !strings.Contains(errOut, "bogus") || !strings.Contains(errOut, file+":7:5: ") {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s\nwant exit 1 naming the bad value at the environment, 7:5", code, out, errOut)
+	}
+	good := strings.Replace(doc, "=bogus", "=talos-fallback", 1)
+	if err := os.WriteFile(file, []byte(good), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := runCmd("validate", "--rules-file", file); code != 0 {
+		t.Fatalf("a valid ContainerConfig: exit %d: %s", code, errOut)
+	}
+}
+
 // Talos appends each patch's environment entries to the extension's (a
 // migration patch's NODEINIT_PROVIDER_ID_POLICY after the install's), and
 // the container runtime passes them all to the agent. The real binary,

@@ -138,7 +138,7 @@ func environmentProblems(env []rulesource.Env) rules.Problems {
 	f := addRunFlags(fs)
 	var names []string
 	fs.VisitAll(func(fl *flag.Flag) { names = append(names, envflag.Name(envPrefix, fl.Name)) })
-	const where = "ExtensionServiceConfig nodeinit-agent: environment"
+	const where = "nodeinit-agent's environment (ExtensionServiceConfig or ContainerConfig)"
 	var ps rules.Problems
 	seen := map[string]rules.Pos{}
 	for _, e := range env {

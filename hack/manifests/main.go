@@ -140,6 +140,13 @@ func installMain(args []string) int {
 		fmt.Fprintf(os.Stderr, "install: %v\n", err)
 		return 1
 	}
+	if in.Mode == ModeContainer && !strings.Contains(in.AgentImage, "@sha256:") {
+		fmt.Fprintf(os.Stderr, "warning: AGENT_IMAGE=%s is a tag: whoever can push that tag runs code on every node with the node's kubelet credentials and machined access. "+
+			"Pin it by digest: AGENT_IMAGE=%s@sha256:<digest> (crane digest %s)\n", in.AgentImage, strings.SplitN(in.AgentImage, ":", 2)[0], in.AgentImage)
+	}
+	for _, stale := range []string{InstallAll, InstallControlPlane, InstallWorker, InstallRemove, InstallObjects} {
+		_ = os.Remove(filepath.Join(*out, stale)) // an earlier render's, of another form
+	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		fmt.Fprintf(os.Stderr, "install: %v\n", err)
 		return 1

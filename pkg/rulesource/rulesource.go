@@ -29,6 +29,9 @@ const ServiceName = "nodeinit-agent"
 // which the container mounts at MountPath.
 const EtcFileName = "nodeinit/rules.yaml"
 
+// ContainerName is the agent's ContainerConfig's name (Talos 1.14).
+const ContainerName = "nodeinit-agent"
+
 // TalosCCMConfigKey is the key of Talos CCM's ConfigMap holding its configuration.
 const TalosCCMConfigKey = "ccm-config.yaml"
 
@@ -107,6 +110,7 @@ func Find(data []byte) (Source, error) {
 		return Source{}, err
 	}
 	machineConfig := false
+	var containerEnv []Env
 	var found []Source
 	var problems rules.Problems
 	for i, doc := range docs {
@@ -129,6 +133,11 @@ func Find(data []byte) (Source, error) {
 			}
 			s.Doc = i + 1
 			found = append(found, s)
+		case kind == "ContainerConfig" && name == ContainerName:
+			// Its environment is the agent's settings, checked as the
+			// ExtensionServiceConfig's are; its rules come in the
+			// EtcFileConfig.
+			containerEnv = environmentOf(root)
 		case kind == "EtcFileConfig" && name == EtcFileName:
 			c := value(root, "contents")
 			if c == nil || c.Kind != yaml.ScalarNode {
@@ -167,6 +176,11 @@ func Find(data []byte) (Source, error) {
 		return Source{}, rules.Problems{{Pos: rules.Pos{Line: 1, Col: 1}, Msg: "a rules file is one YAML document; this one has " + fmt.Sprint(len(docs)),
 			Fix: "keep only the document with transformations"}}
 	}
+	for i := range found {
+		if found[i].Kind == KindEtcFileConfig && found[i].Environment == nil {
+			found[i].Environment = containerEnv
+		}
+	}
 	if machineConfig {
 		for i := range found {
 			if found[i].Kind == KindExtensionServiceConfig {
@@ -190,6 +204,25 @@ func Find(data []byte) (Source, error) {
 		Fix: fmt.Sprintf("give a rules file (transformations: …), an ExtensionServiceConfig named %s with a configFiles entry at %s, an EtcFileConfig named %s, a machine config holding one, or Talos CCM's ConfigMap (data.%s)", ServiceName, MountPath, EtcFileName, TalosCCMConfigKey)}}
 }
 
+// environmentOf is a document's environment entries, each where it is.
+func environmentOf(root *yaml.Node) []Env {
+	env := value(root, "environment")
+	if env != nil && env.Kind == yaml.AliasNode {
+		env = env.Alias
+	}
+	var out []Env
+	if env != nil && env.Kind == yaml.SequenceNode {
+		for _, e := range env.Content {
+			at := pos(e)
+			if e.Kind == yaml.AliasNode {
+				e = e.Alias
+			}
+			out = append(out, Env{Entry: str(e), Pos: at})
+		}
+	}
+	return out
+}
+
 // fromExtensionServiceConfig finds the configFiles entry mounted at MountPath.
 func fromExtensionServiceConfig(data []byte, root *yaml.Node) (Source, *rules.Problem) {
 	files := value(root, "configFiles")
@@ -211,19 +244,7 @@ func fromExtensionServiceConfig(data []byte, root *yaml.Node) (Source, *rules.Pr
 		}
 		s := embedded(data, c)
 		s.Kind = KindExtensionServiceConfig
-		env := value(root, "environment")
-		if env != nil && env.Kind == yaml.AliasNode {
-			env = env.Alias
-		}
-		if env != nil && env.Kind == yaml.SequenceNode {
-			for _, e := range env.Content {
-				at := pos(e)
-				if e.Kind == yaml.AliasNode {
-					e = e.Alias
-				}
-				s.Environment = append(s.Environment, Env{Entry: str(e), Pos: at})
-			}
-		}
+		s.Environment = environmentOf(root)
 		return s, nil
 	}
 	return Source{}, &rules.Problem{Pos: pos(files), Rule: "ExtensionServiceConfig " + ServiceName,
