@@ -12,16 +12,22 @@ import (
 	"testing"
 )
 
-// readmeSection returns a "## " section of the README, without its heading.
+// readmeSection returns a "## " section of the README or of a page under
+// docs/, without its heading.
 func readmeSection(t *testing.T, heading string) string {
 	t.Helper()
-	data, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
+	pages, _ := filepath.Glob("../docs/*.md")
+	var all []byte
+	for _, p := range append([]string{"../README.md"}, pages...) {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, data...)
 	}
-	_, rest, ok := strings.Cut(string(data), "\n## "+heading+"\n")
+	_, rest, ok := strings.Cut(string(all), "\n## "+heading+"\n")
 	if !ok {
-		t.Fatalf("README has no section %q", heading)
+		t.Fatalf("neither the README nor docs/ has a section %q", heading)
 	}
 	if i := strings.Index(rest, "\n## "); i >= 0 {
 		rest = rest[:i]

@@ -78,7 +78,7 @@ func TestImagerReadsTheLocalExtension(t *testing.T) {
 // (imager.go handleProf: merged over the named base profile, defaults
 // filled, validated), names the installer output and the local extension.
 func TestREADMEImagerProfile(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/install.md")
 	if err != nil {
 		t.Fatal(err)
 	}

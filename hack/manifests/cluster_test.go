@@ -131,17 +131,20 @@ func TestRendererReadsTheCluster(t *testing.T) {
 	})
 }
 
-// TestREADMEPrefillsNoAnswer: the README's install commands hold no answer
+// TestREADMEPrefillsNoAnswer: the README's and docs' install commands hold no answer
 // the renderer reads from the cluster (it once pre-filled
 // WORKLOAD_ISOLATION=off, which broke every cluster created with 1.14).
 func TestREADMEPrefillsNoAnswer(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, answer := range []string{"WORKLOAD_ISOLATION", "TALOS_CONFIG=", "MODE=container make", "IsolationOff"} {
-		if strings.Contains(string(b), answer) {
-			t.Errorf("README.md holds %q: the renderer reads it from MACHINE_CONFIG", answer)
+	docs, _ := filepath.Glob("../../docs/*.md")
+	for _, doc := range append([]string{"../../README.md"}, docs...) {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, answer := range []string{"WORKLOAD_ISOLATION", "TALOS_CONFIG=", "MODE=container make", "IsolationOff"} {
+			if strings.Contains(string(b), answer) {
+				t.Errorf("%s holds %q: the renderer reads it from MACHINE_CONFIG", doc, answer)
+			}
 		}
 	}
 }

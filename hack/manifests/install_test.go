@@ -311,14 +311,17 @@ func TestAgentValidatesTheInstallPatches(t *testing.T) {
 // walk-through makes them: `nodeinit-agent migrate` of its Talos CCM
 // ConfigMap).
 func TestREADMEInstallPatchCommand(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
+	text := ""
+	for _, doc := range []string{"../../README.md", "../../docs/install.md", "../../docs/migrating.md"} {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text += string(b)
 	}
-	text := string(readme)
 	var cmds []string
 	for _, line := range strings.Split(strings.ReplaceAll(text, "\\\n", ""), "\n") {
-		if l := strings.TrimSpace(line); strings.HasPrefix(l, "make install-patch ") {
+		if l := strings.TrimSpace(line); strings.HasPrefix(l, "make install-patch ") && !slices.Contains(cmds, strings.Join(strings.Fields(l), " ")) {
 			cmds = append(cmds, strings.Join(strings.Fields(l), " "))
 		}
 	}
