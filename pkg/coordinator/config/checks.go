@@ -170,6 +170,36 @@ func checkPrefixes(path string, list []string) []problem {
 		if p != p.Masked() {
 			out = append(out, problem{at, fmt.Sprintf("%s has host bits set", p), fmt.Sprintf("write %s", p.Masked())})
 		}
+		if p.Addr().Is4In6() {
+			// Addresses are compared unmapped: such a range would match none.
+			out = append(out, problem{at, fmt.Sprintf("%s is an IPv4-mapped IPv6 range, which no address is compared with", p), "write it as IPv4"})
+		}
+	}
+	return out
+}
+
+// checkNodePatterns refuses two "{node}" patterns that can derive one name
+// from two node names ("{node}.nodes.example.com" and "{node}.example.com"
+// both derive a.nodes.example.com, for a and for a.nodes): the name would
+// be two Nodes' at once, and one would wait for the other.
+func checkNodePatterns(path string, patterns []string) []problem {
+	var out []problem
+	for i, p := range patterns {
+		b1, a1, ok1 := strings.Cut(strings.ToLower(p), "{node}")
+		if !ok1 || strings.Contains(p, "*") {
+			continue
+		}
+		for j := i + 1; j < len(patterns); j++ {
+			q := patterns[j]
+			b2, a2, ok2 := strings.Cut(strings.ToLower(q), "{node}")
+			if !ok2 || strings.Contains(q, "*") || b1 == b2 && a1 == a2 {
+				continue
+			}
+			if (strings.HasSuffix(a1, a2) || strings.HasSuffix(a2, a1)) && (strings.HasPrefix(b1, b2) || strings.HasPrefix(b2, b1)) {
+				out = append(out, problem{fmt.Sprintf("%s[%d]", path, j), fmt.Sprintf("%q and %q can derive one name for two Nodes", p, q),
+					"keep one of them: a \"{node}\" pattern's name must belong to one Node"})
+			}
+		}
 	}
 	return out
 }

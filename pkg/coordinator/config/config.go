@@ -480,6 +480,7 @@ func (c *Config) validate(doc *document, raw *Config) Errors {
 			ps = append(ps, problem{fmt.Sprintf("csr.allowedDNSNames[%d]", i), err.Error(), ""})
 		}
 	}
+	ps = append(ps, checkNodePatterns("csr.allowedDNSNames", c.CSR.AllowedDNSNames)...)
 
 	for _, p := range ps {
 		out = append(out, doc.at(p))

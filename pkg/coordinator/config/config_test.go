@@ -339,3 +339,20 @@ func TestFirstClaimPrefixes(t *testing.T) {
 		}
 	}
 }
+
+// From a review: two "{node}" patterns that derive one name from two node
+// names, and an IPv4-mapped inventory range that matches no address, are
+// refused at start.
+func TestPatternsAndRangesThatCannotHold(t *testing.T) {
+	for in, want := range map[string]string{
+		"csr: {allowedDNSNames: ['{node}.nodes.example.com', '{node}.example.com']}\n": "can derive one name for two Nodes",
+		"inventory: [{nodes: [a], networks: ['::ffff:10.0.0.0/120']}]\n":               "IPv4-mapped",
+	} {
+		if _, err := Parse([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", in, err, want)
+		}
+	}
+	if _, err := Parse([]byte("csr: {allowedDNSNames: ['{node}.nodes.example.com', '{node}.pods.example.org', '*.lb.example.com']}\n")); err != nil {
+		t.Errorf("patterns that never meet: %v", err)
+	}
+}
