@@ -327,7 +327,9 @@ func (in Install) uninstall(release string, named bool) []byte {
 		"# them again). This file leaves the external cloud provider, the kubelet's rotate-server-certificates\n" +
 		"# and kube-controller-manager's allocate-node-cidrs=false in place: until another cloud controller\n" +
 		"# runs, new nodes stay uninitialized and get no pod CIDR; set allocate-node-cidrs back to true if\n" +
-		"# nothing else allocates them. The agent's key volume (UserVolumeConfig nodeinit) stays.\n")
+		"# nothing else allocates them. The agent's key volume (UserVolumeConfig nodeinit) stays.\n" +
+		"# Serving certificates stop being approved: each kubelet's works until it expires, then kubectl\n" +
+		"# logs/exec to that node fail. Every step, and what to do about that: docs/operations.md, Uninstall.\n")
 	sep := ""
 	del := func(kind, name string) {
 		fmt.Fprintf(&b, "%sapiVersion: v1alpha1\nkind: %s\nname: %s\n$patch: delete\n", sep, kind, name)
