@@ -215,11 +215,17 @@ func (in *Install) decide(clusters []Cluster, ipv4Pool string) ([]string, error)
 		}
 	}
 	for _, c := range clusters {
-		if c.CloudController != "" {
+		switch {
+		case c.CloudController == "":
+			continue
+		case in.ReplacesTalosCCM && strings.HasPrefix(c.CloudController, "Talos CCM"):
+			said = append(said, fmt.Sprintf("%s installs %s: this install replaces it. Everything is rendered and validated now; "+
+				"remove Talos CCM right before applying these patches, as docs/migrating.md's switch says, so that the two never both approve", c.File, c.CloudController))
+		default:
 			errs = append(errs, fmt.Errorf("%s installs %s: with two node controllers, serving CSRs are approved without the agent's attestation and Nodes are initialized twice. "+
-				"Remove it in the same switch: render the migration first (docs/migrating.md), then apply both", c.File, c.CloudController))
-			break
+				"To replace Talos CCM, render with MIGRATING=talos-ccm and follow docs/migrating.md; remove any other cloud controller first", c.File, c.CloudController))
 		}
+		break
 	}
 	return said, errors.Join(errs...)
 }

@@ -124,6 +124,17 @@ func TestRendererReadsTheCluster(t *testing.T) {
 			}
 		})
 	}
+	t.Run("replacing Talos CCM, rendered while it still runs", func(t *testing.T) {
+		in := base()
+		in.ReplacesTalosCCM = true
+		cfg := generated(t, talosconfig.TalosVersion1_14, machine.TypeControlPlane, func(s string) string {
+			return strings.Replace(s, "cluster:\n", "cluster:\n    externalCloudProvider:\n        enabled: true\n        manifests:\n            - https://raw.githubusercontent.com/siderolabs/talos-cloud-controller-manager/main/docs/deploy/cloud-controller-manager.yml\n", 1)
+		})
+		said, err := in.decide(readClusters(t, cfg), "10.244.0.0/16")
+		if err != nil || !strings.Contains(strings.Join(said, "\n"), "this install replaces it") {
+			t.Fatalf("%v, said %q", err, said)
+		}
+	})
 	t.Run("not a machine configuration", func(t *testing.T) {
 		if _, err := ReadCluster("x.yaml", []byte("apiVersion: v1\nkind: ConfigMap\n")); err == nil || !strings.Contains(err.Error(), "talosctl -n <node> get mc -o yaml") {
 			t.Fatalf("%v", err)

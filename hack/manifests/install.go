@@ -68,6 +68,9 @@ type Install struct {
 	// type given): decide reads the form and mode from them, and each
 	// patch is validated on the configuration of its node type too.
 	Clusters []Cluster
+	// ReplacesTalosCCM: the user migrates from Talos CCM, which the
+	// clusters' configurations still install (MIGRATING=talos-ccm).
+	ReplacesTalosCCM bool
 	// Replicas is the coordinator Deployment's replicas; 0: as shipped (2).
 	// A cluster with a single control-plane node holds one: the replicas
 	// share the host network there, and a second stays Pending.

@@ -359,7 +359,8 @@ func TestREADMEInstallPatchCommand(t *testing.T) {
 	// with 1.14 for the install; created with 1.13 and upgraded to 1.14 for
 	// the migration (a cluster that ran Talos CCM long enough).
 	upgraded := func(s string) string {
-		return strings.Replace(s, "\n    install:\n", "\n    install:\n        image: ghcr.io/siderolabs/installer:v1.14.1\n", 1)
+		s = strings.Replace(s, "\n    install:\n", "\n    install:\n        image: ghcr.io/siderolabs/installer:v1.14.1\n", 1)
+		return strings.Replace(s, "\ncluster:\n", "\ncluster:\n    externalCloudProvider:\n        enabled: true\n        manifests:\n            - https://raw.githubusercontent.com/siderolabs/talos-cloud-controller-manager/main/docs/deploy/cloud-controller-manager.yml\n", 1)
 	}
 	clusters := [][2]string{
 		{write("cp14.yaml", string(asResource(generated(t, talosconfig.TalosVersion1_14, machine.TypeControlPlane, nil)))), write("w14.yaml", string(generated(t, talosconfig.TalosVersion1_14, machine.TypeWorker, nil)))},

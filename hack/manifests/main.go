@@ -72,6 +72,7 @@ func installMain(args []string) int {
 	rulesFile := fs.String("rules", "", "a rules `FILE` (Talos CCM's transformations); none when empty")
 	configFile := fs.String("coordinator-config", "", "the coordinator's coordinator.yaml `FILE`; the shipped one when empty")
 	env := fs.String("env", "", "the agent's settings, space-separated NODEINIT_NAME=value")
+	migrating := fs.String("migrating", "", "talos-ccm: this install replaces Talos CCM, which MACHINE_CONFIG still installs (docs/migrating.md)")
 	replicas := fs.String("replicas", "", "the coordinator's `N` of replicas (default: as shipped, 2); 1 on a cluster with one control-plane node")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -84,7 +85,11 @@ func installMain(args []string) int {
 			return 2
 		}
 	}
-	in := Install{Form: Form(*form), Mode: Mode(*mode), Coordinator: *image, AgentImage: *agentImage, Env: strings.Fields(*env), Replicas: n}
+	if *migrating != "" && *migrating != "talos-ccm" {
+		fmt.Fprintf(os.Stderr, "install: MIGRATING=%s: want talos-ccm\n", *migrating)
+		return 2
+	}
+	in := Install{Form: Form(*form), Mode: Mode(*mode), Coordinator: *image, AgentImage: *agentImage, Env: strings.Fields(*env), Replicas: n, ReplacesTalosCCM: *migrating == "talos-ccm"}
 	var err error
 	if *rulesFile != "" {
 		if in.Rules, err = os.ReadFile(*rulesFile); err != nil {

@@ -245,8 +245,8 @@ func grantsFor(rs *rules.Rules) (config.Grants, []Note) {
 func agentPatch(name string, body []byte, notes []Note) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# nodeinit-agent rules, migrated from the Talos CCM configuration %s\n", name)
-	b.WriteString("# by `nodeinit-agent migrate`. Apply it to every node:\n")
-	b.WriteString("#   talosctl patch mc --nodes <nodes> --patch @<this file>\n")
+	b.WriteString("# by `nodeinit-agent migrate`. Give it to `make install-patch RULES=<this file> MIGRATING=talos-ccm`,\n")
+	b.WriteString("# which renders and validates the whole install before Talos CCM is touched (docs/migrating.md).\n")
 	if len(notes) > 0 {
 		b.WriteString("#\n# Differences from Talos CCM:\n")
 		for _, n := range notes {
