@@ -267,8 +267,10 @@ func TestTalos114Patches(t *testing.T) {
 	if agent == nil {
 		t.Fatalf("no ContainerConfig nodeinit-agent among %d", len(cfg.ContainerConfigs()))
 	}
-	if !agent.Security().MachinedAccess() || !slices.Equal(agent.Args(), []string{"run"}) {
-		t.Errorf("ContainerConfig: machinedAccess %v, args %v; want true, [run]", agent.Security().MachinedAccess(), agent.Args())
+	// --facts=auto: the kernel command line's facts while machined refuses
+	// the container (workloadIsolation on Talos v1.14.0-v1.14.1).
+	if !agent.Security().MachinedAccess() || !slices.Equal(agent.Args(), []string{"run", "--facts=auto"}) {
+		t.Errorf("ContainerConfig: machinedAccess %v, args %v; want true, [run --facts=auto]", agent.Security().MachinedAccess(), agent.Args())
 	}
 	// The rules: Talos writes the EtcFileConfig to /etc/<name>, mounted
 	// at the agent's default --rules-file, and the container waits for it.
