@@ -159,3 +159,24 @@ func TestREADMEPrefillsNoAnswer(t *testing.T) {
 		}
 	}
 }
+
+// TestSignerRate: SIGNER_QPS sets kube-controller-manager's client rate on
+// the control-plane nodes, beside allocate-node-cidrs, in either form.
+func TestSignerRate(t *testing.T) {
+	for _, form := range []Form{FormMultidoc, FormV1Alpha1} {
+		in := Install{Form: form, Mode: ModeContainer, Coordinator: "registry.example.com/nodeinit-coordinator", AgentImage: "registry.example.com/nodeinit-agent-pod:v1", SignerQPS: 200}
+		files, err := in.Render(deployDir, extensionDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := InstallControlPlane
+		if form == FormV1Alpha1 {
+			name = InstallAll
+		}
+		for _, want := range []string{"kube-api-qps: \"200\"", "kube-api-burst: \"400\"", "allocate-node-cidrs: \"false\""} {
+			if !strings.Contains(string(files[name]), want) {
+				t.Errorf("%s %s lacks %s", form, name, want)
+			}
+		}
+	}
+}

@@ -71,6 +71,10 @@ type Install struct {
 	// ReplacesTalosCCM: the user migrates from Talos CCM, which the
 	// clusters' configurations still install (MIGRATING=talos-ccm).
 	ReplacesTalosCCM bool
+	// SignerQPS is kube-controller-manager's client rate (--kube-api-qps,
+	// burst twice it); 0: Talos's default (20), which caps how fast any
+	// approver's certificates are signed in a join storm.
+	SignerQPS int
 	// Replicas is the coordinator Deployment's replicas; 0: as shipped (2).
 	// A cluster with a single control-plane node holds one: the replicas
 	// share the host network there, and a second stays Pending.
@@ -144,8 +148,8 @@ func (in Install) Render(deployDir, extensionDir string) (map[string][]byte, err
 			v1 = mapping("machine", mapping("kubelet", mapping("extraArgs", mapping("rotate-server-certificates", scalar("true", "!!str")))),
 				"cluster", mapping("externalCloudProvider", mapping("enabled", scalar("true", "!!bool"))))
 			cluster := v1.Content[3]
-			if allocates {
-				cluster.Content = append(cluster.Content, mapping("controllerManager", mapping("extraArgs", mapping("allocate-node-cidrs", scalar("false", "!!str")))).Content...)
+			if args := in.controllerManagerArgs(allocates); len(args) > 0 {
+				cluster.Content = append(cluster.Content, mapping("controllerManager", mapping("extraArgs", mapping(args...))).Content...)
 			}
 			if !named {
 				cluster.Content = append(cluster.Content, mapping("inlineManifests", &yaml.Node{Kind: yaml.SequenceNode, Content: []*yaml.Node{
@@ -155,8 +159,8 @@ func (in Install) Render(deployDir, extensionDir string) (map[string][]byte, err
 		docs = append(docs, &yaml.Node{Kind: yaml.DocumentNode, HeadComment: header + "\nFor " + nodesOf(name) + ".", Content: []*yaml.Node{v1}})
 		if in.Form == FormMultidoc {
 			docs = append(docs, document("KubeletConfig", "", "extraArgs", mapping("rotate-server-certificates", scalar("true", "!!str"))))
-			if allocates && typ == machine.TypeControlPlane {
-				docs = append(docs, document("KubeControllerManagerConfig", "", "extraArgs", mapping("allocate-node-cidrs", scalar("false", "!!str"))))
+			if args := in.controllerManagerArgs(allocates); len(args) > 0 && typ == machine.TypeControlPlane {
+				docs = append(docs, document("KubeControllerManagerConfig", "", "extraArgs", mapping(args...)))
 			}
 		}
 		if named {
@@ -187,6 +191,20 @@ func (in Install) Render(deployDir, extensionDir string) (map[string][]byte, err
 	// newer patch `kubectl apply --server-side -f` this file updates them.
 	out[InstallObjects] = manifest
 	return out, nil
+}
+
+// controllerManagerArgs are the kube-controller-manager flags the install
+// sets, as mapping pairs: node IPAM off when the coordinator allocates,
+// and the signer's client rate when SIGNER_QPS asks for one.
+func (in Install) controllerManagerArgs(allocates bool) []any {
+	var args []any
+	if allocates {
+		args = append(args, "allocate-node-cidrs", scalar("false", "!!str"))
+	}
+	if in.SignerQPS > 0 {
+		args = append(args, "kube-api-qps", scalar(strconv.Itoa(in.SignerQPS), "!!str"), "kube-api-burst", scalar(strconv.Itoa(2*in.SignerQPS), "!!str"))
+	}
+	return args
 }
 
 // ipv4Pool is the coordinator configuration's ipam.ipv4Pool, as Render

@@ -72,6 +72,7 @@ func installMain(args []string) int {
 	rulesFile := fs.String("rules", "", "a rules `FILE` (Talos CCM's transformations); none when empty")
 	configFile := fs.String("coordinator-config", "", "the coordinator's coordinator.yaml `FILE`; the shipped one when empty")
 	env := fs.String("env", "", "the agent's settings, space-separated NODEINIT_NAME=value")
+	signerQPS := fs.Int("signer-qps", 0, "kube-controller-manager's client `QPS` (--kube-api-qps, burst twice it); 0: Talos's default, 20, which caps how fast certificates are signed in a join storm")
 	migrating := fs.String("migrating", "", "talos-ccm: this install replaces Talos CCM, which MACHINE_CONFIG still installs (docs/migrating.md)")
 	replicas := fs.String("replicas", "", "the coordinator's `N` of replicas (default: as shipped, 2); 1 on a cluster with one control-plane node")
 	if err := fs.Parse(args); err != nil {
@@ -89,7 +90,7 @@ func installMain(args []string) int {
 		fmt.Fprintf(os.Stderr, "install: MIGRATING=%s: want talos-ccm\n", *migrating)
 		return 2
 	}
-	in := Install{Form: Form(*form), Mode: Mode(*mode), Coordinator: *image, AgentImage: *agentImage, Env: strings.Fields(*env), Replicas: n, ReplacesTalosCCM: *migrating == "talos-ccm"}
+	in := Install{Form: Form(*form), Mode: Mode(*mode), Coordinator: *image, AgentImage: *agentImage, Env: strings.Fields(*env), Replicas: n, ReplacesTalosCCM: *migrating == "talos-ccm", SignerQPS: *signerQPS}
 	var err error
 	if *rulesFile != "" {
 		if in.Rules, err = os.ReadFile(*rulesFile); err != nil {
