@@ -40,6 +40,10 @@ inventory:
   networks: [10.0.40.0/24]
 - nodes: [narrow-1]
   networks: [10.0.40.7/32]
+- nodes: [wide48-*]
+  networks: ["2001:db8:48::/48"]
+- nodes: [n56]
+  networks: ["2001:db8:48:5600::/56"]
 `
 
 // startPrefixCoordinator runs the real coordinator binary with cfg (and
@@ -84,6 +88,14 @@ func registered(t *testing.T, name, ip4, ip6, prefix string) *actor {
 // agent key of its own (a node it joined with the bootstrap token).
 func TestPrefixAttacks(t *testing.T) {
 	p := startPrefixCoordinator(t, "prefixes", "")
+	// A leader change: the running coordinator stops (its lease released)
+	// and another, of this test's lifetime, leads with extra inventory.
+	top := t
+	restart := func(id, extra string) {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		_ = p.cmd.Wait()
+		p = startPrefixCoordinator(top, id, extra)
+	}
 
 	// Shape 1: the victim registered and lists its own address in its /64,
 	// not yet initialized; the attacker reports an address there and the
@@ -216,6 +228,29 @@ func TestPrefixAttacks(t *testing.T) {
 		later.certified("sh-later-v4", []string{"sh-later"}, "10.0.46.2")
 	})
 
+	// Nested bindings of a /48 and a /56, and a leader change between the
+	// listing and the carve: the Node the /56 names carves from the /64
+	// holding its address, after the new leader took over; a Node the /48
+	// names, listing an address inside the /56, gets nothing there.
+	t.Run("a /48 and a /56, and a leader change before the carve", func(t *testing.T) {
+		n56 := registered(t, "n56", "10.0.47.1", "2001:db8:48:5601::10", "2001:db8:48:5600::/56")
+		intruder := v6Join(t, "wide48-1", "10.0.47.2", "2001:db8:48:5601::99", "2001:db8:48:5601::/64")
+		if got, ok := v6PodCIDROk(t, intruder.name); ok && netip.MustParsePrefix("2001:db8:48:5600::/56").Overlaps(got) {
+			t.Fatalf("wide48-1 carved %s inside the /56 bound to n56", got)
+		}
+		restart("prefixes-next", "")
+		n56.report(nil, n56.key.Public().(ed25519.PublicKey))
+		until(t, 20*time.Second, "n56 initialized", func() bool { return !contract.Uninitialized(getNode(t, "n56")) })
+		got := v6PodCIDR(t, "n56")
+		if !netip.MustParsePrefix("2001:db8:48:5601::/64").Overlaps(got) || got.Contains(netip.MustParseAddr("2001:db8:48:5601::99")) {
+			t.Fatalf("n56 got %s: want a segment of its /64 holding none of the listed addresses", got)
+		}
+		wideOwn := v6Join(t, "wide48-2", "10.0.47.3", "2001:db8:48:7::10", "2001:db8:48:7::/64")
+		if got := v6PodCIDR(t, wideOwn.name); !netip.MustParsePrefix("2001:db8:48:7::/64").Overlaps(got) {
+			t.Fatalf("wide48-2 got %s outside its own bound /64", got)
+		}
+	})
+
 	// Shape 5: a binding added after a carve. The carve stands (pod CIDRs
 	// never change), the conflict is reported on both Nodes with the
 	// command that resolves it, and no certificate is issued for the
@@ -224,9 +259,7 @@ func TestPrefixAttacks(t *testing.T) {
 	t.Run("a binding added after a carve", func(t *testing.T) {
 		carver := v6Join(t, "s5-carver", "10.0.45.1", "2001:db8:f5:1:abcd::1", "2001:db8:f5:1::/64")
 		seg := v6PodCIDR(t, carver.name)
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		_ = p.cmd.Wait()
-		startPrefixCoordinator(t, "prefixes-rebound", `- nodes: [s5-owner]
+		restart("prefixes-rebound", `- nodes: [s5-owner]
   networks: ["2001:db8:f5:1::/64"]
 `)
 		t.Logf("on the carver: %s", eventWith(t, carver.name, "PodCIDRInBoundNetwork"))
