@@ -370,9 +370,16 @@ func (d *Desired) nodePrefix(s Settings, in Input, name, held string, existing [
 	if !d.Request.IPv6Prefix.IsValid() {
 		return held
 	}
-	set, _, err := ipam.SegmentFor(d.Request.IPv6Prefix, d.Request.IPv6Addr)
+	set, segBits, err := ipam.SegmentFor(d.Request.IPv6Prefix, d.Request.IPv6Addr)
 	if err != nil {
 		return held // the allocator reports it
+	}
+	if n := 1 << (segBits - set.Bits()); n < ipam.MinNodePrefixSegments && len(existing) == 0 {
+		// Too few segments to keep the low end, where hosts have their
+		// addresses, out of every one: the pool serves instead.
+		d.PrefixRefused, d.PrefixSet = fmt.Sprintf("node prefix %s gives %d pod segments of /%d, too few to keep its low end (the addresses hosts are given there) out of every segment: a /112 or shorter prefix is carved from", set, n, segBits), set
+		d.Request.IPv6Prefix, d.Request.IPv6Addr, d.Request.IPv6 = netip.Prefix{}, netip.Addr{}, in.HasV6
+		return held
 	}
 	var near []records.Holding
 	if in.Near != nil {

@@ -626,3 +626,26 @@ func TestARecreatedNodeReleasesTheOldObjectsClaims(t *testing.T) {
 		})
 	}
 }
+
+// TestSmallNodePrefixesAreNotCarved: a node prefix giving fewer than 16
+// segments would have its lowest, where hosts have their addresses, carved
+// (from a review): the pool serves instead, with the reason.
+func TestSmallNodePrefixesAreNotCarved(t *testing.T) {
+	s := settings(t, "ipam: {families: [ipv4, ipv6], ipv4Pool: 10.244.0.0/16, ipv6Pool: 'fd00:10:244::/64', firstClaimPrefixes: ['2001:db8::/32']}\n")
+	for _, c := range []struct {
+		prefix string
+		carved bool
+	}{{"2001:db8:1:2::/112", true}, {"2001:db8:1:2::/113", false}, {"2001:db8:1:2::/120", false}} {
+		node := joined("n1", "uid-1", "10.0.0.1", agentKey(1))
+		node.Status.Addresses = append(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "2001:db8:1:2::10"})
+		pf, _ := contract.EncodePrefixes([]netip.Prefix{netip.MustParsePrefix(c.prefix)})
+		node.Annotations[contract.AnnotationPrefixes] = pf
+		d, err := nodestate.Decide(s, nodestate.Input{Node: node, Now: now, HasV4: true, HasV6: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Request.IPv6Prefix.IsValid() != c.carved || !c.carved && !strings.Contains(d.PrefixRefused, "too few") {
+			t.Errorf("%s: request %+v, refused %q; want carved %t", c.prefix, d.Request, d.PrefixRefused, c.carved)
+		}
+	}
+}

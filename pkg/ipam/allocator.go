@@ -268,6 +268,12 @@ func SegmentFor(prefix netip.Prefix, addr netip.Addr) (netip.Prefix, int, error)
 	}
 }
 
+// MinNodePrefixSegments is how many segments a node prefix must give to be
+// carved from: its lowest, where hosts have their addresses, is never
+// handed out (Allocator.set), and the rest must still be most of it. A /112
+// or shorter prefix gives 16 or more.
+const MinNodePrefixSegments = 16
+
 // Reserve records a Node address: no segment holding it is handed out.
 // Segments already free that hold it are taken out of circulation now.
 func (a *Allocator) Reserve(addr netip.Addr) {
@@ -342,7 +348,7 @@ func (a *Allocator) set(prefix netip.Prefix, segBits int) (*pool, error) {
 	// with a first interface-ID byte that is odd, no EUI-64 address of a
 	// unicast MAC.
 	p.down, p.cursor = true, p.n-1
-	if p.n >= 16 {
+	if p.n >= MinNodePrefixSegments {
 		p.block(p.segment(0))
 	}
 	for _, s := range a.services {
