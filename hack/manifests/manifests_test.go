@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -581,6 +582,50 @@ func TestPushedImage(t *testing.T) {
 	for _, bad := range []string{"registry.example.com/x:v1", "Registry.example.com/x", "x@sha256:abc", "registry.example.com/x y", "nodeinit"} {
 		if _, err := Write(deployDir, t.TempDir(), CoordinatorImage, bad); err == nil || !strings.Contains(err.Error(), "want a repository without a tag") {
 			t.Errorf("IMAGE=%q: err = %v", bad, err)
+		}
+	}
+}
+
+// TestChartAsHelmUsersExpect: the values Helm users reach for render, and
+// a value the chart does not have is refused by values.schema.json instead
+// of being ignored.
+func TestChartAsHelmUsersExpect(t *testing.T) {
+	out, err := helmTemplate(t, "kube-system", map[string]any{
+		"config":           map[string]any{"clusterName": "prod", "adoptExisting": true},
+		"imagePullSecrets": []any{map[string]any{"name": "regcred"}},
+		"extraArgs":        []any{"--node-workers=32"},
+		"serviceMonitor":   map[string]any{"enabled": true},
+		"prometheusRule":   map[string]any{"enabled": true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"clusterName: prod", "adoptExisting: true", "name: regcred", `- "--node-workers=32"`, "kind: ServiceMonitor", "kind: PrometheusRule", "NodeinitNoLeader"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the chart rendered without %q", want)
+		}
+	}
+	for _, bad := range []map[string]any{{"replica": 3}, {"replicas": 0}, {"extraArgs": []any{"node-workers=32"}}, {"image": map[string]any{"digest": "latest"}}} {
+		if _, err := helmTemplate(t, "kube-system", bad); err == nil || !strings.Contains(err.Error(), "schema") {
+			t.Errorf("values %v: %v, want a schema error", bad, err)
+		}
+	}
+}
+
+// TestChartREADMEListsEveryValue: the chart's README names every
+// top-level value of values.yaml.
+func TestChartREADMEListsEveryValue(t *testing.T) {
+	values, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(chartDir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile(`(?m)^([a-zA-Z]+):`).FindAllStringSubmatch(string(values), -1) {
+		if !strings.Contains(string(readme), "`"+m[1]) {
+			t.Errorf("the chart's README does not name the value %s", m[1])
 		}
 	}
 }

@@ -10,3 +10,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "nodeinit-coordinator.selector" -}}
 app.kubernetes.io/name: nodeinit-coordinator
 {{- end -}}
+
+{{/* The coordinator's configuration: values.config as a map, or as the
+file's text (a string, comments kept). */}}
+{{- define "nodeinit-coordinator.config" -}}
+{{- if kindIs "string" .Values.config -}}
+{{ .Values.config }}
+{{- else -}}
+{{ toYaml .Values.config }}
+{{- end -}}
+{{- end }}
