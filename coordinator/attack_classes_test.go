@@ -440,13 +440,7 @@ func TestAttackClasses(t *testing.T) {
 // prefix as its own, with its own agent key; it waits for initialization.
 func v6Join(t *testing.T, name, ip4, ip6, prefix string) *actor {
 	t.Helper()
-	a := newActor(t, name, ip4, true)
-	a.status(internal(ip4), internal(ip6), hostname(name))
-	prefixes, err := contract.EncodePrefixes([]netip.Prefix{netip.MustParsePrefix(prefix)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.annotate(map[string]string{contract.AnnotationPrefixes: prefixes})
+	a := registered(t, name, ip4, ip6, prefix)
 	a.report(nil, a.key.Public().(ed25519.PublicKey))
 	until(t, 20*time.Second, name+" initialized", func() bool {
 		return !slices.ContainsFunc(getNode(t, name).Spec.Taints, func(t corev1.Taint) bool { return t.Key == contract.TaintUninitialized })

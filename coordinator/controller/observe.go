@@ -421,16 +421,7 @@ func (o *observer) forget(name string, uid types.UID) []netip.Addr {
 // The date is the wall clock's now less the address's age on the
 // monotonic clock: a record's claim carries it, and replicas compare them.
 func (o *observer) firstSeen(name string, uid types.UID) map[netip.Addr]time.Time {
-	now := time.Now()
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	out := map[netip.Addr]time.Time{}
-	if n, had := o.nodes[name]; had && n.uid == uid {
-		for _, a := range n.addrs {
-			out[a.ip] = now.Round(0).Add(-time.Duration(o.nanos(now) - a.since))
-		}
-	}
-	return out
+	return o.since(name, uid, false)
 }
 
 // firstSeenOrdered is firstSeen with a zero time (earliest of all) for
@@ -438,13 +429,17 @@ func (o *observer) firstSeen(name string, uid types.UID) map[netip.Addr]time.Tim
 // its order against another Node's is not known, so a Node's name (the
 // order of a list) never decides who listed first.
 func (o *observer) firstSeenOrdered(name string, uid types.UID) map[netip.Addr]time.Time {
+	return o.since(name, uid, true)
+}
+
+func (o *observer) since(name string, uid types.UID, ordered bool) map[netip.Addr]time.Time {
 	now := time.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	out := map[netip.Addr]time.Time{}
 	if n, had := o.nodes[name]; had && n.uid == uid {
 		for _, a := range n.addrs {
-			if a.list != 0 || a.lo != a.since {
+			if ordered && (a.list != 0 || a.lo != a.since) {
 				out[a.ip] = time.Time{}
 				continue
 			}
