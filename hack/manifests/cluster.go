@@ -57,10 +57,14 @@ func ReadCluster(file string, raw []byte) (Cluster, error) {
 		}
 	}
 	if cl := cfg.Cluster(); cl != nil && cl.ExternalCloudProvider().Enabled() {
-		c.CloudController = "an external cloud provider (cluster.externalCloudProvider.enabled)"
+		// Enabled alone is what this install sets too: only a manifest the
+		// config installs is another cloud controller (one installed with
+		// Helm or kubectl is not in the machine configuration).
 		for _, u := range cl.ExternalCloudProvider().ManifestURLs() {
+			c.CloudController = "a cloud controller (" + u + ")"
 			if strings.Contains(u, "talos-cloud-controller-manager") {
 				c.CloudController = "Talos CCM (" + u + ")"
+				break
 			}
 		}
 	}
@@ -179,6 +183,10 @@ func (in *Install) decide(clusters []Cluster, ipv4Pool string) ([]string, error)
 		in.Mode = ModeContainer
 		if on13 {
 			in.Mode = ModeExtension
+			if in.AgentImage != "" {
+				said = append(said, "AGENT_IMAGE is not used: on Talos 1.13 the agent is the extension, in the Talos image")
+				in.AgentImage = ""
+			}
 		}
 	}
 	switch {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 )
@@ -135,6 +136,33 @@ func TestRendererReadsTheCluster(t *testing.T) {
 			t.Fatalf("%v, said %q", err, said)
 		}
 	})
+	t.Run("rendered again on a cluster it was installed on", func(t *testing.T) {
+		// The install turns externalCloudProvider on and adds its own inline
+		// manifest: neither is another cloud controller (from a review).
+		in := base()
+		in.Clusters = readClusters(t, asResource(cp14), w14)
+		if _, err := in.decide(in.Clusters, "10.244.0.0/16"); err != nil {
+			t.Fatal(err)
+		}
+		files, err := in.Render(deployDir, extensionDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := cp14
+		for _, c := range in.Clusters {
+			if c.Type == machine.TypeControlPlane {
+				patched, err := applyPatch(c.config, files[InstallControlPlane])
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg = patched
+			}
+		}
+		again := base()
+		if _, err := again.decide(readClusters(t, cfg), "10.244.0.0/16"); err != nil {
+			t.Fatalf("rendering again after the install: %v", err)
+		}
+	})
 	t.Run("not a machine configuration", func(t *testing.T) {
 		if _, err := ReadCluster("x.yaml", []byte("apiVersion: v1\nkind: ConfigMap\n")); err == nil || !strings.Contains(err.Error(), "talosctl -n <node> get mc -o yaml") {
 			t.Fatalf("%v", err)
@@ -179,4 +207,17 @@ func TestSignerRate(t *testing.T) {
 			}
 		}
 	}
+}
+
+// applyPatch applies patch to cfg as `talosctl patch mc` does.
+func applyPatch(cfg, patch []byte) ([]byte, error) {
+	p, err := configpatcher.LoadPatch(patch)
+	if err != nil {
+		return nil, err
+	}
+	out, err := configpatcher.Apply(configpatcher.WithBytes(cfg), []configpatcher.Patch{p})
+	if err != nil {
+		return nil, err
+	}
+	return out.Bytes()
 }
