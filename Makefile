@@ -95,7 +95,7 @@ manifests: ## install files rendered from coordinator/deploy: bin/manifests/node
 
 comma := ,
 space := $(subst ,, )
-install-patch: ## the machine-config patches that install everything, validated with Talos's machinery: bin/install/ (IMAGE=REPO AGENT_IMAGE=REF MACHINE_CONFIG=cp.yaml,worker.yaml [MODE=container|extension] [RULES=FILE] [CONFIG=FILE] [AGENT_ENV="NODEINIT_X=y"] [MIGRATING=talos-ccm] [SIGNER_QPS=200] [REPLICAS=1])
+install-patch: ## the machine-config patches that install everything, validated with Talos's machinery: bin/install/ (IMAGE=REPO AGENT_IMAGE=REF MACHINE_CONFIG=cp.yaml,worker.yaml,version.yaml [MODE=container|extension] [RULES=FILE] [CONFIG=FILE] [AGENT_ENV="NODEINIT_X=y"] [MIGRATING=talos-ccm] [SIGNER_QPS=200] [REPLICAS=1])
 	$(GO) -C hack/manifests run . install -deploy $(CURDIR)/coordinator/deploy -extension $(CURDIR)/extension -out $(abspath $(BIN))/install \
 		-form "$(TALOS_CONFIG)" -mode "$(MODE)" -image "$(IMAGE)" -agent-image "$(AGENT_IMAGE)" \
 		$(if $(RULES),-rules $(abspath $(RULES))) $(if $(CONFIG),-coordinator-config $(abspath $(CONFIG))) -env "$(AGENT_ENV)" $(if $(MACHINE_CONFIG),-machine-config "$(subst $(space),$(comma),$(foreach f,$(subst $(comma), ,$(MACHINE_CONFIG)),$(abspath $(f))))") $(if $(REPLICAS),-replicas $(REPLICAS)) $(if $(MIGRATING),-migrating $(MIGRATING)) $(if $(SIGNER_QPS),-signer-qps $(SIGNER_QPS))

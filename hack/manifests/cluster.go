@@ -100,6 +100,23 @@ func ReadCluster(file string, raw []byte) (Cluster, error) {
 	return c, nil
 }
 
+// ReadVersion reads the output of `talosctl -n <node> get version -o yaml`:
+// the Talos version the node runs. ok is false for any other file.
+func ReadVersion(raw []byte) (version string, ok bool) {
+	var res struct {
+		Metadata struct {
+			Type string `yaml:"type"`
+		} `yaml:"metadata"`
+		Spec struct {
+			Version string `yaml:"version"`
+		} `yaml:"spec"`
+	}
+	if yaml.Unmarshal(raw, &res) != nil || res.Metadata.Type != "Versions.runtime.talos.dev" {
+		return "", false
+	}
+	return res.Spec.Version, true
+}
+
 // walk calls f with every key and value in v, depth first.
 func walk(v any, f func(string, any)) {
 	switch v := v.(type) {
@@ -164,20 +181,34 @@ func (in *Install) decide(clusters []Cluster, ipv4Pool string) ([]string, error)
 	}
 	in.Form = c0.Form
 	said = append(said, fmt.Sprintf("config form: %s (%s)", in.Form, map[Form]string{FormMultidoc: "it holds a KubeletConfig document: created with Talos 1.14", FormV1Alpha1: "no KubeletConfig document: created with Talos 1.13 or earlier"}[in.Form]))
-	version := ""
-	isolated := false
+	version, isolated := in.Running, false
 	for _, c := range clusters {
-		if c.TalosVersion != "" {
+		if c.TalosVersion != "" && version == "" {
 			version = c.TalosVersion
 		}
 		isolated = isolated || c.WorkloadIsolation
 	}
 	on13 := strings.HasPrefix(version, "v1.13.") || strings.HasPrefix(version, "v1.12.")
 	switch {
-	case version == "":
-		said = append(said, "Talos version: not named by machine.install.image")
+	case in.Running != "":
+		said = append(said, "Talos version: "+version+" (talosctl get version)")
+		for _, c := range clusters {
+			if c.TalosVersion != "" && c.TalosVersion != version {
+				said = append(said, fmt.Sprintf("%s names installer %s: the nodes run %s, which decides", c.File, c.TalosVersion, version))
+				break
+			}
+		}
+	case version != "":
+		said = append(said, "Talos version: "+version+" (machine.install.image; the running one, from `talosctl -n <node> get version -o yaml > version.yaml` in MACHINE_CONFIG, would decide)")
+	case in.Form == FormMultidoc:
+		said = append(said, "Talos version: 1.14 or later (a KubeletConfig document)")
 	default:
-		said = append(said, "Talos version: "+version+" (machine.install.image)")
+		// The v1alpha1 form is read by 1.13 and by 1.14: only the running
+		// version tells whether a ContainerConfig can be applied.
+		if in.Mode != ModeExtension {
+			errs = append(errs, errors.New("MACHINE_CONFIG does not say which Talos the nodes run (the config is in the v1alpha1 form, read by 1.13 and 1.14, and names no installer): "+
+				"add `talosctl -n <a worker> get version -o yaml > version.yaml` to MACHINE_CONFIG (MACHINE_CONFIG=cp.yaml,worker.yaml,version.yaml), or MODE=extension, which works on both"))
+		}
 	}
 	if in.Mode == "" {
 		in.Mode = ModeContainer

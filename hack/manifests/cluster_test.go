@@ -108,6 +108,38 @@ func TestRendererReadsTheCluster(t *testing.T) {
 			t.Fatalf("MODE=container on 1.13: %v", err)
 		}
 	})
+	t.Run("the v1alpha1 form without a version: refused, the running version decides", func(t *testing.T) {
+		// As Talos 1.13's generator writes it: no installer image. Talos 1.13
+		// and 1.14 both read it, and 1.13 refuses a ContainerConfig.
+		w13 := generated(t, talosconfig.TalosVersion1_13, machine.TypeWorker, nil)
+		in := base()
+		if _, err := in.decide(readClusters(t, w13), "10.244.0.0/16"); err == nil || !strings.Contains(err.Error(), "get version -o yaml > version.yaml") {
+			t.Fatalf("mode %s, %v: want a refusal naming the command that reads the version", in.Mode, err)
+		}
+		for _, c := range []struct {
+			running, installer string
+			want               Mode
+		}{{"v1.13.9", "", ModeExtension}, {"v1.14.1", "", ModeContainer}, {"v1.14.1", "v1.13.9", ModeContainer}, {"v1.13.9", "v1.14.1", ModeExtension}} {
+			in := base()
+			in.Running = c.running
+			cfg := w13
+			if c.installer != "" {
+				cfg = generated(t, talosconfig.TalosVersion1_13, machine.TypeWorker, func(s string) string {
+					return strings.Replace(s, "\n    install:\n", "\n    install:\n        image: ghcr.io/siderolabs/installer:"+c.installer+"\n", 1)
+				})
+			}
+			said, err := in.decide(readClusters(t, cfg), "10.244.0.0/16")
+			if err != nil || in.Mode != c.want || !strings.Contains(strings.Join(said, "\n"), c.running+" (talosctl get version)") {
+				t.Errorf("running %s, installer %q: mode %s, %v, said %q", c.running, c.installer, in.Mode, err, said)
+			}
+		}
+		if v, ok := ReadVersion([]byte("node: 10.5.0.2\nmetadata:\n    namespace: runtime\n    type: Versions.runtime.talos.dev\n    id: version\nspec:\n    name: Talos\n    version: v1.13.9\n")); !ok || v != "v1.13.9" {
+			t.Errorf("ReadVersion: %q %v", v, ok)
+		}
+		if _, ok := ReadVersion(asResource(w13)); ok {
+			t.Error("ReadVersion took a machine configuration for a version")
+		}
+	})
 	for _, c := range []struct {
 		name, pool, want string
 		edit             func(string) string

@@ -68,6 +68,9 @@ type Install struct {
 	// type given): decide reads the form and mode from them, and each
 	// patch is validated on the configuration of its node type too.
 	Clusters []Cluster
+	// Running is the Talos version the nodes run, from `talosctl get
+	// version -o yaml` in MACHINE_CONFIG ("" when not given).
+	Running string
 	// ReplacesTalosCCM: the user migrates from Talos CCM, which the
 	// clusters' configurations still install (MIGRATING=talos-ccm).
 	ReplacesTalosCCM bool

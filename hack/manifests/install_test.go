@@ -325,8 +325,8 @@ func TestREADMEInstallPatchCommand(t *testing.T) {
 			cmds = append(cmds, strings.Join(strings.Fields(l), " "))
 		}
 	}
-	if len(cmds) != 2 {
-		t.Fatalf("the README gives %d `make install-patch` commands, want the install's and the migration's: %q", len(cmds), cmds)
+	if len(cmds) != 3 {
+		t.Fatalf("the README and docs give %d `make install-patch` commands, want the install's on Talos 1.14 and on 1.13, and the migration's: %q", len(cmds), cmds)
 	}
 	dir := t.TempDir()
 	write := func(name, content string) string {
@@ -362,19 +362,40 @@ func TestREADMEInstallPatchCommand(t *testing.T) {
 		s = strings.Replace(s, "\n    install:\n", "\n    install:\n        image: ghcr.io/siderolabs/installer:v1.14.1\n", 1)
 		return strings.Replace(s, "\ncluster:\n", "\ncluster:\n    externalCloudProvider:\n        enabled: true\n        manifests:\n            - https://raw.githubusercontent.com/siderolabs/talos-cloud-controller-manager/main/docs/deploy/cloud-controller-manager.yml\n", 1)
 	}
-	clusters := [][2]string{
-		{write("cp14.yaml", string(asResource(generated(t, talosconfig.TalosVersion1_14, machine.TypeControlPlane, nil)))), write("w14.yaml", string(generated(t, talosconfig.TalosVersion1_14, machine.TypeWorker, nil)))},
-		{write("cp13.yaml", string(generated(t, talosconfig.TalosVersion1_13, machine.TypeControlPlane, upgraded))), write("w13.yaml", string(generated(t, talosconfig.TalosVersion1_13, machine.TypeWorker, upgraded)))},
+	version := func(v string) string {
+		return write("version-"+v+".yaml", "node: 10.5.0.2\nmetadata:\n    namespace: runtime\n    type: Versions.runtime.talos.dev\n    id: version\n    version: 1\n    phase: running\nspec:\n    name: Talos\n    version: "+v+"\n")
+	}
+	on113 := func(s string) string {
+		return strings.Replace(s, "\n    install:\n", "\n    install:\n        image: ghcr.io/siderolabs/installer:v1.13.9\n", 1)
+	}
+	// Each command's cluster: created with 1.14; created with 1.13 and
+	// running it (no AGENT_IMAGE: the extension); created with 1.13 and
+	// upgraded to 1.14, with Talos CCM (the migration).
+	clusters := map[string][3]string{
+		"1.14":      {write("cp14.yaml", string(asResource(generated(t, talosconfig.TalosVersion1_14, machine.TypeControlPlane, nil)))), write("w14.yaml", string(generated(t, talosconfig.TalosVersion1_14, machine.TypeWorker, nil))), version("v1.14.1")},
+		"1.13":      {write("cp13.yaml", string(generated(t, talosconfig.TalosVersion1_13, machine.TypeControlPlane, on113))), write("w13.yaml", string(generated(t, talosconfig.TalosVersion1_13, machine.TypeWorker, on113))), version("v1.13.9")},
+		"migration": {write("cp13u.yaml", string(generated(t, talosconfig.TalosVersion1_13, machine.TypeControlPlane, upgraded))), write("w13u.yaml", string(generated(t, talosconfig.TalosVersion1_13, machine.TypeWorker, upgraded))), version("v1.14.1")},
 	}
 	for i, cmd := range cmds {
+		kind := "1.14"
+		switch {
+		case strings.Contains(cmd, "MIGRATING=talos-ccm"):
+			kind = "migration"
+		case !strings.Contains(cmd, "AGENT_IMAGE="):
+			kind = "1.13"
+		}
 		out := filepath.Join(dir, strconv.Itoa(i))
 		args := []string{"-C", "../..", "-s", "BIN=" + out}
 		for _, f := range strings.Fields(strings.TrimPrefix(cmd, "make "))[1:] {
 			if k, v, ok := strings.Cut(f, "="); ok && files[v] != "" {
 				f = k + "=" + files[v]
 			}
-			if k, v, ok := strings.Cut(f, "="); ok && k == "MACHINE_CONFIG" && v == "cp.yaml,worker.yaml" {
-				f = k + "=" + clusters[i][0] + "," + clusters[i][1]
+			if k, v, ok := strings.Cut(f, "="); ok && k == "MACHINE_CONFIG" {
+				if v != "cp.yaml,worker.yaml,version.yaml" {
+					t.Fatalf("%s: MACHINE_CONFIG=%s, want cp.yaml,worker.yaml,version.yaml (the version decides the mode)", cmd, v)
+				}
+				c := clusters[kind]
+				f = k + "=" + strings.Join(c[:], ",")
 			}
 			args = append(args, f)
 		}
@@ -384,7 +405,7 @@ func TestREADMEInstallPatchCommand(t *testing.T) {
 			t.Fatalf("%s: %v\n%s", cmd, err, output)
 		}
 		want, others := InstallWorker, []string{InstallControlPlane, InstallRemove, InstallObjects}
-		if i == 1 {
+		if kind != "1.14" {
 			want, others = InstallAll, []string{InstallRemove, InstallObjects}
 		}
 		if !strings.Contains(string(output), "decided: config form") {

@@ -64,7 +64,7 @@ func installMain(args []string) int {
 	deploy := fs.String("deploy", "../../coordinator/deploy", "the coordinator's kustomization `DIR`")
 	extension := fs.String("extension", "../../extension", "the shipped agent documents' `DIR`")
 	out := fs.String("out", "../../bin/install", "output `DIR`")
-	machineConfigs := fs.String("machine-config", "", "comma-separated `FILES`: the cluster's own machine configurations (`talosctl -n <node> get mc -o yaml`, a control-plane node's and a worker's); the form, mode and checks are read from them")
+	machineConfigs := fs.String("machine-config", "", "comma-separated `FILES`: the cluster's own machine configurations (`talosctl -n <node> get mc -o yaml`, a control-plane node's and a worker's), and the Talos version they run (`talosctl -n <node> get version -o yaml`); the form, mode and checks are read from them")
 	form := fs.String("form", "", "how the cluster's machine config is written: multidoc (created with Talos 1.14) or v1alpha1 (created with 1.13 or earlier); read from -machine-config when given")
 	mode := fs.String("mode", "", "container (Talos 1.14 ContainerConfig: no image rebuild, no reboot) or extension; read from -machine-config when given (default container)")
 	image := fs.String("image", "", "the `REPOSITORY` you pushed the coordinator image to (required)")
@@ -111,12 +111,20 @@ func installMain(args []string) int {
 				fmt.Fprintf(os.Stderr, "install: MACHINE_CONFIG: %v\n", err)
 				return 2
 			}
+			if v, ok := ReadVersion(raw); ok {
+				in.Running = v
+				continue
+			}
 			c, err := ReadCluster(f, raw)
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "install: MACHINE_CONFIG: %v\n", err)
 				return 2
 			}
 			in.Clusters = append(in.Clusters, c)
+		}
+		if len(in.Clusters) == 0 {
+			fmt.Fprintln(os.Stderr, "install: MACHINE_CONFIG holds no machine configuration: add `talosctl -n <a control-plane node> get mc -o yaml > cp.yaml` and a worker's")
+			return 2
 		}
 		pool, err := in.ipv4Pool(*deploy)
 		if err != nil {
