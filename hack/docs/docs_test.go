@@ -189,4 +189,17 @@ func TestWorkflowsPassActionlint(t *testing.T) {
 			t.Errorf("%s does not run %s", file, want)
 		}
 	}
+	// A release is signed: the key from a secret reaches make release,
+	// with the cosign make release is written for, and the public half
+	// (cosign.pub) attached to the release.
+	release := read(t, ".github/workflows/release.yml")
+	m := regexp.MustCompile(`CosignVersion = "(v[0-9.]+)"`).FindStringSubmatch(read(t, "hack/manifests/release.go"))
+	if m == nil {
+		t.Fatal("hack/manifests/release.go names no CosignVersion")
+	}
+	for _, want := range []string{"secrets.COSIGN_PRIVATE_KEY", "secrets.COSIGN_PASSWORD", `COSIGN_KEY="$RUNNER_TEMP/cosign.key"`, "cosign/v2/cmd/cosign@" + m[1], `"$RUNNER_TEMP/cosign.pub" --verify-tag`} {
+		if !strings.Contains(release, want) {
+			t.Errorf("release.yml lacks %q: releases would go out unsigned or with another cosign", want)
+		}
+	}
 }
