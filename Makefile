@@ -113,7 +113,7 @@ test-manifests: kube-tools ## the manifest, the Talos patch and the Helm chart a
 
 E2E_BINS = kube-apiserver kube-controller-manager etcd kube-scheduler kubelet
 .PHONY: e2e
-e2e-talos: ## Talos's own machined v1.14.1 as a container-mode worker (as root): machined, containerd 2.x and runc built from their modules (cached); the agent as the extension and as a ContainerConfig, Talos's own kubelet
+e2e-talos: ## Talos's own machined v1.14.1 (and v1.13.9) as a container-mode worker (as root): machined, containerd 2.x and runc built from their modules (cached); the agent as the extension and as a ContainerConfig, docs/install.md's quick starts command by command, Talos's own kubelet
 	KUBE_TOOLS_BINS="$(E2E_BINS)" hack/kube-tools/build.sh >/dev/null
 	KUBE_TOOLS_BINS="$(E2E_BINS)" $(GO) test -count=1 -timeout 20m -v ./hack/talosnode
 

@@ -8,12 +8,21 @@
 # machined is a main package inside Talos's module, so it is built in a
 # writable copy of that module (patches/ applied; see README.md here) that
 # this module's go.mod replaces github.com/siderolabs/talos with.
+#
+# Usage: build.sh [v1.13]. Without an argument, the release in this
+# directory's go.mod (v1.14.1); with v1.13, the module in v1.13/ (Talos
+# 1.13's newest served release), with the patches its patches/ links to.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
+script="$here/build.sh"
+if [ $# -gt 0 ]; then
+	[ -f "$here/$1/go.mod" ] || { echo "talos: no module $here/$1 (known: v1.13)" >&2; exit 2; }
+	here="$here/$1"
+fi
 version=$(cd "$here" && go list -m -f '{{.Version}}' github.com/siderolabs/talos)
 cache_root=${TALOS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/talos-nodeinit/talos}
-key=$(cd "$here" && cat go.mod go.sum build.sh patches/* | sha256sum | cut -c1-16)
+key=$(cd "$here" && cat go.mod go.sum "$script" patches/* | sha256sum | cut -c1-16)
 dest="$cache_root/$version-$key/machined"
 if [ -x "$dest" ]; then
 	echo "talos: reusing $dest" >&2

@@ -196,11 +196,66 @@ func containerConfig(t *testing.T, root string) []byte {
 // coordinator initialize it.
 func agentJoins(t *testing.T, name, addr, kernelOnly string, ext Extension, docs []byte, agentBin string, patches ...[]byte) {
 	t.Helper()
+	cfg := Config{Name: name, Address: addr, MachineCfg: workerConfig(t, name, cluster.Host(), cluster.CAPEM())}
+	if ext.Name != "" {
+		cfg.Extensions = []Extension{ext}
+		// The service's ExtensionServiceConfig, rendered as on a Talos machine.
+		cfg.ExtensionConfigFiles = bytes.Contains(docs, []byte("kind: ExtensionServiceConfig"))
+	}
+	cfg.MachineCfg = append(cfg.MachineCfg, docs...)
+	for _, p := range patches {
+		cfg.MachineCfg = patchConfig(t, cfg.MachineCfg, p)
+	}
+	j := join{cfg: cfg, kernelOnly: kernelOnly, container: agentBin != "", coordinator: startCoordinator}
+	if agentBin != "" {
+		j.images = func(netns string) {
+			serveImages(t, netns, map[string]imageSpec{"talos-nodeinit/nodeinit-agent:test": {file: agentBin, path: "nodeinit-agent", entrypoint: "/nodeinit-agent"}})
+		}
+	}
+	joinNode(t, j)
+}
+
+// patchConfig applies patch to cfg with Talos's own config patcher, as
+// `talosctl patch mc --patch @FILE` applies it.
+func patchConfig(t *testing.T, cfg, patch []byte) []byte {
+	t.Helper()
+	p, err := configpatcher.LoadPatch(patch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := configpatcher.Apply(configpatcher.WithBytes(cfg), []configpatcher.Patch{p})
+	if err != nil {
+		t.Fatalf("Talos's config patcher: %v", err)
+	}
+	b, err := out.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// join is a node to boot and the checks that the agent and the coordinator
+// initialize it.
+type join struct {
+	cfg        Config // its MachineCfg complete: every document and patch in
+	talos      string // the hack/talos module machined is built from ("": v1.14.1)
+	kernelOnly string // a public address only the node's kernel knows
+	container  bool   // the agent runs as a ContainerConfig (else as an extension)
+	// images serves what the node pulls, in its network namespace.
+	images func(netns string)
+	// coordinator starts the coordinator.
+	coordinator func(t *testing.T, ctx context.Context, root string)
+}
+
+func joinNode(t *testing.T, j join) {
+	t.Helper()
 	if os.Getuid() != 0 {
 		t.Fatal("needs root: namespaces, mounts and veths (make e2e-talos runs as root)")
 	}
 	root := repoRoot(t)
-	parts := Build(t, root)
+	parts := BuildTalos(t, root, j.talos)
+	cfg, name, addr, kernelOnly := j.cfg, j.cfg.Name, j.cfg.Address, j.kernelOnly
+	docs := cfg.MachineCfg // what the checks below look for
 	id, err := cluster.NodeIdentity(name)
 	if err != nil {
 		t.Fatal(err)
@@ -213,33 +268,12 @@ func agentJoins(t *testing.T, name, addr, kernelOnly string, ext Extension, docs
 	}
 	defer k.Stop()
 
-	startCoordinator(t, ctx, root)
+	j.coordinator(t, ctx, root)
 
-	cfg := Config{Name: name, Address: addr, MachineCfg: workerConfig(t, name, cluster.Host(), cluster.CAPEM())}
-	if ext.Name != "" {
-		cfg.Extensions = []Extension{ext}
-		// The service's ExtensionServiceConfig, rendered as on a Talos machine.
-		cfg.ExtensionConfigFiles = bytes.Contains(docs, []byte("kind: ExtensionServiceConfig"))
-	}
 	cfg.Sandboxd = bytes.Contains(docs, []byte("workloadIsolation: true"))
-	cfg.MachineCfg = append(cfg.MachineCfg, docs...)
-	for _, p := range patches {
-		patch, err := configpatcher.LoadPatch(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := configpatcher.Apply(configpatcher.WithBytes(cfg.MachineCfg), []configpatcher.Patch{patch})
-		if err != nil {
-			t.Fatalf("Talos's config patcher: %v", err)
-		}
-		if cfg.MachineCfg, err = out.Bytes(); err != nil {
-			t.Fatal(err)
-		}
-		docs = append(docs, p...) // what the checks below look for
-	}
 	n := Prepare(t, parts, cfg)
-	if agentBin != "" {
-		serveImages(t, n.NetNS(), map[string]imageSpec{"talos-nodeinit/nodeinit-agent:test": {file: agentBin, path: "nodeinit-agent", entrypoint: "/nodeinit-agent"}})
+	if j.images != nil {
+		j.images(n.NetNS())
 	}
 	// The kubelet's client certificate, where Talos's kubelet keeps it (/var
 	// is the node's own directory, bind-mounted as the provisioner does).
@@ -247,7 +281,7 @@ func agentJoins(t *testing.T, name, addr, kernelOnly string, ext Extension, docs
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := writeFile(filepath.Join(n.StateDir(), "var/lib/kubelet/pki/kubelet-client-current.pem"), pem); err != nil {
+	if err := writeFile(filepath.Join(n.StateDir(), "var/lib/kubelet/pki/kubelet-client-current.pem"), pem, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// A public address only the node's kernel knows (the kubelet registered
@@ -262,11 +296,6 @@ func agentJoins(t *testing.T, name, addr, kernelOnly string, ext Extension, docs
 		}
 	}
 	forwardAPIServer(t, n.NetNS(), cluster.Host())
-	n.Boot(t)
-	// /etc/kubernetes is machined's own tmpfs: the kubeconfig is written once it is mounted.
-	if _, err := n.WaitConsole(ctx, `mounting "" to "/etc/kubernetes"`); err != nil {
-		t.Fatal(err)
-	}
 	kubeconfig := fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
@@ -284,8 +313,21 @@ users:
     client-certificate: /var/lib/kubelet/pki/kubelet-client-current.pem
     client-key: /var/lib/kubelet/pki/kubelet-client-current.pem
 `, base64.StdEncoding.EncodeToString(cluster.CAPEM()), cluster.Host())
-	if err := n.WriteInNode("/etc/kubernetes/kubeconfig-kubelet", []byte(kubeconfig)); err != nil {
-		t.Fatal(err)
+	if dir := n.KubernetesDir(); dir != "" {
+		// The provisioner's volume (Talos 1.13).
+		if err := writeFile(filepath.Join(dir, "kubeconfig-kubelet"), []byte(kubeconfig), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		n.Boot(t)
+	} else {
+		n.Boot(t)
+		// /etc/kubernetes is machined's own tmpfs: the kubeconfig is written once it is mounted.
+		if _, err := n.WaitConsole(ctx, `mounting "" to "/etc/kubernetes"`); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.WriteInNode("/etc/kubernetes/kubeconfig-kubelet", []byte(kubeconfig)); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// machined's console says what runs the agent: the extension service,
@@ -293,7 +335,7 @@ users:
 	// it recorded for machined's socket authorization). Its API is reached
 	// through apid only, which needs a trustd this control plane lacks.
 	want := []string{"service[ext-nodeinit-agent](Running)"}
-	if agentBin != "" {
+	if j.container {
 		want = []string{"container started", "nodeinit-agent", "pid"}
 	}
 	line, err := n.WaitConsole(ctx, want...)
@@ -301,7 +343,7 @@ users:
 		t.Fatal(err)
 	}
 	t.Log(line)
-	if ext.Name != "" {
+	if !j.container {
 		// machined's own API, from inside the extension's container.
 		svc := waitServices(t, ctx, n, root, func(all map[string]Service) bool {
 			return all["ext-nodeinit-agent"].State == "Running" && all["containerd"].Healthy && all["cri"].Healthy
@@ -398,22 +440,7 @@ type imageSpec struct {
 // a second listener on the host's 127.0.0.1.
 func serveImages(t *testing.T, netns string, images map[string]imageSpec) {
 	t.Helper()
-	handler := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
-	inNode, err := listenIn(netns, "127.0.0.1:5999")
-	if err != nil {
-		t.Fatal(err)
-	}
-	onHost, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	var wg sync.WaitGroup
-	for _, ln := range []net.Listener{inNode, onHost} {
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = srv.Serve(ln) }()
-	}
-	t.Cleanup(func() { _ = srv.Close(); wg.Wait() })
+	host := registryIn(t, netns)
 	for repo, spec := range images {
 		bin, err := os.ReadFile(spec.file)
 		if err != nil {
@@ -441,7 +468,7 @@ func serveImages(t *testing.T, netns string, images map[string]imageSpec) {
 		if img, err = mutate.ConfigFile(img, cf); err != nil {
 			t.Fatal(err)
 		}
-		ref, err := name.ParseReference(onHost.Addr().String()+"/"+repo, name.Insecure)
+		ref, err := name.ParseReference(host+"/"+repo, name.Insecure)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -449,6 +476,30 @@ func serveImages(t *testing.T, netns string, images map[string]imageSpec) {
 			t.Fatalf("pushing %s: %v", repo, err)
 		}
 	}
+}
+
+// registryIn serves a registry on 127.0.0.1:5999 inside the node's network
+// namespace, where the machine config mirrors every registry, and returns
+// the address of a second listener on the host's 127.0.0.1 to push to.
+func registryIn(t *testing.T, netns string) string {
+	t.Helper()
+	handler := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	inNode, err := listenIn(netns, "127.0.0.1:5999")
+	if err != nil {
+		t.Fatal(err)
+	}
+	onHost, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	var wg sync.WaitGroup
+	for _, ln := range []net.Listener{inNode, onHost} {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = srv.Serve(ln) }()
+	}
+	t.Cleanup(func() { _ = srv.Close(); wg.Wait() })
+	return onHost.Addr().String()
 }
 
 func tarLayer(files map[string][]byte, symlinks map[string]string) (v1.Layer, error) {
@@ -541,13 +592,6 @@ func withoutLines(s string, drop ...string) string {
 		}
 	}
 	return strings.Join(out, "\n")
-}
-
-func writeFile(path string, b []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(path, b, 0o600)
 }
 
 // forwardAPIServer listens on the API server's 127.0.0.1 port inside the

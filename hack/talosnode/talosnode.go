@@ -37,34 +37,43 @@ type Parts struct {
 	Containerd string // the directory hack/containerd/build.sh prints
 	Runc       string // runc from its module (hack/containerd), copied with its libraries
 	TalosSrc   string // Talos's module source, for its containerd configs
+	Version    string // the Talos release machined is (os-release)
 }
 
-// Build builds (or reuses from the cache) what a node needs. root is the
-// repository's root.
-func Build(t testing.TB, root string) Parts {
+// Build builds (or reuses from the cache) what a node of Talos v1.14.1
+// needs. root is the repository's root.
+func Build(t testing.TB, root string) Parts { return BuildTalos(t, root, "") }
+
+// BuildTalos is Build for the Talos module in hack/talos/<module> ("":
+// hack/talos itself, v1.14.1; "v1.13": v1.13.9).
+func BuildTalos(t testing.TB, root, module string) Parts {
 	t.Helper()
-	run := func(script string) string {
-		cmd := exec.Command(filepath.Join(root, script))
+	run := func(script string, args ...string) string {
+		cmd := exec.Command(filepath.Join(root, script), args...)
 		cmd.Stderr = os.Stderr
 		out, err := cmd.Output()
 		if err != nil {
-			t.Fatalf("%s: %v", script, err)
+			t.Fatalf("%s %s: %v", script, strings.Join(args, " "), err)
 		}
 		return strings.TrimSpace(string(out))
 	}
-	p := Parts{Machined: run("hack/talos/build.sh"), Containerd: run("hack/containerd/build.sh")}
+	var args []string
+	if module != "" {
+		args = []string{module}
+	}
+	p := Parts{Machined: run("hack/talos/build.sh", args...), Containerd: run("hack/containerd/build.sh")}
 	p.Runc = filepath.Join(p.Containerd, "runc")
 	cmd := exec.Command("go", "mod", "download", "-json", "github.com/siderolabs/talos")
-	cmd.Dir = filepath.Join(root, "hack/talos")
+	cmd.Dir = filepath.Join(root, "hack/talos", module)
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("locating Talos's module: %v", err)
 	}
-	var mod struct{ Dir string }
+	var mod struct{ Dir, Version string }
 	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
 		t.Fatalf("locating Talos's module: %v (%s)", err, out)
 	}
-	p.TalosSrc = mod.Dir
+	p.TalosSrc, p.Version = mod.Dir, mod.Version
 	return p
 }
 
@@ -86,6 +95,10 @@ type Config struct {
 	Address    string
 	MachineCfg []byte // the v1alpha1 machine config (USERDATA)
 	Extensions []Extension
+	// Installed are more files of the rootfs, by path: the system
+	// extensions an installer image carries, their rootfs/ laid out at the
+	// root as Talos's imager does (mode 0755).
+	Installed map[string][]byte
 	// ExtensionConfigFiles makes machined render ExtensionServiceConfig
 	// files as on a Talos machine (container mode renders none; see
 	// hack/talos/patches/extension-config-files.go.patch), so that a
@@ -101,6 +114,7 @@ type Config struct {
 // Node is a running node.
 type Node struct {
 	cfg     Config
+	version string // the Talos release machined is
 	dir     string
 	netns   string
 	cmd     *exec.Cmd
@@ -119,6 +133,26 @@ func Start(t *testing.T, p Parts, cfg Config) *Node {
 
 // StateDir is the node's own directory: state/var is its /var.
 func (n *Node) StateDir() string { return filepath.Join(n.dir, "state") }
+
+// overlays are the directories Talos 1.13's docker provisioner gives a
+// node as volumes (its constants.Overlays but /opt, which Boot always
+// mounts); Talos 1.14's machined mounts them itself.
+func (n *Node) overlays() []string {
+	if !strings.HasPrefix(n.version, "v1.13.") {
+		return nil
+	}
+	return []string{"etc/cni", "etc/kubernetes", "usr/libexec/kubernetes"}
+}
+
+// KubernetesDir is where the node's /etc/kubernetes is on the host before
+// it boots, when the provisioner gives it ("" when machined mounts its own
+// tmpfs there: then WriteInNode once it has).
+func (n *Node) KubernetesDir() string {
+	if n.overlays() == nil {
+		return ""
+	}
+	return filepath.Join(n.dir, "state/overlay/etc/kubernetes")
+}
 
 // NetNS is the name of the node's network namespace (ip netns).
 func (n *Node) NetNS() string { return n.netns }
@@ -140,12 +174,20 @@ func (n *Node) WriteInNode(path string, b []byte) error {
 // Prepare lays out the node (rootfs, state, network) without booting it.
 func Prepare(t *testing.T, p Parts, cfg Config) *Node {
 	t.Helper()
-	n := &Node{cfg: cfg, dir: t.TempDir(), netns: "tn-" + strconv.Itoa(os.Getpid()) + "-" + cfg.Name, Console: &syncbuf.Buffer{}, done: make(chan struct{})}
+	n := &Node{cfg: cfg, version: p.Version, dir: t.TempDir(), netns: "tn-" + strconv.Itoa(os.Getpid()) + "-" + cfg.Name, Console: &syncbuf.Buffer{}, done: make(chan struct{})}
 	root := filepath.Join(n.dir, "rootfs")
 	if err := layout(root, p, cfg); err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range []string{"state/var", "state/state", "state/opt"} {
+	dirs := []string{"state/var", "state/state", "state/opt"}
+	for _, d := range n.overlays() {
+		dirs = append(dirs, "state/overlay/"+d, "rootfs/"+d)
+	}
+	// A volume starts with the image's contents.
+	if n.overlays() != nil {
+		dirs = append(dirs, "state/overlay/etc/kubernetes/manifests", "state/overlay/etc/cni/net.d")
+	}
+	for _, d := range dirs {
 		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -177,6 +219,7 @@ func (n *Node) Boot(t *testing.T) {
 		"mount -t tmpfs tmpfs $R/run; mount -t tmpfs tmpfs $R/system; mount -t tmpfs tmpfs $R/tmp",
 		"mkdir -p $R/system/state",
 		"mount --bind $D/state/var $R/var; mount --bind $D/state/state $R/system/state; mount --bind $D/state/opt $R/opt",
+		"for d in " + strings.Join(n.overlays(), " ") + "; do mount --bind $D/state/overlay/$d $R/$d; done",
 		"hostname " + cfg.Name,
 		"cd $R; mkdir -p .oldroot; pivot_root . .oldroot; cd /",
 		// The old root is the host's: nothing of it stays visible (umount
@@ -534,13 +577,26 @@ func layout(root string, p Parts, cfg Config) error {
 		// lookup leaves the node (127.0.0.53 would be the host DNS itself: a loop).
 		"etc/resolv.conf": "nameserver 127.0.0.1\n",
 		"etc/hosts":       "127.0.0.1 localhost\n",
-		"etc/os-release":  "NAME=\"Talos\"\nID=talos\nVERSION_ID=v1.14.1\nPRETTY_NAME=\"Talos (v1.14.1)\"\n",
+		"etc/os-release":  "NAME=\"Talos\"\nID=talos\nVERSION_ID=" + p.Version + "\nPRETTY_NAME=\"Talos (" + p.Version + ")\"\n",
 	}
 	for _, e := range cfg.Extensions {
 		files["usr/local/etc/containers/"+e.Name+".yaml"] = string(e.Spec)
 	}
+	if strings.HasPrefix(p.Version, "v1.13.") {
+		// Talos 1.13 bind-mounts the files it writes under /etc over
+		// placeholders its Dockerfile touches (1.14 needs none).
+		for _, f := range []string{"machine-id", "cri/conf.d/cri.toml", "cri/conf.d/01-registries.part", "cri/conf.d/20-customization.part",
+			"cri/conf.d/base-spec.json", "ssl/certs/ca-certificates.crt", "iscsi/initiatorname.iscsi", "nvme/hostid", "nvme/hostnqn"} {
+			files["etc/"+f] = ""
+		}
+	}
 	for rel, content := range files {
-		if err := os.WriteFile(filepath.Join(root, rel), []byte(content), 0o644); err != nil {
+		if err := writeFile(filepath.Join(root, rel), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	for rel, b := range cfg.Installed {
+		if err := writeFile(filepath.Join(root, rel), b, 0o755); err != nil {
 			return err
 		}
 	}
@@ -551,6 +607,14 @@ func layout(root string, p Parts, cfg Config) error {
 		}
 	}
 	return nil
+}
+
+// writeFile writes b at path, making its directories.
+func writeFile(path string, b []byte, mode os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, mode)
 }
 
 func copyFile(src, dst string) error {
