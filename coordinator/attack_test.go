@@ -133,10 +133,8 @@ func (a *actor) csr(name string, dns []string, ips ...string) {
 	}
 }
 
-// attest writes an approving attestation of csrName, signed by key (nil:
-// unsigned, as the kubelet credential alone can write it), by both ways an
-// agent may: on its Node, and as an Event about the CSR (which any node
-// can create).
+// attest writes an approving attestation of csrName on its Node, signed
+// by key (nil: unsigned, as the kubelet credential alone can write it).
 func (a *actor) attest(csrName string, key ed25519.PrivateKey) {
 	a.t.Helper()
 	csr, err := a.self.CertificatesV1().CertificateSigningRequests().Get(a.t.Context(), csrName, metav1.GetOptions{})
@@ -157,13 +155,6 @@ func (a *actor) attest(csrName string, key ed25519.PrivateKey) {
 		a.t.Fatal(err)
 	}
 	a.annotate(map[string]string{contract.AnnotationCSRAttestation: v})
-	ev, err := contract.AttestationEvent(a.name, csrName, csr.UID, att, time.Now())
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	if _, err := a.self.CoreV1().Events(ev.Namespace).Create(a.t.Context(), ev, metav1.CreateOptions{}); err != nil {
-		a.t.Fatalf("%s creating an attestation Event: %v", a.name, err)
-	}
 }
 
 // agentAttests plays the honest agent: waits for the review request and attests with its key.

@@ -28,7 +28,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -110,7 +109,6 @@ type Agent struct {
 	lastWrite *corev1.Node
 	apiServer string
 	attested  map[string]string
-	byEvent   map[string]string // the attested request, when the approval went by Event
 	answered  string            // the last csr-review value answered
 	lastLog   map[string]string // dedupes repeated warnings
 	// refusedProviderID is the providerID the API server refused this
@@ -585,13 +583,6 @@ func (a *Agent) attest(ctx context.Context, node *corev1.Node, want desired.Stat
 		// coordinator's cache lagged) costs one GET, not one per sync.
 		return nil
 	}
-	if a.byEvent[name] != "" && a.answered == value && node.Annotations[contract.AnnotationAttestBy] == contract.AttestByEventFor(value) {
-		// Approved by Event, for this very ask from a coordinator that reads
-		// them: a changed ask (for another request, or again), or the hint
-		// gone (a coordinator rolled back, or an admin removing it), is
-		// answered again.
-		return nil
-	}
 	csr, err := a.client.GetCSR(ctx, name)
 	if apierrors.IsNotFound(err) {
 		a.once("review-missing", name, func() { a.log.Warn("the CSR to review does not exist", "csr", name) })
@@ -616,44 +607,18 @@ func (a *Agent) attest(ctx context.Context, node *corev1.Node, want desired.Stat
 		}
 	}
 	att = att.Sign(a.nodeName, a.cfg.Key)
-	via, err := a.answer(ctx, node, value, csr, att)
+	encoded, err := contract.EncodeAttestation(att)
 	if err != nil {
 		return err
 	}
-	a.attested, a.answered, a.byEvent = map[string]string{name: digest}, value, map[string]string{}
-	if via == "event" {
-		a.byEvent[name] = digest
-	}
-	a.m.Attestations.WithLabelValues(string(att.Verdict)).Inc()
-	a.log.Info("attested serving CSR", "csr", name, "verdict", att.Verdict, "reason", att.Reason, "by", via)
-	return nil
-}
-
-// answer writes the attestation: an approval as an Event on the CSR when
-// the coordinator says, beside this review, that it reads them
-// (contract.AnnotationAttestBy naming the review), which
-// no other watcher of Nodes receives; a rejection, or any answer to a
-// coordinator that does not, or one whose Event the API server refused, on
-// the Node. It says which ("event" or "node").
-func (a *Agent) answer(ctx context.Context, node *corev1.Node, review string, csr *certificatesv1.CertificateSigningRequest, att contract.Attestation) (string, error) {
-	if node.Annotations[contract.AnnotationAttestBy] == contract.AttestByEventFor(review) && att.Verdict == contract.VerdictApprove {
-		ev, err := contract.AttestationEvent(a.nodeName, csr.Name, csr.UID, att, time.Now())
-		if err == nil {
-			err = a.client.CreateEvent(ctx, ev)
-		}
-		if err == nil {
-			a.m.Writes.WithLabelValues("attestation-event", "ok").Inc()
-			return "event", nil
-		}
-		a.m.Writes.WithLabelValues("attestation-event", "error").Inc()
-		a.log.Warn("could not create the attestation Event; attesting on the Node instead", "csr", csr.Name, "err", err)
-	}
-	encoded, err := contract.EncodeAttestation(att)
-	if err != nil {
-		return "", err
-	}
 	body := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, contract.AnnotationCSRAttestation, encoded)
-	return "node", a.patch(ctx, "attestation", body, "")
+	if err := a.patch(ctx, "attestation", body, ""); err != nil {
+		return err
+	}
+	a.attested, a.answered = map[string]string{name: digest}, value
+	a.m.Attestations.WithLabelValues(string(att.Verdict)).Inc()
+	a.log.Info("attested serving CSR", "csr", name, "verdict", att.Verdict, "reason", att.Reason)
+	return nil
 }
 
 // servingCert is the kubelet's current serving certificate, nil when it

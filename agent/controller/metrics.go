@@ -17,7 +17,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Writes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nodeinit_agent_writes_total", Help: "Writes for this node, by kind (status: the report and the addresses; spec: the providerID of a Node no coordinator initializes; attestation; attestation-event, an Event about the CSR instead) and result.",
+			Name: "nodeinit_agent_writes_total", Help: "Writes for this node, by kind (status: the report and the addresses; spec: the providerID of a Node no coordinator initializes; attestation) and result.",
 		}, []string{"kind", "result"}),
 		Syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodeinit_agent_syncs_total", Help: "Reconciliations of the desired Node, by result (ok, waiting, error).",

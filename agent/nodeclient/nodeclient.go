@@ -83,12 +83,6 @@ func (c *Client) PatchNode(ctx context.Context, name string, patch []byte, subre
 	return node, req.Do(ctx).Into(node)
 }
 
-// CreateEvent creates ev (an attestation Event, contract.AttestationEvent).
-func (c *Client) CreateEvent(ctx context.Context, ev *corev1.Event) error {
-	return c.core.Post().Namespace(ev.Namespace).Resource("events").
-		VersionedParams(&metav1.CreateOptions{FieldManager: "nodeinit-agent"}, metav1.ParameterCodec).Body(ev).Do(ctx).Error()
-}
-
 // GetCSR reads a CertificateSigningRequest.
 func (c *Client) GetCSR(ctx context.Context, name string) (*certificatesv1.CertificateSigningRequest, error) {
 	csr := &certificatesv1.CertificateSigningRequest{}

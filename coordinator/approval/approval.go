@@ -314,11 +314,11 @@ func decideWithout(in Input, category Category, note string) Decision {
 				Reason: fmt.Sprintf("no attestation within %v; approved on the static checks alone, as the policy says", in.Timeout)})
 		}
 		if !in.ReviewAgain && in.Review == in.CSR.Name {
-			// The agent's answer may be lost to this replica (an Event
-			// removed, or taken out of the watch, before it started): ask
-			// once more, for this request, while its review is this CSR's,
-			// before leaving it pending. The ask is on the Node, so another
-			// replica does not ask a third time while it stays there.
+			// The agent may not have answered (down or slow at the ask):
+			// ask once more, for this request, while its review is this
+			// CSR's, before leaving it pending. The ask is on the Node, so
+			// another replica does not ask a third time while it stays
+			// there.
 			return with(Decision{Action: RequestReview, Category: CategoryAskedAgain, AskAgain: true,
 				Reason: fmt.Sprintf("no valid attestation within %v; asking the node's agent once more, for this request", in.Timeout)})
 		}

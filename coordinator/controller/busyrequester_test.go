@@ -41,7 +41,7 @@ func TestABusyRequesterHoldsUpNoOtherNode(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond) // the coordinator has them queued
 	other.csr(t, other.name+"-serving", []string{other.name}, []string{other.ip.String()})
-	other.approveByEvent(t, other.name+"-serving")
+	other.approveOnNode(t, other.name+"-serving")
 	waitFor(t, 15*time.Second, "the other node's CSR approved while the busy node's decision is under way", func() bool {
 		c, _ := condition(t, other.name+"-serving")
 		return c.Type == certificatesv1.CertificateApproved
@@ -56,7 +56,7 @@ func TestABusyRequesterHoldsUpNoOtherNode(t *testing.T) {
 	unlock()
 	released = true
 	first := busy.name + "-00"
-	busy.approveByEvent(t, first)
+	busy.approveOnNode(t, first)
 	waitFor(t, 15*time.Second, "the busy node's attested request approved once its lock is free", func() bool {
 		c, _ := condition(t, first)
 		return c.Type == certificatesv1.CertificateApproved

@@ -116,7 +116,6 @@ type Coordinator struct {
 	nodeStatus     *nodeStatus            // the Node reconciler's gauges: Nodes waiting, Nodes left alone
 	said           *said                  // the last message of each Event reason per object
 	requests       *requests              // each CSR's request, parsed once
-	attestations   *attestEvents          // the agents' attestation Events, by CSR
 	apiSANsRead    bool                   // the API server's certificate SANs are in cfg (read or given)
 	claimLocks     addrLocks              // claims are decided and recorded under their addresses' locks
 	requesterLocks keyLocks[string]       // a node's serving CSRs are decided one at a time
@@ -314,7 +313,6 @@ func New(cfg Config) (*Coordinator, error) {
 			gone(c.ownCSRs, obj)
 			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 				c.forget("csr", key)
-				c.attestations.settled(key)
 				lastSeen := false // a watch gap: the object as last seen, maybe before its approval
 				if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 					obj, lastSeen = d.Obj, true
@@ -334,24 +332,6 @@ func New(cfg Config) (*Coordinator, error) {
 			}
 		},
 	})
-	// An attestation Event resyncs the CSR it is about, when pending. The
-	// Events' watch is not waited for: without the RBAC to list them (an
-	// image upgraded before its ClusterRole) nothing else stops, and the
-	// coordinator does not say it reads them until it does.
-	pendingCSR := func(name string) ([]byte, bool) {
-		csr, err := c.csr(name)
-		if err != nil || !pending(csr) {
-			return nil, false
-		}
-		return csr.Spec.Request, true
-	}
-	if c.attestations, err = newAttestEvents(cfg.Client, pendingCSR, func(name string) {
-		if _, ok := pendingCSR(name); ok {
-			c.csrQueue.Add(name)
-		}
-	}, c.m.AttestationEventsIgnored.Inc); err != nil {
-		return nil, err
-	}
 	// A record an admin changed (a re-enrolled key) resyncs its Node's CSRs;
 	// addresses a record released resync the Nodes waiting for them. A
 	// record naming a valid serving certificate turns the joins' wait on.
@@ -649,9 +629,7 @@ func (c *Coordinator) probeAPI(ctx context.Context) error {
 	// The kubernetes EndpointSlices too, which the default namespace's Role
 	// grants and a manifest applied in pieces may allow seconds later: an
 	// informer refused them sits in its reflector's backoff (up to
-	// seconds) once they are allowed. (The attestation Events are not
-	// probed: their watch is not waited for, so a coordinator without
-	// that RBAC works as before.)
+	// seconds) once they are allowed.
 	if _, err := c.client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{Limit: 1,
 		LabelSelector: discoveryv1.LabelServiceName + "=kubernetes"}); err != nil {
 		return err
@@ -694,14 +672,12 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	c.facts.factory.Discovery().V1().EndpointSlices().Informer()
 	c.factory.Start(informers.Done())
 	c.csrFactory.Start(informers.Done())
-	c.attestations.factory.Start(informers.Done())
 	factsSynced := c.facts.start(informers.Done(), c.log.Info, c.blockedChanged)
 	var recordsDone sync.WaitGroup
 	recordsDone.Go(func() { c.records.Informer().Run(informers.Done()) })
 	defer recordsDone.Wait()
 	defer c.factory.Shutdown()
 	defer c.csrFactory.Shutdown()
-	defer c.attestations.factory.Shutdown()
 	defer c.facts.shutdown()
 	defer stopInformers()
 	synced := append(factsSynced, c.factory.Core().V1().Nodes().Informer().HasSynced,

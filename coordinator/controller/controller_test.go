@@ -962,7 +962,8 @@ func TestRBAC(t *testing.T) {
 		{authorizationv1.ResourceAttributes{Verb: "update", Group: cert, Resource: "certificatesigningrequests", Subresource: "approval"}, true},
 		{authorizationv1.ResourceAttributes{Verb: "approve", Group: cert, Resource: "signers", Name: "kubernetes.io/kubelet-serving"}, true},
 		{authorizationv1.ResourceAttributes{Verb: "create", Resource: "events", Namespace: "default"}, true},
-		{authorizationv1.ResourceAttributes{Verb: "watch", Resource: "events"}, true}, // the agents' attestation Events
+		{authorizationv1.ResourceAttributes{Verb: "watch", Resource: "events"}, false}, // it reads no Events
+		{authorizationv1.ResourceAttributes{Verb: "list", Resource: "events", Namespace: "default"}, false},
 		{authorizationv1.ResourceAttributes{Verb: "delete", Resource: "events", Namespace: "default"}, false},
 		{authorizationv1.ResourceAttributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system", Name: "nodeinit-coordinator"}, true},
 

@@ -58,7 +58,6 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 	csr, err := c.csr(name)
 	if apierrors.IsNotFound(err) {
 		c.forget("csr", name)
-		c.attestations.settled(name)
 		return nil
 	}
 	if err != nil {
@@ -140,8 +139,8 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 // nodes cannot write (the record, cluster objects, the coordinator's own
 // observations) and, as requests and attestations only, the Node. It
 // writes nothing to the API server, and of its own state only memos of
-// what it reads: the parsed request (once per CSR object), the checks of
-// attestations, the pending count (kept for pendingTTL).
+// what it reads: the parsed request (once per CSR object), the pending
+// count (kept for pendingTTL).
 func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningRequest, now time.Time) (approval.Input, *corev1.Node) {
 	nodeName := csrcheck.NodeName(csr.Spec.Username)
 	in := approval.Input{
@@ -171,9 +170,7 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 		in.PublishedKey = md.AgentKey
 	}
 	in.Facts = csrcheck.Facts{Reserved: c.reservedFor(self), Claims: map[netip.Addr]string{}, PodCIDROf: map[netip.Addr]string{}, Bound: map[netip.Addr]string{}, Seen: c.observer.seen(self.Name, self.UID, now)}
-	var sans []string
 	if parsed, err := in.CSR.Parse(); err == nil {
-		sans = contract.RequestSANs(parsed)
 		in.Facts.Names, in.Facts.Hostnames, in.Facts.SharedNames = c.names(parsed.DNSNames, self.Name, now)
 		in.Facts.ReservedNames, in.Facts.APIServerNames, in.Facts.ControlPlane = c.settings.CSR.ReservedNames, c.cfg.APIServerNames, c.controlPlane(self)
 		for _, raw := range parsed.IPAddresses {
@@ -208,14 +205,6 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 			}
 		}
 		in.EnrolledKey = enrolledKey(rec, self.UID)
-		// An agent approves by Event when the coordinator says it reads
-		// them: one that may stand for the approval (approval.EventApproves)
-		// comes first; the Node's annotation carries the rest.
-		if sans != nil && !approval.OwnVerdict(in.Attestation, csr.Name, in.CSR.PEM, nodeName, in.EnrolledKey, sans) {
-			if a := c.attestations.approval(csr.Name, in.CSR.PEM, nodeName, in.EnrolledKey, sans); a != nil {
-				in.Attestation = a
-			}
-		}
 	}
 	if rec != nil {
 		// The last certificate survives the Node object (records.Survives):
@@ -354,7 +343,7 @@ func (c *Coordinator) certDuration(csr *certificatesv1.CertificateSigningRequest
 func (c *Coordinator) review(node *corev1.Node) nodestate.Review {
 	current, _ := contract.ParseReview(node.Annotations[contract.AnnotationCSRReview])
 	name := approval.Handoff(current.CSR, c.unsynced(node.Name, current.CSR, c.reviews.wants(node.Name)))
-	r := nodestate.Review{Ask: contract.Review{CSR: name}, ByEvent: c.attestations.synced()}
+	r := nodestate.Review{Ask: contract.Review{CSR: name}}
 	if name == "" {
 		return r
 	}
@@ -362,19 +351,13 @@ func (c *Coordinator) review(node *corev1.Node) nodestate.Review {
 	// deleted and created again): ask again, for the request now under the
 	// name. Decided from the attestation and the CSR themselves, so the ask
 	// stays the same however the CSR's decision moves meanwhile.
-	// Only what the enrolled key signed counts, on the Node as on Events:
-	// anything else changes no ask.
-	var attested []string // the requests under this name the agent answered for
-	att, err := contract.DecodeAttestation(node.Annotations[contract.AnnotationCSRAttestation])
-	onNode, byEvent := err == nil && att.CSR == name, c.attestations.has(name)
-	if onNode || byEvent {
+	// Only what the enrolled key signed counts: anything else changes no
+	// ask.
+	var attested *string // the request under this name the agent answered for
+	if att, err := contract.DecodeAttestation(node.Annotations[contract.AnnotationCSRAttestation]); err == nil && att.CSR == name {
 		rec, _ := c.records.Get(node.Name)
-		key := enrolledKey(rec, node.UID)
-		if onNode && key != nil && att.Verify(node.Name, key, att.SANs) == nil {
-			attested = append(attested, att.RequestSHA256)
-		}
-		if byEvent {
-			attested = append(attested, c.attestations.digests(name, node.Name, key)...)
+		if key := enrolledKey(rec, node.UID); key != nil && att.Verify(node.Name, key, att.SANs) == nil {
+			attested = &att.RequestSHA256
 		}
 	}
 	if csr, err := c.csr(name); err == nil {
@@ -386,7 +369,7 @@ func (c *Coordinator) review(node *corev1.Node) nodestate.Review {
 		digest := contract.RequestDigest(csr.Spec.Request)
 		if (current.CSR == name && current.RequestSHA256 == digest) ||
 			c.reviews.again(name, csr.UID) ||
-			(len(attested) > 0 && !slices.Contains(attested, digest)) {
+			(attested != nil && *attested != digest) {
 			r.Ask.RequestSHA256 = digest
 		}
 	}
@@ -455,11 +438,9 @@ func (c *Coordinator) kubeletAsked(node *corev1.Node) bool {
 	})
 }
 
-// handedOff forgets a decided or deleted CSR's review hand-off and the
-// attestations of its Events that left the watch; its Node's
-// review may move on to the next one.
+// handedOff forgets a decided or deleted CSR's review hand-off; its
+// Node's review may move on to the next one.
 func (c *Coordinator) handedOff(csr string) {
-	c.attestations.settled(csr)
 	if node := c.reviews.drop(csr); node != "" {
 		c.nodeQueue.Add(node)
 	}

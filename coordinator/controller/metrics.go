@@ -33,9 +33,6 @@ type Metrics struct {
 	// RecordsUnreadable is how many NodeRecords the informer holds that
 	// this version cannot read (records.Cached with Err).
 	RecordsUnreadable prometheus.Gauge
-	// AttestationEventsIgnored counts attestation Events that carry nothing
-	// a decision may use (forged, another request's, malformed).
-	AttestationEventsIgnored prometheus.Counter
 	// Queues are the Node and CSR work queues' workqueue_* series.
 	Queues *queueMetrics
 }
@@ -103,15 +100,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "nodeinit_coordinator_noderecords_unreadable",
 			Help: "NodeRecords this replica cannot read (an edit the API server accepted, such as a date in lower case): each still holds the addresses and node prefix it names, and its Node's serving CSRs wait (NodeRecordUnreadable Events) until it is fixed.",
 		}),
-		AttestationEventsIgnored: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "nodeinit_coordinator_attestation_events_ignored_total",
-			Help: "Events with reason NodeinitAttested that carry no approval a decision may use: malformed, not an approval, or an approval of the request not signed by the node's enrolled agent key (anyone can create Events).",
-		}),
 		Queues: newQueueMetrics(),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Leader, m.Allocations, m.PoolSegments, m.CSRDecisions, m.GrantsRefused, m.NodeInitTime, m.NodeWrites, m.RebuildSeconds,
-			m.MalformedReports, m.AddressesRefused, m.FloodGuard, m.PendingCSRs, m.NotAdopted, m.PodCIDRConflicts, m.NodesWaiting, m.Contested, m.RecordsReconciled, m.RecordsUnreadable, m.AttestationEventsIgnored, m.PodCIDRsOutsidePool)
+			m.MalformedReports, m.AddressesRefused, m.FloodGuard, m.PendingCSRs, m.NotAdopted, m.PodCIDRConflicts, m.NodesWaiting, m.Contested, m.RecordsReconciled, m.RecordsUnreadable, m.PodCIDRsOutsidePool)
 		reg.MustRegister(m.Queues.collectors()...)
 	}
 	return m

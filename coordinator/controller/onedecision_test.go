@@ -65,7 +65,7 @@ func TestOneDecisionPerNodeAtATime(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, n := range ns {
 		for _, csr := range []string{n.name + "-first", n.name + "-other"} {
-			wg.Go(func() { n.approveByEvent(t, csr) })
+			wg.Go(func() { n.approveOnNode(t, csr) })
 		}
 	}
 	wg.Wait()

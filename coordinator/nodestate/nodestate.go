@@ -59,9 +59,6 @@ type Review struct {
 	// Serving is what the record keeps of CSR (its SANs, how long its
 	// certificate would be valid), for a review asked at initialization.
 	Serving *records.Serving
-	// ByEvent: the coordinator reads approvals from Events, and says so
-	// beside the review (contract.AnnotationAttestBy).
-	ByEvent bool
 }
 
 // value is the csr-review annotation's value, "" when none is asked.
@@ -264,7 +261,7 @@ func Decide(s Settings, in Input) (Desired, error) {
 	review := in.Review
 	d.Plan, err = finalize.Compute(node, rep, finalize.Inputs{
 		Grants: cfg.Grants, ClusterName: cfg.ClusterName, CIDRs: d.CIDRs, Initialize: d.Initialize,
-		Review: review.value(), AttestByEvent: review.ByEvent,
+		Review:         review.value(),
 		PreviousLabels: prev.GrantedLabels, PreviousTaints: prev.GrantedTaints,
 	})
 	if err != nil {

@@ -166,9 +166,8 @@ func phases(ws []write, nodes []*simNode) string {
 	first := map[string]map[string]time.Duration{} // step → node → after registration
 	var order []string
 	for _, w := range ws {
-		// The agent's one Event is its attestation, a step of the join;
-		// the coordinator's are for people.
-		if w.Code >= 300 || w.Event && w.Component != compAgent {
+		// The coordinator's Events are for people.
+		if w.Code >= 300 || w.Event {
 			continue
 		}
 		step := w.Component + " " + w.What
@@ -199,7 +198,7 @@ func phases(ws []write, nodes []*simNode) string {
 func certificateSteps(first map[string]map[string]time.Duration) string {
 	steps := []string{
 		compCoordinator + " patch nodes",
-		compAgent + " create events",
+		compAgent + " patch nodes", // the attestation (its report is nodes/status)
 		compCoordinator + " update certificatesigningrequests/approval",
 		compOther + " update certificatesigningrequests/status",
 	}

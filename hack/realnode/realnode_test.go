@@ -231,17 +231,13 @@ func TestRealNode(t *testing.T) {
 			}
 			return nil, fmt.Errorf("no serving CSR from %s approved by the coordinator: %v", user, seen)
 		})
-		// The coordinator reads approvals from Events (nodeinit.io/attest-by),
-		// so the agent's is an Event about the CSR, not a Node annotation.
-		evs, err := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "reason=" + contract.EventReasonAttested + ",involvedObject.name=" + csr.Name})
+		n, err := cs.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		var att contract.Attestation
-		if len(evs.Items) != 1 {
-			t.Errorf("%d attestation Events about the approved CSR %s, want the one from %s's agent", len(evs.Items), csr.Name, node.Name)
-		} else if att, err = contract.EventAttestation(&evs.Items[0]); err != nil || !att.Approves(csr.Name, csr.Spec.Request) || evs.Items[0].Source.Host != node.Name {
-			t.Errorf("the attestation Event about %s does not approve its request from %s's agent: %+v, %v", csr.Name, node.Name, evs.Items[0], err)
+		att, err := contract.DecodeAttestation(n.Annotations[contract.AnnotationCSRAttestation])
+		if err != nil || !att.Approves(csr.Name, csr.Spec.Request) {
+			t.Errorf("the approved CSR %s has no approval of its request from %s's agent on its Node: %+v, %v", csr.Name, node.Name, att, err)
 		}
 		t.Logf("%s's serving CSR %s approved by the coordinator (agent verdict %s) %s after start", node.Name, csr.Name, att.Verdict, since())
 		servingCertificateIsServed(ctx, t, cs, nodes, node, cluster, csr)

@@ -42,18 +42,7 @@ const (
 	AnnotationGrantedLabels = Domain + "/granted-labels"
 	// AnnotationCSRReview names the serving CSR the coordinator wants the agent to attest.
 	AnnotationCSRReview = Domain + "/csr-review"
-	// AnnotationAttestBy, written beside each review, says how the
-	// coordinator that asked reads attestations: AttestByEventFor(review),
-	// an approval may come as an Event about the CSR (AttestationEvent).
-	// It names the review it goes with, so a coordinator that does not
-	// write it (one before v0.2, after a rollback) turns it off with its
-	// next review; the agent then answers on its Node only.
-	AnnotationAttestBy = Domain + "/attest-by"
 )
-
-// AttestByEventFor is AnnotationAttestBy's value beside the csr-review
-// value review, for a coordinator that reads approvals from Events.
-func AttestByEventFor(review string) string { return "event:" + review }
 
 // Keys owned by Kubernetes and Talos CCM that both sides read or write.
 const (

@@ -178,9 +178,6 @@ type Inputs struct {
 	// (the csr-review annotation, contract.Review's encoding): a CSR that
 	// arrived before initialization costs no separate review write.
 	Review string
-	// AttestByEvent says, beside the review, that the coordinator reads
-	// approvals from Events (contract.AnnotationAttestBy).
-	AttestByEvent bool
 	// PreviousLabels and PreviousTaints are the grants the coordinator's own
 	// record holds (Grants entries, legacy key-only ones included): only
 	// those Owned finds unchanged on the Node are ever removed or rewritten.
@@ -236,12 +233,6 @@ func Compute(node *corev1.Node, r Reported, in Inputs) (Plan, error) {
 	annotations := map[string]any{}
 	if in.Review != "" && node.Annotations[contract.AnnotationCSRReview] != in.Review {
 		annotations[contract.AnnotationCSRReview] = in.Review
-		if by := contract.AttestByEventFor(in.Review); in.AttestByEvent && node.Annotations[contract.AnnotationAttestBy] != by {
-			// This coordinator reads approvals from Events: the agent need
-			// not patch its Node to give one. Only beside a review: never a
-			// write of its own.
-			annotations[contract.AnnotationAttestBy] = by
-		}
 	}
 	if len(annotations) > 0 {
 		metadata["annotations"] = annotations
