@@ -28,7 +28,8 @@ func TestCommandLine(t *testing.T) {
 		{"negative credentials poll", append([]string{"--credentials-poll=-1s"}, noNode...), 2, "", []string{"--credentials-poll -1s"}},
 		{"unparsable metrics address", append([]string{"--metrics-addr=localhost"}, noNode...), 2, "", []string{"--metrics-addr: \"localhost\": want host:port"}},
 		{"bad log format", append([]string{"--log-format=xml"}, noNode...), 2, "", []string{"log format \"xml\"", hint}},
-		{"explain's bad flag", []string{"explain", "--nope"}, 2, "", []string{"unknown flag: --nope\nRun 'nodeinit-agent explain --help' for usage.\n"}},
+		{"validate's bad flag", []string{"validate", "--nope"}, 2, "", []string{"unknown flag: --nope\nRun 'nodeinit-agent validate --help' for usage.\n"}},
+		{"explain moved to the coordinator", []string{"explain", "--rules-file", "x"}, 2, "", []string{"nodeinit-coordinator explain"}},
 		{"good values get as far as the key file", noNode, 1, "", []string{"/dev/null/key"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -48,10 +49,10 @@ func TestCommandLine(t *testing.T) {
 	}
 }
 
-// --help lists one-letter flags as -o and the others as --name.
+// --help lists the flags as --name, as Kubernetes does.
 func TestHelpListsFlagsAsKubernetesDoes(t *testing.T) {
-	code, _, errOut := runCmd("explain", "--help")
-	if code != 0 || !strings.Contains(errOut, "\n  -o string\n") || strings.Contains(errOut, "--o ") || !strings.Contains(errOut, "\n  --platform-metadata FILE\n") {
-		t.Errorf("explain --help: exit %d\n%s", code, errOut)
+	code, _, errOut := runCmd("run", "--help")
+	if code != 0 || !strings.Contains(errOut, "\n  --kubeconfig string\n") || !strings.Contains(errOut, "\n  --version\n") || strings.Contains(errOut, "$NODEINIT_VERSION") {
+		t.Errorf("run --help: exit %d\n%s", code, errOut)
 	}
 }

@@ -171,24 +171,3 @@ func TestRunTakesTheLastOfARepeatedSetting(t *testing.T) {
 		}
 	}
 }
-
-// explain reads the agent's settings from the document's environment, as
-// run does (the last entry of a name): a migration patch's
-// NODEINIT_PROVIDER_ID_POLICY=talos-fallback appended after the install's
-// metadata shows in explain's providerID; before, explain ignored the
-// environment and showed none.
-func TestExplainReadsTheDocumentsEnvironment(t *testing.T) {
-	doc := writeFile(t, "merged.yaml", escHead+"  - NODEINIT_PROVIDER_ID_POLICY=metadata\n  - NODEINIT_PROVIDER_ID_POLICY=talos-fallback\n")
-	md := writeFile(t, "md.yaml", "platform: metal\nhostname: w1\n")
-	code, out, errOut := runCmd("explain", "--rules-file", doc, "--platform-metadata", md, "--addresses", "192.168.1.10/24", "-o", "json")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
-	if !strings.Contains(out, `"providerID": "talos://metal/192.168.1.10"`) || !strings.Contains(errOut, "provider-id-policy talos-fallback, from "+doc+":10") {
-		t.Errorf("explain with the merged document's environment:\nstdout %s\nstderr %s", out, errOut)
-	}
-	// The command line still wins.
-	if code, out, _ := runCmd("explain", "--rules-file", doc, "--platform-metadata", md, "--addresses", "192.168.1.10/24", "--provider-id-policy", "never", "-o", "json"); code != 0 || strings.Contains(out, "talos://") {
-		t.Errorf("--provider-id-policy never: exit %d, %s", code, out)
-	}
-}

@@ -43,7 +43,6 @@ Usage:
   nodeinit-agent [run] [flags]                   run the node agent (the default)
   nodeinit-agent validate --rules-file FILE      check the rules (a rules file, its ExtensionServiceConfig,
                                                 a machine config, Talos CCM's config) and exit
-  nodeinit-agent explain [flags]                 print what run would write for given facts, offline
   nodeinit-agent migrate --from-talos-ccm FILE   convert a Talos CCM configuration to the agent's rules
   nodeinit-agent version                         print the version (also: --version)
 
@@ -70,7 +69,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "validate":
 		return validate(args, stdout, stderr)
 	case "explain":
-		return explainCmd(args, stdout, stderr)
+		// Moved: it predicts the coordinator too, with the coordinator's
+		// own code, which the agent does not link.
+		fmt.Fprintln(stderr, "explain is now `nodeinit-coordinator explain`, with the same flags (--config for --coordinator-config)")
+		return 2
 	case "migrate":
 		return migrate(args, stdout, stderr)
 	case "version":

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"crypto/ed25519"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -62,7 +61,7 @@ const badRules = `transformations:
 `
 
 func TestValidate(t *testing.T) {
-	code, out, _ := runCmd("validate", "--rules", "explain/testdata/talos-ccm-rules.yaml")
+	code, out, _ := runCmd("validate", "--rules", "testdata/talos-ccm-rules.yaml")
 	if code != 0 || !strings.Contains(out, "OK") {
 		t.Errorf("valid rules: exit %d, stdout %q", code, out)
 	}
@@ -108,35 +107,6 @@ func TestRunRefusesInvalidRules(t *testing.T) {
 	}
 }
 
-func TestExplainCommand(t *testing.T) {
-	code, out, errOut := runCmd("explain", "--rules", "explain/testdata/talos-ccm-rules.yaml",
-		"--platform-metadata", "explain/testdata/platformmetadata-talosctl.yaml",
-		"--system-information", "explain/testdata/systeminformation-talosctl.yaml",
-		"--addresses", "192.168.1.10/24,2001:db8::10/64", "--provider-id-policy", "talos-fallback", "-o", "json")
-	if code != 0 {
-		t.Fatalf("explain: exit %d: %s", code, errOut)
-	}
-	var got struct {
-		Labels          map[string]string `json:"labels"`
-		RequestedLabels map[string]string `json:"requestedLabels"`
-		ProviderID      string            `json:"providerID"`
-		Errors          []string          `json:"errors"`
-	}
-	if err := json.Unmarshal([]byte(out), &got); err != nil {
-		t.Fatalf("explain -o json is not one JSON object: %v\n%s", err, out)
-	}
-	if _, ok := got.RequestedLabels["node-role.kubernetes.io/web"]; !ok || got.Labels["topology.kubernetes.io/zone"] != "eu-central-1" ||
-		got.ProviderID != "talos://metal/192.168.1.10" || len(got.Errors) != 0 {
-		t.Errorf("explain output: %+v", got)
-	}
-	if code, _, errOut := runCmd("explain", "--platform-metadata", writeFile(t, "md.yaml", "hostname: x\n")); code != 1 || !strings.Contains(errOut, "no platform") {
-		t.Errorf("explain with metadata lacking a platform: exit %d, stderr %q", code, errOut)
-	}
-	if code, _, _ := runCmd("explain"); code != 2 {
-		t.Errorf("explain without --platform-metadata: exit %d, want 2", code)
-	}
-}
-
 func agentBinary(t testing.TB) string { return gobuild.Binary(t, ".") }
 
 func freeAddr(t testing.TB) string {
@@ -153,7 +123,7 @@ func freeAddr(t testing.TB) string {
 func startBinary(t testing.TB, n *testnode.Node, extra ...string) (*exec.Cmd, *bytes.Buffer, string) {
 	t.Helper()
 	metrics := freeAddr(t)
-	args := append(append(n.AgentArgs(), "--metrics-addr", metrics, "--rules-file", "explain/testdata/talos-ccm-rules.yaml"), extra...)
+	args := append(append(n.AgentArgs(), "--metrics-addr", metrics, "--rules-file", "testdata/talos-ccm-rules.yaml"), extra...)
 	cmd := exec.Command(agentBinary(t), append([]string{"run"}, args...)...)
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
@@ -393,41 +363,5 @@ func TestMigrateCommand(t *testing.T) {
 	}
 	if code, _, _ := runCmd("migrate"); code != 2 {
 		t.Errorf("migrate without --from-talos-ccm: exit %d, want 2", code)
-	}
-}
-
-// TestExplainSeveralNodesWithCoordinator: explain takes a multi-node talosctl
-// output (one section per node), the coordinator's configuration (or its
-// ConfigMap), any rules source under --rules-file, and exits 1 when it shows
-// an error.
-func TestExplainSeveralNodesWithCoordinator(t *testing.T) {
-	code, out, errOut := runCmd("explain", "--rules-file", "../extension/patches/rules.yaml",
-		"--platform-metadata", "explain/testdata/platformmetadata-multi.yaml",
-		"--coordinator-config", "../coordinator/deploy/configmap.yaml", "-o", "table")
-	if code != 1 {
-		t.Errorf("exit %d, want 1: node 172.20.0.3's zone \"rack 1\" is no label value\n%s%s", code, out, errOut)
-	}
-	web, pve, ok := strings.Cut(out, "== node 172.20.0.3 (pve-1)")
-	if !ok || !strings.Contains(web, "== node 172.20.0.2 (web-www)") {
-		t.Fatalf("no section per node:\n%s", out)
-	}
-	for _, want := range []string{"node-role.kubernetes.io/web", "coordinator", "InternalIP", "172.20.0.2", "node.cloudprovider.kubernetes.io/platform", "ipv4: a /24 from the pool 10.244.0.0/16"} {
-		if !strings.Contains(web, want) {
-			t.Errorf("web-www's section lacks %q:\n%s", want, web)
-		}
-	}
-	if !strings.Contains(pve, `metadata zone "rack 1" is not a valid label value`) || !strings.Contains(pve, "node.cloudprovider.kubernetes.io/lifecycle") {
-		t.Errorf("pve-1's section:\n%s", pve)
-	}
-	if !strings.Contains(errOut, "errors") {
-		t.Errorf("stderr does not say why the exit code is 1: %q", errOut)
-	}
-	// One node without errors: exit 0, and --rules keeps working.
-	code, _, errOut = runCmd("explain", "--rules", "explain/testdata/talos-ccm-rules.yaml", "--platform-metadata", "explain/testdata/platformmetadata-talosctl.yaml")
-	if code != 0 {
-		t.Errorf("exit %d: %s", code, errOut)
-	}
-	if code, _, errOut := runCmd("explain", "--platform-metadata", "explain/testdata/platformmetadata-multi.yaml", "--addresses", "10.0.0.1/24"); code != 2 || !strings.Contains(errOut, "--addresses") {
-		t.Errorf("--addresses with several nodes: exit %d %q", code, errOut)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/gobuild"
 )
 
 // readmeSection returns a "## " section of the README or of a page under
@@ -69,14 +71,17 @@ var exitComment = regexp.MustCompile(`\s+#\s*exits (\d+)\s*$`)
 
 // TestREADMEMigrationWalkthrough runs the README's "Migrating from Talos
 // CCM" walk-through: every YAML block headed "# <file>" is written to that
-// file, every `nodeinit-agent` command is run with the built binary (a
-// trailing "# exits N" says the exit code it must have; otherwise 0), and
-// what the text says about the outcome is checked. Commands that need a
-// cluster (talosctl, kubectl) are the ones whose output the YAML blocks give.
+// file, every `nodeinit-agent` and `nodeinit-coordinator` command is run
+// with the built binary (a trailing "# exits N" says the exit code it must
+// have; otherwise 0), and what the text says about the outcome is checked.
+// Commands that need a cluster (talosctl, kubectl) are the ones whose
+// output the YAML blocks give.
 func TestREADMEMigrationWalkthrough(t *testing.T) {
 	bin := t.TempDir()
-	if err := os.Symlink(agentBinary(t), filepath.Join(bin, "nodeinit-agent")); err != nil {
-		t.Fatal(err)
+	for name, path := range map[string]string{"nodeinit-agent": agentBinary(t), "nodeinit-coordinator": gobuild.Binary(t, "../coordinator")} {
+		if err := os.Symlink(path, filepath.Join(bin, name)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	work := t.TempDir()
 	section := readmeSection(t, "Migrating from Talos CCM")
@@ -94,7 +99,7 @@ func TestREADMEMigrationWalkthrough(t *testing.T) {
 			}
 		case "sh":
 			for _, line := range f.lines {
-				if !strings.HasPrefix(line, "nodeinit-agent ") {
+				if !strings.HasPrefix(line, "nodeinit-agent ") && !strings.HasPrefix(line, "nodeinit-coordinator ") {
 					continue
 				}
 				want := 0
@@ -123,7 +128,7 @@ func TestREADMEMigrationWalkthrough(t *testing.T) {
 		}
 	}
 	if len(ran) != 4 {
-		t.Fatalf("ran %d nodeinit-agent commands, want the walk-through's 4: %q", len(ran), ran)
+		t.Fatalf("ran %d nodeinit-agent and nodeinit-coordinator commands, want the walk-through's 4: %q", len(ran), ran)
 	}
 	read := func(name string) string {
 		data, err := os.ReadFile(filepath.Join(work, name))

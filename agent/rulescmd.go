@@ -17,7 +17,7 @@ import (
 )
 
 // rulesFileFlag defines --rules-file, run's spelling, and --rules, the
-// older one validate and explain used, as an alias.
+// older one validate used, as an alias.
 func rulesFileFlag(fs *flag.FlagSet, usage string) func() string {
 	file := fs.String("rules-file", "", usage)
 	old := fs.String("rules", "", "deprecated: use --rules-file")

@@ -42,6 +42,8 @@ taints, the uninitialized taint, and kubelet serving CSRs.
 Usage:
   nodeinit-coordinator [run] [flags]           run (the default)
   nodeinit-coordinator validate --config FILE  check a configuration file (or its ConfigMap) and exit
+  nodeinit-coordinator explain [flags]         print what the agent and this coordinator would write for a
+                                              node's facts (talosctl get … -o yaml), offline
   nodeinit-coordinator version                 print the version (also: --version)
 
 Run 'nodeinit-coordinator <command> --help' for a command's flags. Every flag
@@ -64,6 +66,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runCoordinator(args, stdout, stderr)
 	case "validate":
 		return validate(args, stdout, stderr)
+	case "explain":
+		return explainCmd(args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, version.String("nodeinit-coordinator"))
 		return 0

@@ -94,14 +94,8 @@ func (p *podCIDRs) rebuild(alloc *ipam.Allocator, v4, v6 bool, services []netip.
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.alloc = alloc
-	for _, u := range alloc.Usage() {
-		switch u.Pool {
-		case "ipv4":
-			p.hasV4 = v4 && u.Total > 0
-		case "ipv6":
-			p.hasV6 = v6 && u.Total > 0
-		}
-	}
+	pool4, pool6 := alloc.Pools()
+	p.hasV4, p.hasV6 = v4 && pool4, v6 && pool6
 	for ip := range p.reservedBy {
 		alloc.Reserve(ip)
 	}

@@ -278,7 +278,7 @@ func TestInstallRefuses(t *testing.T) {
 // among the other documents) and the settings in its environment.
 func TestAgentValidatesTheInstallPatches(t *testing.T) {
 	agent := gobuild.Binary(t, "../../agent")
-	rules, err := os.ReadFile("../../agent/explain/testdata/talos-ccm-rules.yaml")
+	rules, err := os.ReadFile("../../agent/testdata/talos-ccm-rules.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

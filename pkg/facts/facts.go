@@ -1,7 +1,7 @@
 // Package facts holds what the agent knows about its node, as plain data:
 // Talos's platform metadata and system information, the kubelet's node name
 // and IPs, and the cloud public IPs. The edges that fetch them (pkg/talos,
-// agent/explain) convert from Talos's resource types; the pure core
+// coordinator/explain) convert from Talos's resource types; the pure core
 // (pkg/rules, pkg/desired) uses only these, so it links no gRPC, COSI or
 // netlink.
 package facts

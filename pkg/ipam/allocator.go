@@ -244,6 +244,10 @@ func (a *Allocator) RemoveServiceCIDR(p netip.Prefix) {
 // Families reports the families the allocator hands out.
 func (a *Allocator) Families() (ipv4, ipv6 bool) { return a.ipv4, a.ipv6 }
 
+// Pools reports the families it hands out segments of a cluster pool of
+// (an IPv6 family without ipv6Pool gives only nodes' own prefixes).
+func (a *Allocator) Pools() (ipv4, ipv6 bool) { return a.ipv4 && a.v4 != nil, a.ipv6 && a.v6 != nil }
+
 // SegmentFor returns the set prefix and segment size a node's own IPv6
 // prefix gives (DESIGN.md §4, compatible with Talos CCM): a /64 gives /80s;
 // a shorter prefix uses the /64 holding the node's address; a longer one

@@ -18,7 +18,7 @@ func TestFilesUsersHave(t *testing.T) {
 		rules []string
 		beta  bool
 	}{
-		{"../../agent/explain/testdata/talos-ccm-rules.yaml", KindRules, []string{"transformations[0] (nocloud-nodes)", "transformations[1] (web-nodes)"}, false},
+		{"../../agent/testdata/talos-ccm-rules.yaml", KindRules, []string{"transformations[0] (nocloud-nodes)", "transformations[1] (web-nodes)"}, false},
 		{"../../extension/patches/rules.yaml", KindExtensionServiceConfig, []string{"transformations[0] (web-nodes)"}, false},
 		{"testdata/machineconfig-worker.yaml", KindMachineConfig, []string{"transformations[0] (eu)"}, true},
 		{"testdata/talos-ccm-configmap.yaml", KindTalosCCMConfigMap, []string{"transformations[0] (web)"}, false},

@@ -17,7 +17,7 @@ import (
 	"go.yaml.in/yaml/v4"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/coordinator/config"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/grants"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rulesource"
 )
@@ -211,10 +211,10 @@ func (m *migration) transformations(root *yaml.Node) {
 
 // grantsFor opens the coordinator's grant policy to the labels and taints
 // the rules request and a node may not set itself: Talos CCM set them all.
-func grantsFor(rs *rules.Rules) (config.Grants, []Note) {
-	g := config.Grants{
-		Labels: config.Patterns{Allow: slices.Clone(config.DefaultLabelAllow), Deny: slices.Clone(config.DefaultLabelDeny)},
-		Taints: config.Patterns{Allow: slices.Clone(config.DefaultTaintAllow), Deny: slices.Clone(config.DefaultTaintDeny)},
+func grantsFor(rs *rules.Rules) (grants.Policy, []Note) {
+	g := grants.Policy{
+		Labels: grants.Patterns{Allow: slices.Clone(grants.DefaultLabelAllow), Deny: slices.Clone(grants.DefaultLabelDeny)},
+		Taints: grants.Patterns{Allow: slices.Clone(grants.DefaultTaintAllow), Deny: slices.Clone(grants.DefaultTaintDeny)},
 	}
 	var notes []Note
 	for _, k := range rs.LabelKeys() {
@@ -224,7 +224,7 @@ func grantsFor(rs *rules.Rules) (config.Grants, []Note) {
 		if ok, _ := g.MayGrantLabel(k, "x"); ok {
 			continue
 		}
-		if _, why := (config.Grants{Labels: config.Patterns{Allow: []string{k}}}).MayGrantLabel(k, "x"); why != "" {
+		if _, why := (grants.Policy{Labels: grants.Patterns{Allow: []string{k}}}).MayGrantLabel(k, "x"); why != "" {
 			notes = append(notes, Note{Text: fmt.Sprintf("label %s: %s; Talos CCM set it, talos-nodeinit will not: use another key", k, why)})
 			continue
 		}
@@ -269,7 +269,7 @@ func agentPatch(name string, body []byte, notes []Note) []byte {
 	return b.Bytes()
 }
 
-func coordinatorFragment(name, clusterName string, g config.Grants, ip *ipamFragment) []byte {
+func coordinatorFragment(name, clusterName string, g grants.Policy, ip *ipamFragment) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# nodeinit-coordinator configuration migrated from the Talos CCM configuration %s:\n", name)
 	b.WriteString("# merge it into coordinator.yaml in the nodeinit-coordinator ConfigMap.\n")

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/grants"
 )
 
 // problem is one check's finding: the key it is about, what is wrong, and
@@ -60,21 +61,6 @@ func checkWait(path string, d, max time.Duration) []problem {
 // minCertificateDuration is the shortest spec.expirationSeconds Kubernetes
 // accepts on a CSR (10 minutes): a smaller cap denies every CSR.
 const minCertificateDuration = 10 * time.Minute
-
-// neverGrantedLabel reports why a label key is never granted whatever the
-// policy says; "" when it may be.
-func neverGrantedLabel(key string) string {
-	prefix, _, ok := strings.Cut(key, "/")
-	switch {
-	case ok && (prefix == "node-restriction.kubernetes.io" || strings.HasSuffix(prefix, ".node-restriction.kubernetes.io")):
-		return "node-restriction.kubernetes.io labels exist so nodes cannot set them"
-	case key == "node-role.kubernetes.io/control-plane" || key == "node-role.kubernetes.io/master":
-		return key + " marks control-plane Nodes, which the coordinator trusts"
-	case key == contract.LabelClusterName || key == contract.LabelPlatform || key == contract.LabelLifecycle:
-		return key + " is the coordinator's own (from its configuration and the node's facts)"
-	}
-	return ""
-}
 
 // checkPatterns refuses malformed patterns, and allow entries that can only
 // match keys that are never granted: the entry would do nothing, and the
@@ -147,12 +133,12 @@ func neverGranted(pattern string, taints bool) string {
 	}
 	prefix, wild := strings.CutSuffix(pattern, "*")
 	if !wild {
-		return neverGrantedLabel(pattern)
+		return grants.NeverGrantedLabel(pattern)
 	}
 	// A prefix whose every match is in the node-restriction domain.
 	domain, _, hasSlash := strings.Cut(prefix, "/")
-	if hasSlash && neverGrantedLabel(domain+"/x") != "" && strings.Contains(domain, "node-restriction.kubernetes.io") {
-		return neverGrantedLabel(domain + "/x")
+	if hasSlash && grants.NeverGrantedLabel(domain+"/x") != "" && strings.Contains(domain, "node-restriction.kubernetes.io") {
+		return grants.NeverGrantedLabel(domain + "/x")
 	}
 	return ""
 }

@@ -1,6 +1,6 @@
 // Package config is the coordinator's configuration file (mounted from a
-// ConfigMap) and the grant policy: which labels and taints a node may
-// request and the coordinator will set for it.
+// ConfigMap); its grant policy, which labels and taints a node may request
+// and the coordinator will set for it, is pkg/grants.
 package config
 
 import (
@@ -16,8 +16,8 @@ import (
 	"go.yaml.in/yaml/v4"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/grants"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/ipam"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/yamlstrict"
 )
@@ -104,19 +104,12 @@ const (
 	DefaultIPv6ServiceCIDR = "fc00:db8:20::/112"
 )
 
-// Grants says which requested labels and taints are set. A pattern is an
-// exact key or a prefix ending in "*" ("node-role.kubernetes.io/*", "*");
-// Deny wins over Allow.
-type Grants struct {
-	Labels Patterns `yaml:"labels"`
-	Taints Patterns `yaml:"taints"`
-}
+// Grants says which requested labels and taints are set (grants.Policy:
+// the policy is shared with `nodeinit-agent migrate`, which writes one).
+type Grants = grants.Policy
 
 // Patterns is an allow list with exceptions.
-type Patterns struct {
-	Allow []string `yaml:"allow,omitempty"`
-	Deny  []string `yaml:"deny,omitempty"`
-}
+type Patterns = grants.Patterns
 
 // TimeoutAction is what happens to a CSR whose node never attests it.
 type TimeoutAction string
@@ -214,20 +207,6 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 
 // MarshalYAML prints the duration string.
 func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
-
-// Default label grants: Talos CCM's node.cloudprovider.kubernetes.io/
-// labels only. No role: a role attracts workloads, so each one a node may
-// ask for is listed (`migrate` lists the roles a Talos CCM configuration
-// set). The control-plane role and node-restriction.kubernetes.io/ are never
-// granted, whatever the lists say.
-var (
-	DefaultLabelAllow = []string{"node.cloudprovider.kubernetes.io/*"}
-	DefaultLabelDeny  = []string{"node-role.kubernetes.io/control-plane", "node-role.kubernetes.io/master"}
-	// Taints only repel workloads from the node asking; the keys Kubernetes
-	// and cloud providers manage themselves are not grantable.
-	DefaultTaintAllow = []string{"*"}
-	DefaultTaintDeny  = []string{"node.kubernetes.io/*", "node.cloudprovider.kubernetes.io/*", "node-role.kubernetes.io/control-plane"}
-)
 
 // Load reads and validates the file; a missing path gives the defaults.
 // The file may be the configuration itself, the coordinator's ConfigMap
@@ -344,10 +323,10 @@ func (c *Config) defaults() {
 		}
 	}
 	if c.Grants.Labels.Allow == nil && c.Grants.Labels.Deny == nil {
-		c.Grants.Labels = Patterns{Allow: DefaultLabelAllow, Deny: DefaultLabelDeny}
+		c.Grants.Labels = Patterns{Allow: grants.DefaultLabelAllow, Deny: grants.DefaultLabelDeny}
 	}
 	if c.Grants.Taints.Allow == nil && c.Grants.Taints.Deny == nil {
-		c.Grants.Taints = Patterns{Allow: DefaultTaintAllow, Deny: DefaultTaintDeny}
+		c.Grants.Taints = Patterns{Allow: grants.DefaultTaintAllow, Deny: grants.DefaultTaintDeny}
 	}
 	if c.CSR.AttestationRequired == nil {
 		c.CSR.AttestationRequired = &t
@@ -773,50 +752,4 @@ func (c *Config) CSRInitWait() time.Duration {
 // AttestationRequired reports the CSR policy's main switch.
 func (c *Config) AttestationRequired() bool {
 	return c.CSR.AttestationRequired == nil || *c.CSR.AttestationRequired
-}
-
-// MayGrantLabel decides whether a requested label is set for the node. It
-// returns the reason when it is not.
-func (g Grants) MayGrantLabel(key, value string) (bool, string) {
-	if err := contract.CheckLabel(key, value); err != nil {
-		return false, err.Error()
-	}
-	// The control-plane role is trusted (it exempts a control-plane Node's
-	// own addresses from the API server's): never set on request.
-	if why := neverGrantedLabel(key); why != "" {
-		return false, why + "; never granted"
-	}
-	return g.Labels.decide("label", key)
-}
-
-// MayGrantTaint decides whether a requested taint is set for the node.
-func (g Grants) MayGrantTaint(t contract.Taint) (bool, string) {
-	if err := t.Check(); err != nil {
-		return false, err.Error()
-	}
-	if t.Key == contract.TaintUninitialized {
-		return false, "the uninitialized taint is the coordinator's own"
-	}
-	return g.Taints.decide("taint", t.Key)
-}
-
-func (p Patterns) decide(kind, key string) (bool, string) {
-	for _, d := range p.Deny {
-		if match(d, key) {
-			return false, fmt.Sprintf("%s %s is denied by the grant policy (%q)", kind, key, d)
-		}
-	}
-	for _, a := range p.Allow {
-		if match(a, key) {
-			return true, ""
-		}
-	}
-	return false, fmt.Sprintf("%s %s is not allowed by the grant policy", kind, key)
-}
-
-func match(pattern, key string) bool {
-	if prefix, ok := strings.CutSuffix(pattern, "*"); ok {
-		return strings.HasPrefix(key, prefix)
-	}
-	return pattern == key
 }

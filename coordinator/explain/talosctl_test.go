@@ -13,7 +13,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 
-	"github.com/talos-nodeinit/talos-nodeinit/agent/explain"
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/explain"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/facts"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/machined"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos"

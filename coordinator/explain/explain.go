@@ -1,7 +1,12 @@
 // Package explain answers, offline, "what would the agent write for this
-// node?": it runs the same pure computation as the run loop on facts read
-// from files (the YAML `talosctl get platformmetadata -o yaml` prints, or a
-// bare spec) and prints the result as JSON, YAML or a table.
+// node, and what would the coordinator add?": it runs the agent's own pure
+// computation (pkg/desired, as its run loop does) on facts read from files
+// (the YAML `talosctl get platformmetadata -o yaml` prints, or a bare
+// spec), then the coordinator's own decision (nodestate.Decide, with its
+// allocator's answer) on the Node the agent would write, and prints the
+// result as JSON, YAML or a table. It lives in the coordinator, beside the
+// code it runs, so that its prediction cannot drift from the coordinator;
+// the agent links none of it.
 package explain
 
 import (
@@ -16,6 +21,7 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -27,12 +33,12 @@ import (
 	// that JSON into YAML with the same names, as kubectl -o yaml does.
 	sigsyaml "sigs.k8s.io/yaml"
 
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/nodestate"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/coordinator/config"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/coordinator/finalize"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/facts"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/ipam"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/suggest"
@@ -77,16 +83,21 @@ type Output struct {
 	Errors      []string     `json:"errors"`
 }
 
-// Coordinator is what the coordinator would add to the Node.
+// Coordinator is what the coordinator would add to the Node when it joins
+// (nodestate.Decide on it).
 type Coordinator struct {
 	// Labels it sets: its own (platform, lifecycle, cluster name) and the
 	// requested ones its grant policy allows.
 	Labels map[string]string `json:"labels"`
 	Taints []contract.Taint  `json:"taints"`
-	// Refused are the requests it would refuse, with the reason.
+	// Refused are the requests it would refuse, and the addresses it would
+	// not record as the Node's, with the reason.
 	Refused []string `json:"refused"`
 	// PodCIDRs says, per family, where the Node's pod CIDR would come from.
-	PodCIDRs     []string `json:"podCIDRs"`
+	PodCIDRs []string `json:"podCIDRs"`
+	// Waiting lists what initialization would wait for: while it is not
+	// empty the coordinator writes nothing, and RemovesTaint is "".
+	Waiting      []string `json:"waiting"`
 	RemovesTaint string   `json:"removesTaint"`
 }
 
@@ -147,65 +158,102 @@ func Explain(in Input) Output {
 	return out
 }
 
-// coordinatorView runs the coordinator's own pure decisions (finalize) on
-// the Node the agent would write.
+// coordinatorView is what the coordinator configured by cc decides for
+// the Node the agent would write, at its join: nodestate.Decide, the
+// coordinator's own decision, on that Node (uninitialized, without a
+// record, in a cluster of no other Node), with the answer of its allocator
+// built from cc's pools, as the controller's sync does.
 func coordinatorView(cc *config.Config, name string, want desired.State) *Coordinator {
-	node := &corev1.Node{}
-	node.Name, node.Labels, node.Annotations = name, want.Labels, want.Annotations
-	node.Status.Addresses = want.Addresses
-	r := finalize.Read(node)
-	v := &Coordinator{Labels: map[string]string{}, Taints: []contract.Taint{}, Refused: []string{}, PodCIDRs: []string{}, RemovesTaint: contract.TaintUninitialized}
-	plan, err := finalize.Compute(node, r, finalize.Inputs{Grants: cc.Grants, ClusterName: cc.ClusterName, Initialize: true})
-	if err != nil {
+	v := &Coordinator{Labels: map[string]string{}, Taints: []contract.Taint{}, Refused: []string{}, PodCIDRs: []string{}, Waiting: []string{}}
+	fail := func(err error) *Coordinator {
 		v.Refused = append(v.Refused, err.Error())
 		return v
 	}
-	maps.Copy(v.Labels, plan.Want)
-	v.Refused = append(v.Refused, plan.Refused...)
-	v.Refused = append(v.Refused, r.Problems...)
-	for _, t := range r.RequestedTaints {
-		if slices.Contains(plan.GrantedTaints, finalize.TaintKey(t.Key, t.Effect)) {
+	settings, err := nodestate.NewSettings(cc)
+	if err != nil {
+		return fail(err)
+	}
+	node := &corev1.Node{}
+	node.Name, node.UID = name, "explain"
+	node.Labels, node.Annotations = want.Labels, want.Annotations
+	node.Status.Addresses = want.Addresses
+	// As a kubelet with --cloud-provider=external registers it.
+	node.Spec.Taints = []corev1.Taint{{Key: contract.TaintUninitialized, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
+	in := nodestate.Input{Node: node, Reserved: cc.Reserved(), Now: time.Now()}
+	alloc, err := cc.Allocator()
+	if err != nil {
+		return fail(err)
+	}
+	in.HasV4, in.HasV6 = alloc.Pools()
+	d, err := nodestate.Decide(settings, in)
+	var allocErr error
+	if err == nil && d.Allocate {
+		if in.Allocated, allocErr = alloc.Allocate(name, d.Request); allocErr == nil {
+			d, err = nodestate.Decide(settings, in)
+		} else {
+			// The sync fails and is retried: the Node waits.
+			d.Waiting = append(d.Waiting, "pod CIDRs: "+allocErr.Error())
+		}
+	}
+	if err != nil {
+		return fail(err)
+	}
+	v.Refused = append(v.Refused, d.Malformed...)
+	v.Refused = append(v.Refused, d.Refused...)
+	v.Refused = append(v.Refused, d.Plan.Refused...)
+	v.Waiting = append(v.Waiting, d.Waiting...)
+	if d.Initialize {
+		v.RemovesTaint = contract.TaintUninitialized
+	}
+	maps.Copy(v.Labels, d.Plan.Want)
+	for _, t := range want.Rules.Taints {
+		if slices.Contains(d.Plan.GrantedTaints, finalize.TaintKey(t.Key, t.Effect)) {
 			v.Taints = append(v.Taints, t)
 		}
 	}
-	if !cc.IPAMEnabled() {
-		v.PodCIDRs = append(v.PodCIDRs, "none: ipam.enabled is false")
-		return v
-	}
-	v4, v6 := cc.Families()
-	if v4 {
-		v.PodCIDRs = append(v.PodCIDRs, fmt.Sprintf("ipv4: a /%d from the pool %s", cmpOr(cc.IPAM.IPv4MaskSize, 24), cc.IPAM.IPv4Pool))
-	}
-	if v6 {
-		networks, _ := cc.Networks()
-		var claimed []netip.Addr
-		for _, a := range finalize.Addresses(node) {
-			if slices.ContainsFunc(networks, func(n netip.Prefix) bool { return n.Contains(a) }) {
-				claimed = append(claimed, a)
-			}
-		}
-		req := finalize.Request(claimed, r, networks, v4, cc.IPAM.IPv6Pool != "")
-		switch {
-		case req.IPv6Prefix.IsValid():
-			if _, bits, err := ipam.SegmentFor(req.IPv6Prefix, req.IPv6Addr); err != nil {
-				v.PodCIDRs = append(v.PodCIDRs, "ipv6: none: "+err.Error())
-			} else {
-				v.PodCIDRs = append(v.PodCIDRs, fmt.Sprintf("ipv6: a /%d from the node's prefix %s", bits, req.IPv6Prefix))
-			}
-		case cc.IPAM.IPv6Pool != "":
-			v.PodCIDRs = append(v.PodCIDRs, fmt.Sprintf("ipv6: a /%d from the pool %s", cmpOr(cc.IPAM.IPv6MaskSize, 80), cc.IPAM.IPv6Pool))
-		default:
-			v.PodCIDRs = append(v.PodCIDRs, "ipv6: none: no global IPv6 prefix inside nodeNetworks holding one of the node's addresses, and no ipv6Pool")
-		}
-	}
+	v.PodCIDRs = podCIDRs(cc, d, in.Allocated, allocErr)
 	return v
 }
 
-func cmpOr(v, def int) int {
-	if v == 0 {
-		return def
+// podCIDRs says, per family the coordinator allocates, where the Node's
+// pod CIDR comes from (the pool, or its own prefix), or why it gets none.
+func podCIDRs(cc *config.Config, d nodestate.Desired, got []netip.Prefix, allocErr error) []string {
+	if !cc.IPAMEnabled() {
+		return []string{"none: ipam.enabled is false"}
 	}
-	return v
+	var out []string
+	v4, v6 := cc.Families()
+	for _, f := range []struct {
+		on   bool
+		name string
+		is4  bool
+	}{{v4, "ipv4", true}, {v6, "ipv6", false}} {
+		if !f.on {
+			continue
+		}
+		i := slices.IndexFunc(got, func(p netip.Prefix) bool { return p.Addr().Is4() == f.is4 })
+		switch {
+		case i >= 0 && f.is4:
+			out = append(out, fmt.Sprintf("ipv4: a /%d from the pool %s", got[i].Bits(), cc.IPAM.IPv4Pool))
+		case i >= 0 && d.Request.IPv6Prefix.IsValid():
+			out = append(out, fmt.Sprintf("ipv6: a /%d from the node's prefix %s", got[i].Bits(), d.Request.IPv6Prefix))
+		case i >= 0:
+			out = append(out, fmt.Sprintf("ipv6: a /%d from the pool %s", got[i].Bits(), cc.IPAM.IPv6Pool))
+		case allocErr != nil:
+			out = append(out, f.name+": none: "+allocErr.Error())
+		case len(d.Waiting) > 0:
+			out = append(out, f.name+": none yet: initialization waits")
+		case f.is4:
+			out = append(out, "ipv4: none")
+		case d.PrefixRefused != "":
+			out = append(out, "ipv6: none: "+d.PrefixRefused)
+		case d.PrefixHolder != "":
+			out = append(out, fmt.Sprintf("ipv6: none: node prefix %s is Node %s's", d.PrefixSet, d.PrefixHolder))
+		default:
+			out = append(out, "ipv6: none: no global IPv6 prefix inside nodeNetworks holding one of the node's addresses, and no ipv6Pool")
+		}
+	}
+	return out
 }
 
 func orEmpty(m map[string]string) map[string]string {
@@ -492,7 +540,12 @@ func (o Output) table(w io.Writer) error {
 		for _, p := range c.PodCIDRs {
 			row("podCIDR", "", p, "coordinator")
 		}
-		row("taint removed", c.RemovesTaint, "", "coordinator, once initialized")
+		for _, w := range c.Waiting {
+			row("waiting for", "", w, "coordinator: it initializes the Node once nothing is left")
+		}
+		if c.RemovesTaint != "" {
+			row("taint removed", c.RemovesTaint, "", "coordinator, once initialized")
+		}
 		for _, r := range c.Refused {
 			row("refused", "", r, "coordinator")
 		}

@@ -8,7 +8,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/talos-nodeinit/talos-nodeinit/agent/explain"
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/explain"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/coordinator/config"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/envflag"
@@ -17,18 +17,23 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rulesource"
 )
 
+// agentEnvPrefix is the agent's: explain reads its settings from the
+// environment of the rules' ExtensionServiceConfig, as the agent does.
+const agentEnvPrefix = "NODEINIT_"
+
 func explainCmd(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("explain", "Usage: nodeinit-agent explain --platform-metadata FILE [flags]\n\n"+
-		"Print exactly what `run` would write for each node in FILE (one section per node of a multi-node\n"+
-		"`talosctl get platformmetadata -o yaml`), and with --coordinator-config what the coordinator would add,\n"+
-		"without a cluster. Exit 1 when the output shows an error.", stderr)
-	rulesFile := rulesFileFlag(fs, "the rules `FILE`: a rules file, its ExtensionServiceConfig, a machine config or Talos CCM's config (none when empty)")
+	fs := newFlagSet("explain", "Usage: nodeinit-coordinator explain --platform-metadata FILE [flags]\n\n"+
+		"Print exactly what the agent's `run` would write for each node in FILE (one section per node of a multi-node\n"+
+		"`talosctl get platformmetadata -o yaml`), and with --config what this coordinator would add when the node\n"+
+		"joins (its own decision code, on a cluster of no other node), without a cluster. Exit 1 when the output\n"+
+		"shows an error.", stderr)
+	rulesFile := fs.String("rules-file", "", "the agent's rules `FILE`: a rules file, its ExtensionServiceConfig, a machine config or Talos CCM's config (none when empty)")
 	mdFile := fs.String("platform-metadata", "", "`FILE` with `talosctl get platformmetadata -o yaml` output (one or more nodes) or a bare spec")
 	siFile := fs.String("system-information", "", "`FILE` with `talosctl get systeminformation -o yaml` output (matched to nodes by talosctl's node address) or a bare spec")
-	coordFile := fs.String("coordinator-config", "", "the coordinator's configuration `FILE` (coordinator.yaml or its ConfigMap): show what the coordinator would add")
+	coordFile := fs.String("config", "", "the coordinator's configuration `FILE` (coordinator.yaml, its ConfigMap or the chart's values): show what the coordinator would add (none when empty)")
 	nodeName := fs.String("node-name", "", "node name (default: the metadata hostname); one node only")
 	addresses := fs.String("addresses", "", "comma-separated interface addresses as `CIDRs`, the first the node IP (default: talosctl's node address); one node only")
-	policy := fs.String("provider-id-policy", string(desired.ProviderIDFromMetadata), "metadata, talos-fallback or never")
+	policy := fs.String("provider-id-policy", string(desired.ProviderIDFromMetadata), "the agent's provider-ID policy: metadata, talos-fallback or never (unless given: the rules document's NODEINIT_PROVIDER_ID_POLICY)")
 	output := fs.String("o", "table", "output format: json, yaml or table")
 	if code, stop := parse(fs, args); stop {
 		return code
@@ -44,10 +49,10 @@ func explainCmd(args []string, stdout, stderr io.Writer) int {
 	var rs *rules.Rules
 	var src rulesource.Source
 	var err error
-	if rulesFile() == "" {
+	if *rulesFile == "" {
 		rs, _ = rules.Compile(rules.File{})
-	} else if rs, src, err = rulesource.LoadFile(rulesFile()); err != nil {
-		return fail(fmt.Errorf("%s: invalid:\n%w", rulesFile(), err))
+	} else if rs, src, err = rulesource.LoadFile(*rulesFile); err != nil {
+		return fail(fmt.Errorf("%s: invalid:\n%w", *rulesFile, err))
 	}
 	// The document's environment is what `run` reads (its last entry of a
 	// name, as Talos appends patches' entries), unless the command line says.
@@ -55,9 +60,9 @@ func explainCmd(args []string, stdout, stderr io.Writer) int {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if !set["provider-id-policy"] {
 		for _, e := range src.Environment {
-			if v, ok := strings.CutPrefix(e.Entry, envflag.Name(envPrefix, "provider-id-policy")+"="); ok {
+			if v, ok := strings.CutPrefix(e.Entry, envflag.Name(agentEnvPrefix, "provider-id-policy")+"="); ok {
 				*policy = v
-				fmt.Fprintf(stderr, "explain: provider-id-policy %s, from %s:%d\n", v, rulesFile(), e.Pos.Line)
+				fmt.Fprintf(stderr, "explain: provider-id-policy %s, from %s:%d\n", v, *rulesFile, e.Pos.Line)
 			}
 		}
 	}

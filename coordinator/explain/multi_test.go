@@ -13,6 +13,7 @@ import (
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/coordinator/config"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/facts"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
 )
@@ -87,8 +88,13 @@ func TestAddressesPrefixesAndCoordinator(t *testing.T) {
 	if !slices.Equal(c.PodCIDRs, []string{"ipv4: a /24 from the pool 10.244.0.0/16", "ipv6: a /80 from the node's prefix 2001:db8:1:2::/64"}) {
 		t.Errorf("pod CIDRs %q", c.PodCIDRs)
 	}
-	if c.RemovesTaint != contract.TaintUninitialized {
-		t.Errorf("removes taint %q", c.RemovesTaint)
+	if c.RemovesTaint != contract.TaintUninitialized || len(c.Waiting) != 0 {
+		t.Errorf("removes taint %q, waiting for %q", c.RemovesTaint, c.Waiting)
+	}
+	// The public address is not recorded as the Node's: it lies in no
+	// node network (the coordinator's claim policy, records.NextClaims).
+	if !slices.ContainsFunc(c.Refused, func(s string) bool { return strings.Contains(s, "203.0.113.7") }) {
+		t.Errorf("refused %q, want 203.0.113.7 outside nodeNetworks", c.Refused)
 	}
 
 	// A taint the policy does not allow is shown as refused, with the reason.
@@ -103,6 +109,45 @@ func TestAddressesPrefixesAndCoordinator(t *testing.T) {
 	}
 	if !slices.Equal(out.Coordinator.PodCIDRs, []string{"ipv4: a /24 from the pool 10.244.0.0/16", "ipv6: none: no global IPv6 prefix inside nodeNetworks holding one of the node's addresses, and no ipv6Pool"}) {
 		t.Errorf("pod CIDRs without a prefix %q", out.Coordinator.PodCIDRs)
+	}
+}
+
+// TestCoordinatorDecides: the coordinator section is the coordinator's
+// own decision (nodestate.Decide), not a restatement of it: a node prefix
+// no inventory binding and no firstClaimPrefixes network gives the Node
+// is never carved, and initialization waits for what requireProviderID
+// asks, removing no taint and allocating nothing meanwhile.
+func TestCoordinatorDecides(t *testing.T) {
+	in := Input{
+		Rules:     ccmRules(t),
+		Metadata:  facts.Platform{Platform: "metal", Hostname: "web-www"},
+		Addresses: []netip.Prefix{netip.MustParsePrefix("172.20.0.2/24"), netip.MustParsePrefix("2001:db8:1:2::10/64")},
+	}
+	cc := coordinatorConfig(t)
+	cc.IPAM.FirstClaimPrefixes = nil
+	in.Coordinator = cc
+	c := Explain(in).Coordinator
+	if len(c.PodCIDRs) != 2 || c.PodCIDRs[0] != "ipv4: a /24 from the pool 10.244.0.0/16" ||
+		!strings.HasPrefix(c.PodCIDRs[1], "ipv6: none: node prefix 2001:db8:1:2::/64 is bound to no Node in the coordinator's inventory") {
+		t.Errorf("pod CIDRs without firstClaimPrefixes: %q", c.PodCIDRs)
+	}
+
+	cc = coordinatorConfig(t)
+	cc.RequireProviderID = true
+	in.Coordinator = cc
+	c = Explain(in).Coordinator
+	if !slices.Equal(c.Waiting, []string{"spec.providerID"}) || c.RemovesTaint != "" || len(c.Labels) != 0 ||
+		!slices.Equal(c.PodCIDRs, []string{"ipv4: none yet: initialization waits", "ipv6: none yet: initialization waits"}) {
+		t.Errorf("with requireProviderID and no providerID: %+v", c)
+	}
+	var buf bytes.Buffer
+	if err := (Output{Coordinator: c}).Write(&buf, "table"); err != nil || !strings.Contains(buf.String(), "waiting for") || strings.Contains(buf.String(), "taint removed") {
+		t.Errorf("table while waiting (%v):\n%s", err, buf.String())
+	}
+	// With the fallback policy the agent asks for one: the coordinator sets it.
+	in.Policy = desired.ProviderIDTalosFallback
+	if c = Explain(in).Coordinator; len(c.Waiting) != 0 || c.RemovesTaint != contract.TaintUninitialized {
+		t.Errorf("with requireProviderID and a providerID asked for: %+v", c)
 	}
 }
 

@@ -19,7 +19,7 @@ import (
 
 func ccmRules(t *testing.T) *rules.Rules {
 	t.Helper()
-	rs, err := rules.LoadFile("testdata/talos-ccm-rules.yaml")
+	rs, err := rules.LoadFile("../../agent/testdata/talos-ccm-rules.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
