@@ -51,7 +51,7 @@ fuzz: ## run every fuzz target from its seed corpus, ~10 s of inputs each (FUZZT
 	$(GO) test -run '^$$' -fuzz '^FuzzCheck$$' -fuzztime $(or $(FUZZTIME),200000x) ./pkg/csrcheck
 	$(GO) test -run '^$$' -fuzz '^FuzzReservedNames$$' -fuzztime $(or $(FUZZTIME),180000x) ./pkg/csrcheck
 	$(GO) test -run '^$$' -fuzz '^FuzzLoadEvaluate$$' -fuzztime $(or $(FUZZTIME),50000x) ./pkg/rules
-	$(GO) test -run '^$$' -fuzz '^FuzzGrantOwnership$$' -fuzztime $(or $(FUZZTIME),17000x) ./pkg/coordinator/finalize
+	$(GO) test -run '^$$' -fuzz '^FuzzGrantOwnership$$' -fuzztime $(or $(FUZZTIME),17000x) ./coordinator/finalize
 	$(GO) test -run '^$$' -fuzz '^FuzzPrefixOwnership$$' -fuzztime $(or $(FUZZTIME),25000x) ./coordinator/records
 	$(GO) test -run '^$$' -fuzz '^FuzzNodeText$$' -fuzztime $(or $(FUZZTIME),190000x) ./pkg/contract
 

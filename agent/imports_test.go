@@ -41,7 +41,7 @@ var agentRuns = []string{
 // neverAgent are the coordinator's: its command and decisions, its
 // configuration, its allocator. The agent links none of them, whatever
 // agentRuns says.
-var neverAgent = []string{"coordinator", "pkg/coordinator", "pkg/ipam"}
+var neverAgent = []string{"coordinator", "pkg/ipam"}
 
 // TestAgentLinksOnlyWhatItRuns: every package of this module the agent
 // binary links is one it runs on a node (agentRuns), none is the

@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/coordinator/config"
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/config"
 )
 
 // What users actually hold passes `nodeinit-coordinator validate` as is:

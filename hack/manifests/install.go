@@ -16,7 +16,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/coordinator/config"
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/config"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rulesource"
 )
 

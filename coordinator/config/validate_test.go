@@ -122,7 +122,7 @@ func TestAllErrorsAtOnce(t *testing.T) {
 // The files the repository ships pass, in every form a user has them: the
 // ConfigMap, the chart's values file, and the bare configuration.
 func TestShippedConfigs(t *testing.T) {
-	for _, f := range []string{"../../../coordinator/deploy/configmap.yaml", "../../../coordinator/chart/nodeinit-coordinator/values.yaml"} {
+	for _, f := range []string{"../deploy/configmap.yaml", "../chart/nodeinit-coordinator/values.yaml"} {
 		c, err := Load(f)
 		if err != nil {
 			t.Errorf("%s: %v", f, err)
@@ -137,7 +137,7 @@ func TestShippedConfigs(t *testing.T) {
 // Positions inside the ConfigMap are the ConfigMap file's own, so an editor
 // jumps to the right line; `helm template` output (many objects) works too.
 func TestConfigMapPositions(t *testing.T) {
-	data, err := os.ReadFile("../../../coordinator/deploy/configmap.yaml")
+	data, err := os.ReadFile("../deploy/configmap.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestConfigMapPositions(t *testing.T) {
 		}
 	}
 	// A typo in the chart's values file is placed in values.yaml.
-	data, err = os.ReadFile("../../../coordinator/chart/nodeinit-coordinator/values.yaml")
+	data, err = os.ReadFile("../chart/nodeinit-coordinator/values.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
