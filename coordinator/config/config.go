@@ -72,13 +72,15 @@ type IPAM struct {
 	// Default: those whose pool is set (IPv4 when neither is). Pod CIDRs never
 	// change, so a family turned on later reaches only Nodes that join then.
 	Families []string `yaml:"families,omitempty"`
-	// IPv4Pool is the IPv4 pool (default DefaultIPv4Pool when IPv4 is a family).
-	IPv4Pool     string `yaml:"ipv4Pool,omitempty"`
-	IPv4MaskSize int    `yaml:"ipv4MaskSize,omitempty"`
+	// IPv4Pool is the IPv4 pool (when IPv4 is a family: default Talos's pod subnet, 10.244.0.0/16).
+	IPv4Pool string `yaml:"ipv4Pool,omitempty"`
+	// IPv4MaskSize is each Node's IPv4 segment of the pool (0: a /24).
+	IPv4MaskSize int `yaml:"ipv4MaskSize,omitempty"`
 	// IPv6Pool is the fallback for nodes without a global IPv6 prefix of
 	// their own; without it, IPv6 comes only from nodes' own prefixes.
-	IPv6Pool     string `yaml:"ipv6Pool,omitempty"`
-	IPv6MaskSize int    `yaml:"ipv6MaskSize,omitempty"`
+	IPv6Pool string `yaml:"ipv6Pool,omitempty"`
+	// IPv6MaskSize is each Node's IPv6 segment, of the pool or of its own prefix (0: a /80).
+	IPv6MaskSize int `yaml:"ipv6MaskSize,omitempty"`
 	// ServiceCIDRs are never handed out. A family that is on and has no
 	// range listed gets Talos's default service subnet for it.
 	ServiceCIDRs []string `yaml:"serviceCIDRs,omitempty"`
@@ -123,11 +125,14 @@ const (
 
 // CSR is the serving-CSR policy.
 type CSR struct {
-	// AttestationRequired (default true) approves only with the node agent's attestation.
-	AttestationRequired *bool         `yaml:"attestationRequired,omitempty"`
-	AttestationTimeout  Duration      `yaml:"attestationTimeout,omitempty"`
-	OnTimeout           TimeoutAction `yaml:"onTimeout,omitempty"`
-	MaxDuration         Duration      `yaml:"maxDuration,omitempty"`
+	// AttestationRequired approves only with the node agent's attestation (default true).
+	AttestationRequired *bool `yaml:"attestationRequired,omitempty"`
+	// AttestationTimeout is how long a CSR waits for its agent's attestation.
+	AttestationTimeout Duration `yaml:"attestationTimeout,omitempty"`
+	// OnTimeout is what happens then: pending (an Event, the kubelet asks again) or approve (on the static checks alone).
+	OnTimeout TimeoutAction `yaml:"onTimeout,omitempty"`
+	// MaxDuration caps a request's spec.expirationSeconds.
+	MaxDuration Duration `yaml:"maxDuration,omitempty"`
 	// SignerDuration is how long kube-controller-manager's signer makes a
 	// certificate whose request asks for no duration, as the kubelet's
 	// (its --cluster-signing-duration; default a year): the record counts
@@ -155,12 +160,13 @@ type CSR struct {
 	// pending (each Node counted at most twice); 0: no limit
 	// (approval.FloodLimit says why there is no default).
 	MaxPending int `yaml:"maxPending,omitempty"`
-	// ReservedAddresses and ReservedNames are never certified for a node
+	// ReservedAddresses are never certified for a node
 	// nor recorded as its address (and no pod CIDR holds a reserved address): a Talos shared VIP, a load balancer in
 	// front of the API server, its external name. (The API server's own
 	// certificate SANs are reserved automatically.)
 	ReservedAddresses []string `yaml:"reservedAddresses,omitempty"`
-	ReservedNames     []string `yaml:"reservedNames,omitempty"`
+	// ReservedNames are DNS names reserved as ReservedAddresses are.
+	ReservedNames []string `yaml:"reservedNames,omitempty"`
 	// AllowedIPRanges was replaced by the top-level nodeNetworks.
 	AllowedIPRanges []string `yaml:"allowedIPRanges,omitempty"`
 	// Enrolment is how a node agent's key is first trusted: firstUse

@@ -15,14 +15,18 @@ import (
 
 // Policy says which requested labels and taints are set.
 type Policy struct {
+	// Labels are the labels a node's rules may ask for.
 	Labels Patterns `yaml:"labels"`
+	// Taints are the taints a node's rules may ask for.
 	Taints Patterns `yaml:"taints"`
 }
 
 // Patterns is an allow list with exceptions.
 type Patterns struct {
+	// Allow are the keys granted: exact, or prefixes ending in *.
 	Allow []string `yaml:"allow,omitempty"`
-	Deny  []string `yaml:"deny,omitempty"`
+	// Deny are the keys never granted, whatever Allow says (deny wins).
+	Deny []string `yaml:"deny,omitempty"`
 }
 
 // Default label grants: Talos CCM's node.cloudprovider.kubernetes.io/
