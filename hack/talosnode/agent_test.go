@@ -537,6 +537,19 @@ func startCoordinator(t *testing.T, ctx context.Context, root string) {
 	if err := kubeapply.Files(ctx, cluster.Admin(), deploy("noderecords.yaml"), deploy("rbac.yaml"), deploy("admission-policy.yaml")); err != nil {
 		t.Fatal(err)
 	}
+	runCoordinator(t, ctx, root, "talosnode", []byte(`nodeNetworks: [10.0.0.0/8, 203.0.113.0/24]
+ipam:
+  ipv4Pool: 10.244.0.0/16
+  serviceCIDRs: [10.96.0.0/16]
+csr:
+  minAddressAge: 1s
+`))
+}
+
+// runCoordinator runs the coordinator's binary as its ServiceAccount with
+// config, until the test ends.
+func runCoordinator(t *testing.T, ctx context.Context, root, id string, config []byte) {
+	t.Helper()
 	sa, err := cluster.ServiceAccountIdentity(ctx, "kube-system", "nodeinit-coordinator")
 	if err != nil {
 		t.Fatal(err)
@@ -546,18 +559,12 @@ func startCoordinator(t *testing.T, ctx context.Context, root string) {
 		t.Fatal(err)
 	}
 	cfg := filepath.Join(t.TempDir(), "coordinator.yaml")
-	if err := os.WriteFile(cfg, []byte(`nodeNetworks: [10.0.0.0/8, 203.0.113.0/24]
-ipam:
-  ipv4Pool: 10.244.0.0/16
-  serviceCIDRs: [10.96.0.0/16]
-csr:
-  minAddressAge: 1s
-`), 0o600); err != nil {
+	if err := os.WriteFile(cfg, config, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	bin := gobuild.Binary(t, filepath.Join(root, "coordinator"))
 	log := &syncbuf.Buffer{}
-	cmd := exec.Command(bin, "run", "--kubeconfig", kubeconfig, "--config", cfg, "--id", "talosnode", "--metrics-addr", "")
+	cmd := exec.Command(bin, "run", "--kubeconfig", kubeconfig, "--config", cfg, "--id", id, "--metrics-addr", "")
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -29,9 +28,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/gobuild"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeapply"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/syncbuf"
 )
 
 // The walk-through of docs/install.md: the quick start of one path, read
@@ -364,32 +361,7 @@ func (s *walkState) coordinator(t *testing.T, ctx context.Context, root string) 
 	if config == "" {
 		t.Fatal("the control plane's inline manifests hold no ConfigMap nodeinit-coordinator")
 	}
-	sa, err := cluster.ServiceAccountIdentity(ctx, "kube-system", "nodeinit-coordinator")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := cluster.WriteKubeconfig("nodeinit-coordinator", sa)
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "coordinator.yaml")
-	if err := os.WriteFile(file, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	bin := gobuild.Binary(t, filepath.Join(root, "coordinator"))
-	log := &syncbuf.Buffer{}
-	cmd := exec.Command(bin, "run", "--kubeconfig", kubeconfig, "--config", file, "--id", "walkthrough", "--metrics-addr", "")
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("coordinator:\n%s", tail(log.String(), 60))
-		}
-	})
+	runCoordinator(t, ctx, root, "walkthrough", []byte(config))
 }
 
 func unstructuredString(obj map[string]any, keys ...string) (string, bool, error) {
