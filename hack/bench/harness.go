@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
@@ -787,21 +788,15 @@ func (s *supervised) stop() {
 	<-s.done
 }
 
-// parallel runs fn(0..n-1) with at most limit running at once, and joins
-// their errors.
+// parallel runs fn(0..n-1) with at most limit running at once, and
+// returns the first error.
 func parallel(n, limit int, fn func(i int) error) error {
-	errs := make([]error, n)
-	sem := make(chan struct{}, limit)
-	var wg sync.WaitGroup
+	var g errgroup.Group
+	g.SetLimit(limit)
 	for i := range n {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			errs[i] = fn(i)
-		})
+		g.Go(func() error { return fn(i) })
 	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return g.Wait()
 }
 
 // apiServerProfile writes kube-apiserver's CPU profile over the next d to
