@@ -27,6 +27,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/generate"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeapply"
 )
@@ -354,7 +355,7 @@ func (s *walkState) coordinator(t *testing.T, ctx context.Context, root string) 
 		}
 		for _, o := range objs {
 			if o.GetKind() == "ConfigMap" && o.GetName() == "nodeinit-coordinator" {
-				config, _, _ = unstructuredString(o.Object, "data", "coordinator.yaml")
+				config, _, _ = unstructured.NestedString(o.Object, "data", "coordinator.yaml")
 			}
 		}
 	}
@@ -362,19 +363,6 @@ func (s *walkState) coordinator(t *testing.T, ctx context.Context, root string) 
 		t.Fatal("the control plane's inline manifests hold no ConfigMap nodeinit-coordinator")
 	}
 	runCoordinator(t, ctx, root, "walkthrough", []byte(config))
-}
-
-func unstructuredString(obj map[string]any, keys ...string) (string, bool, error) {
-	var cur any = obj
-	for _, k := range keys {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return "", false, nil
-		}
-		cur = m[k]
-	}
-	s, ok := cur.(string)
-	return s, ok, nil
 }
 
 type containerMode struct{}
