@@ -85,23 +85,6 @@ func (l *keyLocks[K]) release(key K, e *keyLock) {
 	l.mu.Unlock()
 }
 
-// tryLock locks key if nobody holds or waits for it, and returns the
-// unlock; ok is false (nothing locked) otherwise.
-func (l *keyLocks[K]) tryLock(key K) (unlock func(), ok bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.held[key] != nil {
-		return nil, false
-	}
-	if l.held == nil {
-		l.held = map[K]*keyLock{}
-	}
-	e := &keyLock{refs: 1}
-	e.Lock()
-	l.held[key] = e
-	return func() { l.release(key, e) }, true
-}
-
 // size is how many keys are held or waited for.
 func (l *keyLocks[K]) size() int {
 	l.mu.Lock()

@@ -134,30 +134,3 @@ func TestAddrLocksMutualExclusion(t *testing.T) {
 		t.Errorf("%d keys left held", n)
 	}
 }
-
-// tryLock takes a key nobody holds or waits for, and only such a key;
-// the entry goes with its unlock.
-func TestTryLock(t *testing.T) {
-	var l keyLocks[string]
-	unlock, ok := l.tryLock("a")
-	if !ok {
-		t.Fatal("a free key was not taken")
-	}
-	if _, ok := l.tryLock("a"); ok {
-		t.Fatal("a held key was taken again")
-	}
-	other, ok := l.tryLock("b")
-	if !ok {
-		t.Fatal("another free key was not taken")
-	}
-	unlock()
-	other()
-	if n := l.size(); n != 0 {
-		t.Fatalf("%d keys left after their unlocks", n)
-	}
-	again, ok := l.tryLock("a")
-	if !ok {
-		t.Fatal("a released key was not taken")
-	}
-	again()
-}

@@ -109,7 +109,7 @@ type Coordinator struct {
 	inventory      []records.Binding // the admin's bindings of names to networks
 	configReserved []csrcheck.Reserved
 	desired        nodestate.Settings     // what nodestate.Decide reads of the configuration
-	reviews        *reviews               // the CSR reconciler's: review hand-offs to the Nodes' syncs, when each was asked
+	notes          *csrNotes              // what the Node syncs remember of serving CSRs: reviews asked, decisions seen
 	handlersSynced []cache.InformerSynced // each informer handler has seen the initial list (handle)
 	servingCSRs    atomic.Bool            // a Node's kubelet asked for a serving certificate (a CSR, or a record naming one): joins wait for their kubelet's (csr.initWait)
 	cidrs          *podCIDRs              // the allocator and what it decides from
@@ -118,7 +118,6 @@ type Coordinator struct {
 	requests       *requests              // each CSR's request, parsed once
 	apiSANsRead    bool                   // the API server's certificate SANs are in cfg (read or given)
 	claimLocks     addrLocks              // claims are decided and recorded under their addresses' locks
-	requesterLocks keyLocks[string]       // a node's serving CSRs are decided one at a time
 	refusedIDs     refusedIDs             // providerIDs the API server refused, per Node object
 
 	pendingMu             sync.Mutex // the flood guard's count, reused for pendingTTL
@@ -139,7 +138,11 @@ type Coordinator struct {
 	ownNodes cache.MutationCache
 	// ownCSRs does the same for the CSRs this replica decided: the next
 	// sync sees the decision, not a pending copy to decide again.
-	ownCSRs   cache.MutationCache
+	ownCSRs cache.MutationCache
+	// nodeQueue is keyed by Node name: a Node's sync owns the Node, its
+	// record and its kubelet's serving CSRs (whose requester names it,
+	// registered or not), and a workqueue never syncs one key twice at
+	// once. csrQueue has the serving CSRs of requesters that are no node.
 	nodeQueue workqueue.TypedRateLimitingInterface[string]
 	csrQueue  workqueue.TypedRateLimitingInterface[string]
 	leading   atomic.Bool // the queues take keys (leaderQueue)
@@ -206,7 +209,7 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	c := &Coordinator{
-		desired: desired, reviews: newReviews(), cidrs: newPodCIDRs(cfg.Metrics, pools), nodeStatus: newNodeStatus(cfg.Metrics, cfg.Log), said: &said{last: map[string]string{}}, requests: &requests{parsed: map[types.UID]csrcheck.Request{}}, inventory: desired.Inventory,
+		desired: desired, notes: newCSRNotes(), cidrs: newPodCIDRs(cfg.Metrics, pools), nodeStatus: newNodeStatus(cfg.Metrics, cfg.Log), said: &said{last: map[string]string{}}, requests: &requests{parsed: map[types.UID]csrcheck.Request{}}, inventory: desired.Inventory,
 		cfg: cfg, client: cfg.Client, settings: cfg.Settings, log: cfg.Log, m: cfg.Metrics, policy: policy,
 		records: records.NewStore(cfg.Dynamic), facts: newClusterFacts(cfg.Client), observer: newObserver(cfg.Settings.MaxNodeAddresses),
 		configReserved: cfg.Settings.Reserved(), apiSANsRead: cfg.APIServerNames != nil || cfg.APIServerIPs != nil,
@@ -294,41 +297,35 @@ func New(cfg Config) (*Coordinator, error) {
 		},
 		UpdateFunc: func(oldObj, obj any) {
 			caughtUp(c.ownCSRs, obj)
-			if csr, ok := obj.(*certificatesv1.CertificateSigningRequest); ok && !pending(csr) {
-				// Decided, by whoever (an admin by hand too): its Node's
-				// review moves on, and its record follows the decision.
-				c.handedOff(csr.Name)
-				old, _ := oldObj.(*certificatesv1.CertificateSigningRequest)
-				if live := old != nil && pending(old); c.servingChanges(csr, live) {
-					key := servingKey + csr.Name
-					if live {
-						key = servingKey + liveKey + csr.Name
-					}
-					c.csrQueue.Add(key)
-				}
+			old, _ := oldObj.(*certificatesv1.CertificateSigningRequest)
+			if csr, ok := obj.(*certificatesv1.CertificateSigningRequest); ok && !pending(csr) && old != nil && pending(old) {
+				// Decided, by whoever (an admin by hand too): this update
+				// is the decision, and the record follows it (servingChanges).
+				c.notes.decided(csr.UID)
 			}
 			c.enqueueCSR(obj)
 		},
 		DeleteFunc: func(obj any) {
 			gone(c.ownCSRs, obj)
-			if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-				c.forget("csr", key)
-				lastSeen := false // a watch gap: the object as last seen, maybe before its approval
-				if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-					obj, lastSeen = d.Obj, true
+			lastSeen := false // a watch gap: the object as last seen, maybe before its approval
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj, lastSeen = d.Obj, true
+			}
+			csr, ok := obj.(*certificatesv1.CertificateSigningRequest)
+			if !ok {
+				return
+			}
+			c.forget("csr", csr.Name)
+			c.requests.gone(csr.UID)
+			c.notes.gone(csr.Name, csr.UID)
+			if node := csrcheck.NodeName(csr.Spec.Username); node != "" {
+				if !lastSeen && !approved(csr) && c.recordNames(node, csr) {
+					// Never approved, and gone: the record names a
+					// request, not a certificate (kube-controller-
+					// manager's cleaner, an admin).
+					c.notes.unissue(node, string(csr.UID))
 				}
-				if csr, ok := obj.(*certificatesv1.CertificateSigningRequest); ok {
-					c.requests.gone(csr.UID)
-					if node := csrcheck.NodeName(csr.Spec.Username); node != "" && !lastSeen && !approved(csr) && c.recordNames(node, csr) {
-						// Never approved, and gone: the record names a
-						// request, not a certificate (kube-controller-
-						// manager's cleaner, an admin).
-						c.csrQueue.Add(goneKey + node + "/" + string(csr.UID))
-					}
-				}
-				if node := c.reviews.gone(key); node != "" {
-					c.nodeQueue.Add(node) // the review may move on
-				}
+				c.nodeQueue.Add(node) // its review may move on
 			}
 		},
 	})
@@ -385,15 +382,9 @@ func (c *Coordinator) recordChanged(old, obj any) {
 	if err != nil {
 		return
 	}
-	objs, _ := c.csrIndex.ByIndex(byNode, key)
-	for _, o := range objs {
-		c.enqueueCSR(o)
-	}
-	if _, err := records.Decoded(old); err != nil && obj != nil {
-		// Fixed, or changed again: its Node's sync, which failed on it,
-		// need not wait for its backoff.
-		c.nodeQueue.Add(key)
-	}
+	// Its Node's CSRs and claims are decided from it (a re-enrolled key,
+	// a record fixed by hand): its sync need not wait for its backoff.
+	c.nodeQueue.Add(key)
 	released := map[string]bool{}
 	for _, ip := range records.Claimed(old) {
 		released[ip] = true
@@ -485,11 +476,6 @@ func (c *Coordinator) nodeChanged(obj any, list uint32) {
 	// reports them; withdrawn ones are released.
 	c.cidrs.observe(added, removed)
 	c.nodeQueue.Add(key)
-	// The node's review/attestation may have changed: its pending CSRs resync.
-	objs, _ := c.csrIndex.ByIndex(byNode, key)
-	for _, o := range objs {
-		c.enqueueCSR(o)
-	}
 }
 
 // blockedChanged keeps the ranges the allocator never hands out equal to
@@ -551,8 +537,16 @@ func trimCSR(csr *certificatesv1.CertificateSigningRequest) {
 	}
 }
 
+// enqueueCSR queues a serving CSR's sync: its requester's Node's, or, for a
+// requester that is no node, its own (syncStranger).
 func (c *Coordinator) enqueueCSR(obj any) {
-	if csr, ok := obj.(*certificatesv1.CertificateSigningRequest); ok && pending(csr) {
+	csr, ok := obj.(*certificatesv1.CertificateSigningRequest)
+	if !ok {
+		return
+	}
+	if node := csrcheck.NodeName(csr.Spec.Username); node != "" {
+		c.nodeQueue.Add(node)
+	} else if pending(csr) {
 		c.csrQueue.Add(csr.Name)
 	}
 }
@@ -810,18 +804,14 @@ func (c *Coordinator) lead(ctx context.Context) {
 		wg.Go(func() { work(ctx, c.nodeQueue, c.syncNode, c.log) })
 	}
 	for range c.cfg.CSRWorkers {
-		wg.Go(func() { work(ctx, c.csrQueue, c.syncCSR, c.log) })
+		wg.Go(func() { work(ctx, c.csrQueue, c.syncStranger, c.log) })
 	}
 	for _, n := range c.listNodes() {
 		c.nodeQueue.Add(n.Name)
 	}
 	csrs, _ := c.csrs.List(labels.Everything())
 	for _, csr := range csrs {
-		c.enqueueCSR(csr)
-		if !pending(csr) && c.servingChanges(csr, false) {
-			// Decided by hand while no replica led.
-			c.csrQueue.Add(servingKey + csr.Name)
-		}
+		c.enqueueCSR(csr) // a requester without a Node too
 	}
 	c.setReady(nil)
 	<-ctx.Done()

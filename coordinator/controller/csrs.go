@@ -1,8 +1,10 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -38,59 +40,80 @@ var heldReasons = map[approval.Category]string{
 	approval.CategoryAskedAgain:            "AttestationAskedAgain",
 }
 
-// reviewRecheck is when a CSR waiting for its Node's sync to ask for its
-// review is looked at again.
-const reviewRecheck = 30 * time.Second
-
-// requesterBusyRecheck is when a CSR is looked at again after another of
-// its node's was being decided.
-const requesterBusyRecheck = 50 * time.Millisecond
-
-func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
-	if rest, ok := strings.CutPrefix(name, servingKey); ok {
-		csr, live := strings.CutPrefix(rest, liveKey)
-		return c.syncServing(ctx, csr, live)
+// syncCSRs is the first part of Node name's sync: each of its kubelet's
+// pending serving CSRs is decided (approval.Decide) and the decision
+// written, and the record's certificate follows decisions taken elsewhere.
+// It returns what the CSRs left pending want of the Node's review
+// (approval.WantOf), which the rest of the sync asks for. node is nil when
+// there is no Node of the name (yet, or any more).
+func (c *Coordinator) syncCSRs(ctx context.Context, name string, node *corev1.Node) ([]approval.Want, error) {
+	objs, _ := c.ownCSRs.ByIndex(byNode, name)
+	csrs := make([]*certificatesv1.CertificateSigningRequest, 0, len(objs))
+	for _, o := range objs {
+		if csr, ok := o.(*certificatesv1.CertificateSigningRequest); ok {
+			csrs = append(csrs, csr)
+		}
 	}
-	if rest, ok := strings.CutPrefix(name, goneKey); ok {
-		node, uid, _ := strings.Cut(rest, "/")
-		return c.servingGone(ctx, node, uid)
+	// Oldest first: a renewal is decided after the certificate it renews.
+	slices.SortFunc(csrs, func(a, b *certificatesv1.CertificateSigningRequest) int {
+		return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), strings.Compare(a.Name, b.Name))
+	})
+	var wants []approval.Want
+	var errs []error
+	for _, csr := range csrs {
+		if !pending(csr) {
+			var err error
+			if c.servingChanges(csr, c.notes.decidedLive(csr.UID)) {
+				err = c.followDecision(ctx, csr)
+			}
+			if err == nil {
+				c.notes.looked(csr.UID) // live only until the first look
+			}
+			errs = append(errs, err)
+			continue
+		}
+		d, err := c.decideCSR(ctx, csr, node, func(after time.Duration) { c.nodeQueue.AddAfter(name, after) })
+		if err != nil {
+			errs = append(errs, err)
+		} else if d.Action != approval.Approve && d.Action != approval.Deny {
+			wants = append(wants, approval.WantOf(csr.Name, csr.CreationTimestamp.Time, d))
+		}
 	}
+	for _, uid := range c.notes.unissued(name) {
+		err := c.servingGone(ctx, name, uid)
+		if err == nil {
+			c.notes.forgetUnissued(name, uid)
+		}
+		errs = append(errs, err)
+	}
+	return wants, errors.Join(errs...)
+}
+
+// syncStranger decides a serving CSR whose requester is no node identity:
+// never approved nor recorded (csrcheck's identity check denies it).
+func (c *Coordinator) syncStranger(ctx context.Context, name string) error {
 	csr, err := c.csr(name)
 	if apierrors.IsNotFound(err) {
 		c.forget("csr", name)
 		return nil
 	}
-	if err != nil {
+	if err != nil || !pending(csr) {
 		return err
 	}
-	if !pending(csr) {
-		// Decided: by this replica (its own write, read back before the
-		// informer delivers it), another, or an admin.
-		c.handedOff(name)
-		return nil
-	}
-	// One decision per node at a time, from its inputs to its write: the
-	// renewal rule and the record's certificate read every earlier
-	// approval of the node's. Two workers deciding two of its requests at
-	// once each read none, and approved both, names changed or not. A CSR
-	// whose node is being decided for waits in the queue, not in a worker:
-	// a node filing requests in a loop holds up none of the others'.
-	// Requesters that are no node are never approved nor recorded.
-	if node := csrcheck.NodeName(csr.Spec.Username); node != "" {
-		unlock, ok := c.requesterLocks.tryLock(node)
-		if !ok {
-			c.csrQueue.AddAfter(name, requesterBusyRecheck)
-			return nil
-		}
-		defer unlock()
-	}
+	_, err = c.decideCSR(ctx, csr, nil, func(after time.Duration) { c.csrQueue.AddAfter(name, after) })
+	return err
+}
+
+// decideCSR decides one pending CSR of node (nil: none) and acts on the
+// decision: the approval or denial written, an Event for a CSR held, a
+// recheck after the time it waits (requeue).
+func (c *Coordinator) decideCSR(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, node *corev1.Node, requeue func(time.Duration)) (approval.Decision, error) {
 	now := time.Now()
-	in, node := c.approvalInput(csr, now)
-	if in.Node != nil && in.Review == csr.Name && c.reviews.askedAt(csr.Name, csr.UID).IsZero() {
+	in := c.approvalInput(csr, node, now)
+	if in.Node != nil && in.Review == csr.Name && c.notes.askedAt(csr.Name, csr.UID).IsZero() {
 		// Asked before this replica led: the timeout starts now.
-		c.reviews.asked(csr.Name, csr.UID, now)
+		c.notes.asked(csr.Name, csr.UID, now)
 	}
-	nodeName := csrcheck.NodeName(csr.Spec.Username)
 	d := approval.Decide(in)
 	if node != nil {
 		// A Node's kubelet asks for serving certificates: so will the
@@ -98,11 +121,8 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 		// identity without a Node, such as the bootstrap token mints for
 		// any name, does not turn the wait on.
 		c.servingCSRs.Store(true)
-		again := d.AskAgain && c.reviews.askAgain(csr.Name, csr.UID)
-		if c.reviews.set(nodeName, approval.WantOf(csr.Name, csr.CreationTimestamp.Time, d)) || again {
-			// The hand-off changed: the Node's sync, the one writer of
-			// csr-review, asks for (or moves on from) this CSR's review.
-			c.nodeQueue.Add(nodeName)
+		if d.AskAgain {
+			c.notes.askAgain(csr.Name, csr.UID, now)
 		}
 	}
 	reason, ok := heldReasons[d.Category]
@@ -110,29 +130,22 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 		reason, ok = heldReasons[approval.CategoryAskedAgain], true
 	}
 	if ok {
-		c.say(csr, "csr", name, corev1.EventTypeWarning, reason, d.Reason)
+		c.say(csr, "csr", csr.Name, corev1.EventTypeWarning, reason, d.Reason)
 	}
 	switch d.Action {
 	case approval.Approve, approval.Deny:
-		return c.decide(ctx, csr, d)
+		return d, c.decide(ctx, csr, d)
 	case approval.Retry:
-		return fmt.Errorf("CSR %s: %s", name, d.Reason)
-	case approval.RequestReview:
-		// The Node's sync is the one writer of csr-review: it asks in the
-		// patch it writes anyway (the initializing one, when the CSR came
-		// first), and requeues this CSR once it has asked.
-		c.csrQueue.AddAfter(name, reviewRecheck) // in case the Node cannot be synced yet
-	case approval.Wait:
-		c.csrQueue.AddAfter(name, d.After)
-	case approval.Hold:
+		return d, fmt.Errorf("CSR %s: %s", csr.Name, d.Reason)
+	case approval.Wait, approval.Hold:
 		if d.After > 0 {
-			c.csrQueue.AddAfter(name, d.After)
+			requeue(d.After)
 		}
 	case approval.TimedOut:
-		c.say(csr, "csr", name, corev1.EventTypeWarning, "AttestationTimeout", d.Reason)
+		c.say(csr, "csr", csr.Name, corev1.EventTypeWarning, "AttestationTimeout", d.Reason)
 		c.m.CSRDecisions.WithLabelValues(string(d.Action), string(d.Category)).Inc()
 	}
-	return nil
+	return d, nil
 }
 
 // approvalInput gathers what approval.Decide needs for csr, from sources
@@ -141,17 +154,16 @@ func (c *Coordinator) syncCSR(ctx context.Context, name string) error {
 // writes nothing to the API server, and of its own state only memos of
 // what it reads: the parsed request (once per CSR object), the pending
 // count (kept for pendingTTL).
-func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningRequest, now time.Time) (approval.Input, *corev1.Node) {
+func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningRequest, self *corev1.Node, now time.Time) approval.Input {
 	nodeName := csrcheck.NodeName(csr.Spec.Username)
 	in := approval.Input{
-		CSR: c.requests.of(csr), Created: csr.CreationTimestamp.Time, ReviewRequested: c.reviews.askedAt(csr.Name, csr.UID), Policy: c.policy,
+		CSR: c.requests.of(csr), Created: csr.CreationTimestamp.Time, ReviewRequested: c.notes.askedAt(csr.Name, csr.UID), Policy: c.policy,
 		AttestationRequired: c.settings.AttestationRequired(), Timeout: c.settings.CSR.AttestationTimeout.Duration,
 		OnTimeout: c.settings.CSR.OnTimeout, Renewals: c.settings.CSR.Renewals, Now: now,
 	}
 	in.Pending, in.MaxPending = c.pendingCount()
-	self, err := c.node(nodeName)
-	if err != nil {
-		return in, nil // not registered (yet): Decide says so
+	if self == nil {
+		return in // not registered (yet): Decide says so
 	}
 	in.Node = &csrcheck.Node{Name: self.Name, Addresses: self.Status.Addresses}
 	if review, err := contract.ParseReview(self.Annotations[contract.AnnotationCSRReview]); err == nil {
@@ -159,7 +171,7 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 		in.ReviewAgain = review.CSR == csr.Name && review.RequestSHA256 == contract.RequestDigest(csr.Spec.Request)
 	}
 	if in.Review == csr.Name && in.ReviewRequested.IsZero() {
-		// Asked before this replica led: the timeout starts now (syncCSR
+		// Asked before this replica led: the timeout starts now (decideCSR
 		// remembers it).
 		in.ReviewRequested = now
 	}
@@ -216,7 +228,7 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 			in.ReviewBusy = true
 		}
 	}
-	return in, self
+	return in
 }
 
 // previousSANs are the SANs of the node's last approved certificate while
@@ -337,12 +349,12 @@ func (c *Coordinator) certDuration(csr *certificatesv1.CertificateSigningRequest
 	return c.settings.CertificateDuration(csr.Spec.ExpirationSeconds)
 }
 
-// review is the serving CSR the Node's agent should attest now, as the
-// hand-off from its CSRs' last decisions says (approval.Handoff), with what
+// review is the serving CSR the Node's agent should attest now, as its
+// pending CSRs' decisions in this sync want (approval.Handoff), with what
 // the record keeps of it when the Node is initialized with the review.
-func (c *Coordinator) review(node *corev1.Node) nodestate.Review {
+func (c *Coordinator) review(node *corev1.Node, wants []approval.Want) nodestate.Review {
 	current, _ := contract.ParseReview(node.Annotations[contract.AnnotationCSRReview])
-	name := approval.Handoff(current.CSR, c.unsynced(node.Name, current.CSR, c.reviews.wants(node.Name)))
+	name := approval.Handoff(current.CSR, wants)
 	r := nodestate.Review{Ask: contract.Review{CSR: name}}
 	if name == "" {
 		return r
@@ -368,7 +380,7 @@ func (c *Coordinator) review(node *corev1.Node) nodestate.Review {
 		// request.
 		digest := contract.RequestDigest(csr.Spec.Request)
 		if (current.CSR == name && current.RequestSHA256 == digest) ||
-			c.reviews.again(name, csr.UID) ||
+			c.notes.again(name, csr.UID) ||
 			(attested != nil && *attested != digest) {
 			r.Ask.RequestSHA256 = digest
 		}
@@ -377,22 +389,6 @@ func (c *Coordinator) review(node *corev1.Node) nodestate.Review {
 		r.Serving = c.servingUnderReview(node.Name, name)
 	}
 	return r
-}
-
-// unsynced adds to a node's wants the CSR its review names when this
-// replica has not decided it yet (it has just started or led) and it is
-// still pending and the node's: it keeps the review until its own decision
-// says otherwise, so a Node sync that runs first does not hand it back to
-// an older CSR the kubelet has left.
-func (c *Coordinator) unsynced(node, current string, wants []approval.Want) []approval.Want {
-	if current == "" || slices.ContainsFunc(wants, func(w approval.Want) bool { return w.CSR == current }) {
-		return wants
-	}
-	csr, err := c.csr(current)
-	if err != nil || !pending(csr) || csrcheck.NodeName(csr.Spec.Username) != node {
-		return wants
-	}
-	return append(slices.Clone(wants), approval.Want{CSR: csr.Name, Created: csr.CreationTimestamp.Time, Review: true})
 }
 
 // enrolledKey is the agent key rec enrols for the Node object uid, nil
@@ -422,40 +418,18 @@ func (c *Coordinator) noteServing(obj any) {
 	}
 }
 
-// kubeletAsked reports whether node's kubelet has a serving CSR, made
-// since the Node's creation (an earlier object's are not this kubelet's
-// asking), that the CSR sync has decided at least once: pending, or
-// decided since (by this replica too, before its informer says so).
+// kubeletAsked reports whether node's kubelet has a serving CSR made since
+// the Node's creation (an earlier object's are not this kubelet's asking):
+// pending, and so decided in this sync (syncCSRs), or decided since (by
+// this replica too, before its informer says so).
 func (c *Coordinator) kubeletAsked(node *corev1.Node) bool {
 	since := node.CreationTimestamp.Time
-	if c.reviews.askedSince(node.Name, since) {
-		return true
-	}
 	objs, _ := c.ownCSRs.ByIndex(byNode, node.Name)
 	return slices.ContainsFunc(objs, func(o any) bool {
 		csr, ok := o.(*certificatesv1.CertificateSigningRequest)
-		return ok && !pending(csr) && !csr.CreationTimestamp.Time.Before(since)
+		return ok && !csr.CreationTimestamp.Time.Before(since)
 	})
 }
-
-// handedOff forgets a decided or deleted CSR's review hand-off; its
-// Node's review may move on to the next one.
-func (c *Coordinator) handedOff(csr string) {
-	if node := c.reviews.drop(csr); node != "" {
-		c.nodeQueue.Add(node)
-	}
-}
-
-// Keys of the CSR queue that are no CSR name: the API server refuses a
-// name holding '/' (a path segment), and takes ':' and anything else. A
-// decided CSR whose record must follow the decision (servingKey + name),
-// and a never-approved CSR gone that the record names (goneKey + node +
-// "/" + UID).
-const (
-	servingKey = "serving/"
-	liveKey    = "live/" // after servingKey: decided in the update that queued it
-	goneKey    = "gone/"
-)
 
 // recordNames reports whether node's record names this CSR object as its
 // serving certificate.
@@ -502,14 +476,10 @@ func (c *Coordinator) servingChanges(csr *certificatesv1.CertificateSigningReque
 	return false
 }
 
-// syncServing makes the record follow a decision taken elsewhere
+// followDecision makes the record follow a decision taken elsewhere
 // (servingChanges): the certificate approved by hand recorded, the
 // request denied cleared.
-func (c *Coordinator) syncServing(ctx context.Context, name string, live bool) error {
-	csr, err := c.csr(name)
-	if err != nil || !c.servingChanges(csr, live) {
-		return nil // gone, or the record caught up
-	}
+func (c *Coordinator) followDecision(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) error {
 	d := approval.Decision{Action: approval.Deny}
 	if approved(csr) {
 		parsed, err := c.requests.of(csr).Parse()
@@ -606,10 +576,9 @@ func (c *Coordinator) decide(ctx context.Context, csr *certificatesv1.Certificat
 		if apierrors.IsNotFound(err) {
 			if d.Action == approval.Approve {
 				// Gone before its approval: the record, which named it
-				// first, must not count it as an issued certificate. Its
-				// own key, retried on error (this CSR's name is forgotten
-				// once it is gone).
-				c.csrQueue.Add(goneKey + csrcheck.NodeName(csr.Spec.Username) + "/" + string(csr.UID))
+				// first, must not count it as an issued certificate: the
+				// rest of this sync clears it (syncCSRs).
+				c.notes.unissue(csrcheck.NodeName(csr.Spec.Username), string(csr.UID))
 			}
 			return nil
 		}
@@ -617,7 +586,6 @@ func (c *Coordinator) decide(ctx context.Context, csr *certificatesv1.Certificat
 	}
 	trimCSR(decided)
 	c.ownCSRs.Mutation(decided)
-	c.handedOff(csr.Name)
 	c.m.NodeWrites.WithLabelValues("approval", "ok").Inc()
 	c.m.CSRDecisions.WithLabelValues(string(d.Action), string(d.Category)).Inc()
 	if d.Action == approval.Deny {

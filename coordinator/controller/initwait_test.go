@@ -119,7 +119,7 @@ func TestNodelessCSRsTurnNoWaitOn(t *testing.T) {
 	// The sync point: the coordinator has looked at the CSR and found no
 	// Node for it.
 	waitFor(t, 10*time.Second, "the CSR synced", func() bool {
-		return strings.Contains(log.String(), "key=initwait-ghost-serving")
+		return strings.Contains(log.String(), "CSR initwait-ghost-serving: node:")
 	})
 	n := register(t, "initwait-e", "10.0.7.5")
 	n.publish(t, report{providerID: "talos://metal/10.0.7.5"})

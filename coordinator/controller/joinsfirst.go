@@ -1,9 +1,11 @@
 package controller
 
 import (
+	"slices"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
 	"k8s.io/client-go/util/workqueue"
 
-	"github.com/talos-nodeinit/talos-nodeinit/coordinator/approval"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 )
 
@@ -107,22 +109,23 @@ func (q *joinsFirst) liveRest() bool {
 
 // joining says whether a Node's sync is one a join waits on: the Node is
 // still uninitialized, or gone (its delete releases addresses another join
-// may wait for), or the sync owes one of its serving CSRs the review
-// request only it writes (a certificate asked for after the
-// initialization, a kubelet's rotation: approval.Handoff names a CSR the
-// Node's csr-review does not). The rest (adoption, steady state, a review
-// already asked for) waits behind them.
+// may wait for), or its kubelet has a pending serving CSR its csr-review
+// does not name (a certificate asked for after the initialization, a
+// kubelet's rotation: only the Node's sync asks for its review). The rest
+// (adoption, steady state, a review already asked for) waits behind them.
 //
-// It runs under the workqueue's lock and takes the informer store's and
-// the reviews' locks: nothing may add to the Node queue while holding
-// either (reviews' methods never call out; informer handlers run outside
-// the store's lock).
+// It runs under the workqueue's lock and takes the informer stores' locks:
+// nothing may add to the Node queue while holding either (informer
+// handlers run outside the stores' locks).
 func (c *Coordinator) joining(name string) bool {
 	node, err := c.nodes.Get(name)
 	if err != nil || contract.Uninitialized(node) {
 		return true
 	}
 	current, _ := contract.ParseReview(node.Annotations[contract.AnnotationCSRReview])
-	next := approval.Handoff(current.CSR, c.reviews.wants(name))
-	return next != "" && next != current.CSR
+	objs, _ := c.csrIndex.ByIndex(byNode, name)
+	return slices.ContainsFunc(objs, func(o any) bool {
+		csr, ok := o.(*certificatesv1.CertificateSigningRequest)
+		return ok && pending(csr) && csr.Name != current.CSR && !csr.CreationTimestamp.Before(&node.CreationTimestamp)
+	})
 }

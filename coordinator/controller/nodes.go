@@ -33,11 +33,26 @@ import (
 func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	node, err := c.node(name)
 	if apierrors.IsNotFound(err) {
-		return c.nodeGone(ctx, name)
+		_, csrErr := c.syncCSRs(ctx, name, nil)
+		return errors.Join(c.nodeGone(ctx, name), csrErr)
 	}
 	if err != nil {
 		return err
 	}
+	// Its kubelet's serving CSRs first: what their decisions want of its
+	// review is asked in the patch below. An error there holds up nothing
+	// of the Node's own: the sync is retried with it.
+	wants, csrErr := c.syncCSRs(ctx, name, node)
+	if err := c.syncNodeObject(ctx, node, wants); err != nil || csrErr != nil {
+		return errors.Join(err, csrErr)
+	}
+	return nil
+}
+
+// syncNodeObject is the rest of a Node's sync, after its CSRs: the Node
+// and its record, with wants the review its pending CSRs ask for.
+func (c *Coordinator) syncNodeObject(ctx context.Context, node *corev1.Node, wants []approval.Want) error {
+	name := node.Name
 	current := nodestate.Addresses(node, c.settings.MaxNodeAddresses)
 	// Every Node's pod CIDRs are accounted for, whatever else holds it back.
 	cidrs, err := finalize.PodCIDRs(node)
@@ -59,7 +74,7 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	}
 	in := nodestate.Input{Node: node, Record: rec, Reserved: c.reservedFor(node), Near: c.records.Near, Listed: c.listedIn, Now: time.Now()}
 	in.HasV4, in.HasV6 = c.cidrs.families()
-	in.Review = c.review(node)
+	in.Review = c.review(node, wants)
 	in.ServingCSRs, in.Asked = c.servingCSRs.Load(), c.kubeletAsked(node)
 	in.RefusedProviderID = c.refusedIDs.of(node, in.Now)
 	// Claims are decided and written under the addresses' locks: two
@@ -354,9 +369,9 @@ func (c *Coordinator) patched(node *corev1.Node, d nodestate.Desired, review nod
 	if ask := review.Ask; ask.CSR != "" && node.Annotations[contract.AnnotationCSRReview] != ask.String() {
 		c.m.NodeWrites.WithLabelValues("review", "ok").Inc()
 		if csr, err := c.csr(ask.CSR); err == nil {
-			c.reviews.asked(ask.CSR, csr.UID, time.Now())
+			c.notes.asked(ask.CSR, csr.UID, time.Now())
 		}
-		c.csrQueue.AddAfter(ask.CSR, c.settings.CSR.AttestationTimeout.Duration)
+		c.nodeQueue.AddAfter(name, c.settings.CSR.AttestationTimeout.Duration)
 	}
 	if len(d.CIDRs) > 0 {
 		for _, p := range d.CIDRs {

@@ -4,33 +4,49 @@ import (
 	"testing"
 	"time"
 
+	certificatesv1 "k8s.io/api/certificates/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/controller"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck/csrtest"
 )
 
 // The Node and CSR queues publish the workqueue_* series Kubernetes
-// controllers do, labelled by queue: after a join, each queue has taken
+// controllers do, labelled by queue: after a join (the Node queue) and a
+// CSR of a requester that is no node (the CSR queue), each queue has taken
 // keys, timed their wait and their syncs, and holds none.
 func TestQueuesPublishWorkqueueMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	startCoordinatorAs(t, "queue-metrics", ipamSettings, coordinatorIdentity(t), func(c *controller.Config) { c.Metrics = controller.NewMetrics(reg) })
 	certifiedJoin(t, "queue-metrics-a", "10.0.7.9", 15*time.Second)
+	if _, err := admin().CertificatesV1().CertificateSigningRequests().Create(t.Context(), &certificatesv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: "queue-metrics-stranger"},
+		Spec: certificatesv1.CertificateSigningRequestSpec{Request: csrtest.PEM(t, nil, "queue-metrics-stranger", []string{"queue-metrics-stranger"}),
+			SignerName: certificatesv1.KubeletServingSignerName, Usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageServerAuth}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the stranger's CSR denied", func() bool {
+		c, _ := condition(t, "queue-metrics-stranger")
+		return c.Type == certificatesv1.CertificateDenied
+	})
 	series := func(family, queue string) float64 { return queueSeries(t, reg, family, queue) }
 	for _, q := range []string{"nodes", "csrs"} {
 		for _, f := range []string{"workqueue_adds_total", "workqueue_queue_duration_seconds", "workqueue_work_duration_seconds"} {
 			if v := series(f, q); v < 1 {
-				t.Errorf("%s{name=%q} = %v, want at least 1 after a join", f, q, v)
+				t.Errorf("%s{name=%q} = %v, want at least 1", f, q, v)
 			}
 		}
 	}
 	waitFor(t, 10*time.Second, "the queues drained", func() bool {
 		return series("workqueue_depth", "nodes") == 0 && series("workqueue_depth", "csrs") == 0
 	})
-	// A CSR's review recheck and its attestation timeout are delayed adds.
-	if v := series("workqueue_retries_total", "csrs"); v < 1 {
-		t.Errorf("workqueue_retries_total{name=\"csrs\"} = %v, want at least 1 after a join", v)
+	// A CSR's attestation timeout is a delayed add of its Node.
+	if v := series("workqueue_retries_total", "nodes"); v < 1 {
+		t.Errorf("workqueue_retries_total{name=\"nodes\"} = %v, want at least 1 after a join", v)
 	}
 }
 
