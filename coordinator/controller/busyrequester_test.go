@@ -13,7 +13,7 @@ import (
 // there are (root on a node can file them), while the other workers
 // decide the other nodes'.
 func TestABusyRequesterHoldsUpNoOtherNode(t *testing.T) {
-	startCoordinator(t, "busy-requester", ipamSettings)
+	c := startCoordinator(t, "busy-requester", ipamSettings)
 	busy := register(t, "busy-requester-a", "10.0.65.1")
 	other := register(t, "busy-requester-b", "10.0.65.2")
 	for _, n := range []*simNode{busy, other} {
@@ -22,7 +22,7 @@ func TestABusyRequesterHoldsUpNoOtherNode(t *testing.T) {
 	waitFor(t, 15*time.Second, "both nodes initialized", func() bool {
 		return initialized(get(t, busy.name)) && initialized(get(t, other.name))
 	})
-	time.Sleep(time.Second) // csr.minAddressAge
+	c.settled()
 
 	const requests = 80 // more than the Node workers
 	for i := range requests {

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
 )
@@ -33,7 +34,7 @@ func claim(c *Coordinator, name string, ip netip.Addr) string {
 // client only backs an empty records store: no record holds anything.)
 func TestTheStoreAheadOfTheHandlerDecidesNothing(t *testing.T) {
 	ip := netip.MustParseAddr("10.0.0.9")
-	c := &Coordinator{observer: newObserver(4), records: records.NewStore(dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())),
+	c := &Coordinator{observer: newObserver(4, clock.RealClock{}), records: records.NewStore(dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())),
 		nodeIndex: cache.NewIndexer(cache.MetaNamespaceKeyFunc, nodeIndexers(4))}
 	node := func(name, uid string) *corev1.Node {
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(uid)},
@@ -89,7 +90,7 @@ func TestOnlyTheVersionReadOrdersANode(t *testing.T) {
 		return n
 	}
 	fresh := func() *Coordinator {
-		return &Coordinator{observer: newObserver(4), records: records.NewStore(dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())),
+		return &Coordinator{observer: newObserver(4, clock.RealClock{}), records: records.NewStore(dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())),
 			nodeIndex: cache.NewIndexer(cache.MetaNamespaceKeyFunc, nodeIndexers(4))}
 	}
 	t0 := time.Now()

@@ -42,6 +42,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/config"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/nodestate"
@@ -84,6 +85,10 @@ type Config struct {
 	// labels), in the log and in nodeinit_coordinator_node_init_seconds;
 	// Warnings are always recorded.
 	InitializedEvents bool
+	// Clock is what the coordinator reads the time from (nil: the real
+	// clock): how long addresses have been listed, reviews asked, Nodes
+	// waiting. Tests move it ahead instead of sleeping.
+	Clock clock.PassiveClock
 	// WaitingLogAfter is how long after its registration a Node still
 	// waiting (for its agent's report, its providerID…) is named in the
 	// log, with what it waits for; 0: 30 s.
@@ -93,6 +98,7 @@ type Config struct {
 // Coordinator is one replica.
 type Coordinator struct {
 	cfg      Config
+	clock    clock.PassiveClock
 	client   kubernetes.Interface
 	settings *config.Config
 	log      *slog.Logger
@@ -194,6 +200,9 @@ func New(cfg Config) (*Coordinator, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
 	policy, err := cfg.Settings.CSRPolicy()
 	if err != nil {
 		return nil, err
@@ -211,7 +220,7 @@ func New(cfg Config) (*Coordinator, error) {
 	c := &Coordinator{
 		desired: desired, notes: newCSRNotes(), cidrs: newPodCIDRs(cfg.Metrics, pools), nodeStatus: newNodeStatus(cfg.Metrics, cfg.Log), said: &said{last: map[string]string{}}, requests: &requests{parsed: map[types.UID]csrcheck.Request{}}, inventory: desired.Inventory,
 		cfg: cfg, client: cfg.Client, settings: cfg.Settings, log: cfg.Log, m: cfg.Metrics, policy: policy,
-		records: records.NewStore(cfg.Dynamic), facts: newClusterFacts(cfg.Client), observer: newObserver(cfg.Settings.MaxNodeAddresses),
+		records: records.NewStore(cfg.Dynamic), facts: newClusterFacts(cfg.Client), observer: newObserver(cfg.Settings.MaxNodeAddresses, cfg.Clock), clock: cfg.Clock,
 		configReserved: cfg.Settings.Reserved(), apiSANsRead: cfg.APIServerNames != nil || cfg.APIServerIPs != nil,
 		ready: errors.New("starting"),
 	}
@@ -463,7 +472,7 @@ func (c *Coordinator) nodeChanged(obj any, list uint32) {
 	var added, removed []netip.Addr
 	switch o := obj.(type) {
 	case *corev1.Node:
-		added, removed = c.observer.observe(o, time.Now(), list)
+		added, removed = c.observer.observe(o, c.clock.Now(), list)
 	case cache.DeletedFinalStateUnknown:
 		var uid types.UID
 		if n, ok := o.Obj.(*corev1.Node); ok {

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,7 +77,48 @@ func admin() *kubernetes.Clientset { return kubernetes.NewForConfigOrDie(cluster
 
 type running struct {
 	*controller.Coordinator
-	stop func()
+	stop  func()
+	clock *skewClock
+}
+
+// skewClock is the real clock moved ahead by what a test skipped, so that
+// nothing that counts on time passing stands still.
+type skewClock struct{ ahead atomic.Int64 }
+
+func (s *skewClock) Now() time.Time                  { return time.Now().Add(time.Duration(s.ahead.Load())) }
+func (s *skewClock) Since(t time.Time) time.Duration { return s.Now().Sub(t) }
+
+// skip moves the coordinator's clock ahead by d instead of sleeping (past
+// csr.minAddressAge, an attestation timeout), and has it sync every Node
+// again: what waits for that time is decided now.
+func (r *running) skip(d time.Duration) {
+	r.clock.ahead.Add(int64(d))
+	controller.Resync(r.Coordinator)
+}
+
+// settled skips past csr.minAddressAge (1s in the tests' settings): the
+// addresses the Nodes list now are settled.
+func (r *running) settled() { r.skip(1500 * time.Millisecond) }
+
+// lookedAgain touches Node name (an annotation of the test's own) and
+// waits until the coordinator synced it at that version: everything that
+// happened before, the coordinator's own writes too, has been looked at.
+func (r *running) lookedAgain(t testing.TB, name string) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{"test.nodeinit.io/touched":%q}}}`, time.Now().Format(time.RFC3339Nano))
+	if _, err := admin().CoreV1().Nodes().Patch(t.Context(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.syncedNow(t, name)
+}
+
+// syncedNow waits until the coordinator has synced Node name, its CSRs
+// with it, at the version the API server has now: whatever that version
+// asks for has been decided.
+func (r *running) syncedNow(t testing.TB, name string) {
+	t.Helper()
+	rv := get(t, name).ResourceVersion
+	waitFor(t, 15*time.Second, name+" synced at "+rv, func() bool { return r.SyncedAt(name) == rv })
 }
 
 func startCoordinator(t *testing.T, id, settings string) *running {
@@ -90,8 +132,9 @@ func startCoordinatorAs(t *testing.T, id, settings string, cfg *rest.Config, opt
 	if err != nil {
 		t.Fatal(err)
 	}
+	clk := &skewClock{}
 	ccfg := controller.Config{
-		Client: kubernetes.NewForConfigOrDie(apiclient.Builtin(cfg)), Dynamic: dynamic.NewForConfigOrDie(cfg), REST: cfg, Settings: s, Identity: id,
+		Clock: clk, Client: kubernetes.NewForConfigOrDie(apiclient.Builtin(cfg)), Dynamic: dynamic.NewForConfigOrDie(cfg), REST: cfg, Settings: s, Identity: id,
 		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 200 * time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(testWriter{t}, nil)).With("coordinator", id),
 	}
@@ -120,7 +163,7 @@ func startCoordinatorAs(t *testing.T, id, settings string, cfg *rest.Config, opt
 		})
 	}
 	t.Cleanup(stop)
-	return &running{Coordinator: c, stop: stop}
+	return &running{Coordinator: c, stop: stop, clock: clk}
 }
 
 type testWriter struct{ t *testing.T }
@@ -613,7 +656,7 @@ func (n *simNode) attest(t testing.TB, csrName string, digest string) {
 }
 
 func TestCSRApprovalAndDenial(t *testing.T) {
-	startCoordinator(t, "csr", ipamSettings)
+	c := startCoordinator(t, "csr", ipamSettings)
 	a := register(t, "csr-a", "10.0.4.1")
 	b := register(t, "csr-b", "10.0.4.2")
 	for _, n := range []*simNode{a, b} {
@@ -704,7 +747,8 @@ func TestCSRApprovalAndDenial(t *testing.T) {
 	if r, _ := contract.ParseReview(asked); r.CSR != "csr-b-silent" || r.RequestSHA256 == "" {
 		t.Errorf("the review after the timeouts is %q, want an ask again for csr-b-silent's request", asked)
 	}
-	time.Sleep(4 * time.Second) // beyond another attestationTimeout (3s)
+	c.skip(4 * time.Second) // beyond another attestationTimeout (3s)
+	c.lookedAgain(t, "csr-b")
 	if now := get(t, "csr-b").Annotations[contract.AnnotationCSRReview]; now != asked {
 		t.Errorf("asked a third time: %q after %q", now, asked)
 	}
@@ -803,9 +847,9 @@ inventory:
 	waitFor(t, 20*time.Second, "leading", func() bool { return c.Ready() == nil })
 	// Neither reports: they wait, uninitialized, without records.
 	register(t, "aaa-decoy", "10.0.6.7")
-	time.Sleep(100 * time.Millisecond)
+	waitFor(t, 10*time.Second, "aaa-decoy seen", func() bool { return c.Waiting("aaa-decoy") })
 	register(t, "bound-first", "10.0.6.7")
-	time.Sleep(100 * time.Millisecond)
+	waitFor(t, 10*time.Second, "bound-first seen", func() bool { return c.Waiting("bound-first") })
 	second := register(t, "bound-second", "10.0.5.53")
 	second.publish(t, report{providerID: "talos://metal/10.0.5.53", externalIPs: []string{"10.0.6.7"}})
 	eventSays(t, 20*time.Second, "bound-second", "AddressHeldByOtherNode", "10.0.6.7: Node bound-first")
@@ -1101,8 +1145,10 @@ func TestLateCSRIsReviewed(t *testing.T) {
 	n := register(t, "late-csr", "10.0.6.1")
 	n.publish(t, report{providerID: "talos://metal/10.0.6.1"})
 	n.csr(t, "late-csr-serving", []string{"late-csr"}, []string{"10.0.6.1"})
-	time.Sleep(4 * time.Second) // older than attestationTimeout (3s) before any coordinator runs
-	startCoordinator(t, "late-csr", ipamSettings+"  onTimeout: approve\n")
+	// Older than attestationTimeout (3s) before any coordinator runs.
+	startCoordinatorAs(t, "late-csr", ipamSettings+"  onTimeout: approve\n", coordinatorIdentity(t), func(c *controller.Config) {
+		c.Clock.(*skewClock).ahead.Store(int64(4 * time.Second))
+	})
 	waitFor(t, 15*time.Second, "review request", func() bool {
 		return get(t, "late-csr").Annotations[contract.AnnotationCSRReview] == "late-csr-serving"
 	})
@@ -1137,7 +1183,7 @@ func reviewOf(t *testing.T, node string) string {
 // hand-off, as it does for its own decisions. Before, the Node's review
 // stayed on the hand-approved CSR until the csrcleaner removed it.
 func TestReviewMovesOnWhenApprovedByHand(t *testing.T) {
-	startCoordinator(t, "by-hand", ipamSettings)
+	c := startCoordinator(t, "by-hand", ipamSettings)
 	n := register(t, "by-hand", "10.0.6.2")
 	n.publish(t, report{providerID: "talos://metal/10.0.6.2"})
 	n.csr(t, "by-hand-old", []string{"by-hand"}, []string{"10.0.6.2"})
@@ -1147,7 +1193,7 @@ func TestReviewMovesOnWhenApprovedByHand(t *testing.T) {
 	time.Sleep(1100 * time.Millisecond) // a newer creation time (seconds)
 	n.csr(t, "by-hand-new", []string{"by-hand"}, []string{"10.0.6.2"})
 	// The one under review keeps the review over a newer one.
-	time.Sleep(300 * time.Millisecond)
+	c.lookedAgain(t, "by-hand")
 	if got := reviewOf(t, "by-hand"); got != "by-hand-old" {
 		t.Fatalf("csr-review %q while by-hand-old waits for its attestation, want by-hand-old", got)
 	}

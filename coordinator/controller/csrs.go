@@ -108,7 +108,7 @@ func (c *Coordinator) syncStranger(ctx context.Context, name string) error {
 // decision: the approval or denial written, an Event for a CSR held, a
 // recheck after the time it waits (requeue).
 func (c *Coordinator) decideCSR(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, node *corev1.Node, requeue func(time.Duration)) (approval.Decision, error) {
-	now := time.Now()
+	now := c.clock.Now()
 	in := c.approvalInput(csr, node, now)
 	if in.Node != nil && in.Review == csr.Name && c.notes.askedAt(csr.Name, csr.UID).IsZero() {
 		// Asked before this replica led: the timeout starts now.
@@ -262,10 +262,10 @@ func approved(csr *certificatesv1.CertificateSigningRequest) bool {
 func (c *Coordinator) pendingCount() (count, limit int) {
 	c.pendingMu.Lock()
 	defer c.pendingMu.Unlock()
-	if time.Since(c.pendingAt) < pendingTTL {
+	if c.clock.Since(c.pendingAt) < pendingTTL {
 		return c.pending, c.pendingLimit
 	}
-	defer func() { c.pending, c.pendingLimit, c.pendingAt = count, limit, time.Now() }()
+	defer func() { c.pending, c.pendingLimit, c.pendingAt = count, limit, c.clock.Now() }()
 	byRequester := map[string]int{}
 	for _, node := range c.csrIndex.ListIndexFuncValues(byNode) {
 		objs, _ := c.csrIndex.ByIndex(byNode, node)
@@ -341,7 +341,7 @@ func (c *Coordinator) servingUnderReview(node, name string) *records.Serving {
 // serving is what the record keeps of csr's certificate, whose request
 // names sans.
 func (c *Coordinator) serving(csr *certificatesv1.CertificateSigningRequest, sans []string) *records.Serving {
-	return &records.Serving{CSR: csr.Name, UID: string(csr.UID), SANs: sans, ValidUntil: time.Now().Add(c.certDuration(csr)).UTC().Truncate(time.Second)}
+	return &records.Serving{CSR: csr.Name, UID: string(csr.UID), SANs: sans, ValidUntil: c.clock.Now().Add(c.certDuration(csr)).UTC().Truncate(time.Second)}
 }
 
 // certDuration is how long the certificate csr asks for will be valid at most.
@@ -413,7 +413,7 @@ func (c *Coordinator) noteServing(obj any) {
 	if c.servingCSRs.Load() {
 		return
 	}
-	if r, err := records.Decoded(obj); err == nil && r.Spec.Serving != nil && time.Now().Before(r.Spec.Serving.ValidUntil) {
+	if r, err := records.Decoded(obj); err == nil && r.Spec.Serving != nil && c.clock.Now().Before(r.Spec.Serving.ValidUntil) {
 		c.servingCSRs.Store(true)
 	}
 }
@@ -499,7 +499,7 @@ func (c *Coordinator) servingGone(ctx context.Context, node, uid string) error {
 		return nil // unreadable (nothing is decided from it), or no longer naming it
 	}
 	next := rec.Spec
-	next.Serving = rec.Spec.Serving.Cleared(time.Now())
+	next.Serving = rec.Spec.Serving.Cleared(c.clock.Now())
 	_, err = c.putRecord(ctx, node, rec, &next)
 	return err
 }
@@ -537,10 +537,10 @@ func (c *Coordinator) recordServing(ctx context.Context, csr *certificatesv1.Cer
 	switch {
 	case d.Action == approval.Approve && !rec.Spec.Serving.Is(csr.Name, string(csr.UID)):
 		prev := rec.Spec.Serving
-		renewing := records.Renewing(prev, prev != nil && c.servingApproved(prev), *c.serving(csr, d.SANs), time.Now())
+		renewing := records.Renewing(prev, prev != nil && c.servingApproved(prev), *c.serving(csr, d.SANs), c.clock.Now())
 		next.Serving = &renewing
 	case d.Action == approval.Deny && rec.Spec.Serving.Is(csr.Name, string(csr.UID)):
-		next.Serving = rec.Spec.Serving.Cleared(time.Now())
+		next.Serving = rec.Spec.Serving.Cleared(c.clock.Now())
 	default:
 		return nil
 	}

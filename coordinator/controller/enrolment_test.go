@@ -20,7 +20,7 @@ import (
 // key and the one command, until an admin runs that command; its serving
 // CSR is held meanwhile and approved afterwards.
 func TestEnrolmentApprove(t *testing.T) {
-	startCoordinator(t, "enrol", ipamSettings+"  enrolment: approve\n")
+	c := startCoordinator(t, "enrol", ipamSettings+"  enrolment: approve\n")
 	n := register(t, "enrol-a", "10.0.26.1")
 	n.publish(t, report{providerID: "talos://metal/10.0.26.1"})
 	waitFor(t, 10*time.Second, "enrol-a initialized", func() bool { return initialized(get(t, "enrol-a")) })
@@ -39,7 +39,7 @@ func TestEnrolmentApprove(t *testing.T) {
 		t.Fatalf("record: agentKey %q (want none), pendingAgentKey %q (want %q)", rec.Spec.AgentKey, rec.Spec.PendingAgentKey, key)
 	}
 
-	time.Sleep(time.Second) // csr.minAddressAge
+	c.settled()
 	n.csr(t, "enrol-a-serving", []string{"enrol-a"}, []string{"10.0.26.1"})
 	waitFor(t, 10*time.Second, "NoEnrolledAgentKey Event", func() bool { return len(events(t, "enrol-a-serving", "NoEnrolledAgentKey")) > 0 })
 	if c, decided := condition(t, "enrol-a-serving"); decided {

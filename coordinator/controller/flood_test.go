@@ -69,11 +69,11 @@ func TestFloodNeverDelaysARenewal(t *testing.T) {
 	if err := admin().CertificatesV1().CertificateSigningRequests().DeleteCollection(t.Context(), metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	startCoordinator(t, "flood-renewal", ipamSettings+"  maxPending: 2\n")
+	c := startCoordinator(t, "flood-renewal", ipamSettings+"  maxPending: 2\n")
 	certified := register(t, "flood-certified", "10.0.11.20")
 	certified.publish(t, report{providerID: "talos://metal/10.0.11.20"})
 	waitFor(t, 20*time.Second, "flood-certified initialized", func() bool { return initialized(get(t, "flood-certified")) })
-	time.Sleep(time.Second) // csr.minAddressAge
+	c.settled()
 	certified.csr(t, "flood-certified-1", []string{"flood-certified"}, []string{"10.0.11.20"})
 	certified.attest(t, "flood-certified-1", "")
 	waitFor(t, 20*time.Second, "flood-certified-1 approved", func() bool {
@@ -90,7 +90,7 @@ func TestFloodNeverDelaysARenewal(t *testing.T) {
 	late := register(t, "flood-new", "10.0.11.21")
 	late.publish(t, report{providerID: "talos://metal/10.0.11.21"})
 	waitFor(t, 20*time.Second, "flood-new initialized", func() bool { return initialized(get(t, "flood-new")) })
-	time.Sleep(time.Second) // csr.minAddressAge
+	c.settled()
 	late.csr(t, "flood-new-1", []string{"flood-new"}, []string{"10.0.11.21"})
 	waitFor(t, 20*time.Second, "flood-new-1 paused", func() bool { return len(events(t, "flood-new-1", "ApprovalPaused")) > 0 })
 	certified.csr(t, "flood-certified-2", []string{"flood-certified"}, []string{"10.0.11.20"})

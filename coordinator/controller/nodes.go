@@ -46,6 +46,7 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	if err := c.syncNodeObject(ctx, node, wants); err != nil || csrErr != nil {
 		return errors.Join(err, csrErr)
 	}
+	c.nodeStatus.synced(name, node.ResourceVersion)
 	return nil
 }
 
@@ -72,7 +73,7 @@ func (c *Coordinator) syncNodeObject(ctx context.Context, node *corev1.Node, wan
 		c.say(node, "node", name, corev1.EventTypeWarning, "NodeRecordUnreadable", "nothing changes for this Node until its NodeRecord can be read again (kubectl edit noderecord "+name+"): "+contract.NodeText(err.Error()))
 		return err
 	}
-	in := nodestate.Input{Node: node, Record: rec, Reserved: c.reservedFor(node), Near: c.records.Near, Listed: c.listedIn, Now: time.Now()}
+	in := nodestate.Input{Node: node, Record: rec, Reserved: c.reservedFor(node), Near: c.records.Near, Listed: c.listedIn, Now: c.clock.Now()}
 	in.HasV4, in.HasV6 = c.cidrs.families()
 	in.Review = c.review(node, wants)
 	in.ServingCSRs, in.Asked = c.servingCSRs.Load(), c.kubeletAsked(node)
@@ -160,7 +161,7 @@ func (c *Coordinator) syncNodeObject(ctx context.Context, node *corev1.Node, wan
 			// The providerID alone is refused (an admin's policy): the next
 			// sync, now, leaves it out; it is tried again after
 			// refusalRecheck, in case the policy changed.
-			c.refusedIDs.set(node, id, err, time.Now())
+			c.refusedIDs.set(node, id, err, c.clock.Now())
 			c.log.Warn("the API server refused the providerID in the initializing patch; initializing without it", "node", name, "providerID", id, "err", err)
 			c.nodeQueue.Add(name)
 			c.nodeQueue.AddAfter(name, refusalRecheck)
@@ -369,7 +370,7 @@ func (c *Coordinator) patched(node *corev1.Node, d nodestate.Desired, review nod
 	if ask := review.Ask; ask.CSR != "" && node.Annotations[contract.AnnotationCSRReview] != ask.String() {
 		c.m.NodeWrites.WithLabelValues("review", "ok").Inc()
 		if csr, err := c.csr(ask.CSR); err == nil {
-			c.notes.asked(ask.CSR, csr.UID, time.Now())
+			c.notes.asked(ask.CSR, csr.UID, c.clock.Now())
 		}
 		c.nodeQueue.AddAfter(name, c.settings.CSR.AttestationTimeout.Duration)
 	}
@@ -382,7 +383,7 @@ func (c *Coordinator) patched(node *corev1.Node, d nodestate.Desired, review nod
 		}
 	}
 	if d.Initialize {
-		took := time.Since(node.CreationTimestamp.Time)
+		took := c.clock.Since(node.CreationTimestamp.Time)
 		c.m.NodeInitTime.Observe(took.Seconds())
 		if c.cfg.InitializedEvents {
 			c.recorder.Eventf(node, corev1.EventTypeNormal, "Initialized", "initialized %v after registration: pod CIDRs %v, granted labels %v", took.Round(time.Millisecond), d.CIDRs, d.Plan.Granted)
@@ -412,6 +413,7 @@ func (c *Coordinator) reconcileCIDRs(node *corev1.Node, existing []netip.Prefix)
 // gets neither a fresh enrolment nor a fresh renewal memory.
 func (c *Coordinator) nodeGone(ctx context.Context, name string) error {
 	c.setWaiting(name, "", false)
+	c.nodeStatus.synced(name, "")
 	c.nodeStatus.say(name, "")
 	c.refusedIDs.forget(name)
 	if c.cidrs.release(name) {
@@ -592,12 +594,13 @@ type nodeStatus struct {
 
 	mu        sync.Mutex
 	waiting   map[string]string
+	done      map[string]string // the resourceVersion each Node's last sync succeeded at
 	unadopted map[string]bool
 	said      map[string]string // what sayWaiting last said a Node waits for
 }
 
 func newNodeStatus(m *Metrics, log *slog.Logger) *nodeStatus {
-	return &nodeStatus{m: m, log: log, waiting: map[string]string{}, unadopted: map[string]bool{}, said: map[string]string{}}
+	return &nodeStatus{m: m, log: log, waiting: map[string]string{}, done: map[string]string{}, unadopted: map[string]bool{}, said: map[string]string{}}
 }
 
 // notAdopted counts the initialized Nodes without a record that the
@@ -691,4 +694,25 @@ func (c *Coordinator) WaitingAt(name string) string {
 	c.nodeStatus.mu.Lock()
 	defer c.nodeStatus.mu.Unlock()
 	return c.nodeStatus.waiting[name]
+}
+
+// synced records that Node name's sync succeeded at resourceVersion ("":
+// the Node is gone).
+func (s *nodeStatus) synced(name, resourceVersion string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if resourceVersion == "" {
+		delete(s.done, name)
+	} else {
+		s.done[name] = resourceVersion
+	}
+}
+
+// SyncedAt is the resourceVersion of Node name when the coordinator last
+// synced it without error, its serving CSRs with it ("" when never): a
+// sync point for health checks and tests, as Waiting is.
+func (c *Coordinator) SyncedAt(name string) string {
+	c.nodeStatus.mu.Lock()
+	defer c.nodeStatus.mu.Unlock()
+	return c.nodeStatus.done[name]
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/clock"
 
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
 )
@@ -44,7 +45,7 @@ func TestRecordsTurnTheWaitOnOnlyForAValidCertificate(t *testing.T) {
 		{"no spec", &unstructured.Unstructured{Object: map[string]any{}}, false},
 		{"not a record", "n1", false},
 	} {
-		c := &Coordinator{}
+		c := &Coordinator{clock: clock.RealClock{}}
 		c.noteServing(tc.obj)
 		if got := c.servingCSRs.Load(); got != tc.want {
 			t.Errorf("%s: wait on %v, want %v", tc.name, got, tc.want)

@@ -12,6 +12,7 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/nodestate"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 )
 
 // observer remembers since when each Node's addresses have been seen
@@ -48,6 +49,7 @@ type observer struct {
 	// readings of the monotonic clock, which a step of the wall clock
 	// does not move.
 	epoch time.Time
+	clock clock.PassiveClock
 	mu    sync.Mutex
 	nodes map[string]observed
 	byIP  map[netip.Addr][]lister // who lists each address, since when
@@ -112,8 +114,8 @@ type lister struct {
 // later than all but its list's.
 const pendingFrom = math.MaxInt64
 
-func newObserver(max int) *observer {
-	return &observer{max: max, epoch: time.Now(), nodes: map[string]observed{}, byIP: map[netip.Addr][]lister{},
+func newObserver(max int, clk clock.PassiveClock) *observer {
+	return &observer{max: max, clock: clk, epoch: clk.Now(), nodes: map[string]observed{}, byIP: map[netip.Addr][]lister{},
 		pending: map[netip.Addr][]pendingLister{}, pendingBy: map[string][]pendingVersion{}}
 }
 
@@ -433,7 +435,7 @@ func (o *observer) firstSeenOrdered(name string, uid types.UID) map[netip.Addr]t
 }
 
 func (o *observer) since(name string, uid types.UID, ordered bool) map[netip.Addr]time.Time {
-	now := time.Now()
+	now := o.clock.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	out := map[netip.Addr]time.Time{}

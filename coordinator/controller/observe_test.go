@@ -13,10 +13,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 )
 
 func TestObserverContinuity(t *testing.T) {
-	o := newObserver(2)
+	o := newObserver(2, clock.RealClock{})
 	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	node := func(uid string, ips ...string) *corev1.Node {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", UID: types.UID("u" + uid)}}
@@ -98,7 +99,7 @@ func TestFirstListOrderIsNotKnown(t *testing.T) {
 		{[]seen{{"b", 2}, {"a", 3}}, map[string]string{"a": "b", "b": ""}},
 		{[]seen{{"z", 2}, {"a", 0}}, map[string]string{"a": "z", "z": ""}},
 	} {
-		o := newObserver(4)
+		o := newObserver(4, clock.RealClock{})
 		for i, s := range tc.order {
 			o.observe(lists(s.name), t0.Add(time.Duration(i)*time.Second), s.list)
 		}
@@ -145,7 +146,7 @@ func expectEarlier(t *testing.T, o *observer, ip netip.Addr, what string, want m
 func TestEarlierListerIsEligible(t *testing.T) {
 	t0 := time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)
 	ip := netip.MustParseAddr("10.0.6.7")
-	o := newObserver(4)
+	o := newObserver(4, clock.RealClock{})
 	for i, name := range []string{"aaa-decoy", "bound-first", "bound-second"} {
 		o.observe(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name)},
 			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip.String()}}}}, t0.Add(time.Duration(i)*time.Second), 0)
@@ -161,7 +162,7 @@ func TestEarlierListerIsEligible(t *testing.T) {
 // A Node re-created as an object without a UID (as fakes make) and
 // without addresses releases the earlier object's, as any other.
 func TestObserverReleasesWithoutUID(t *testing.T) {
-	o := newObserver(4)
+	o := newObserver(4, clock.RealClock{})
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", UID: "u1"}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}}}}
 	o.observe(n, time.Now(), 0)
 	_, removed := o.observe(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}, time.Now(), 0)
@@ -189,7 +190,7 @@ func BenchmarkObserverHeld(b *testing.B) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		o := newObserver(16)
+		o := newObserver(16, clock.RealClock{})
 		for _, n := range list {
 			o.observe(n, now, 1)
 		}
@@ -216,7 +217,7 @@ func TestAListIsKnownBeforeItIsHandedOver(t *testing.T) {
 			}
 		}
 	}
-	o := newObserver(4)
+	o := newObserver(4, clock.RealClock{})
 	o.pend(lists("a"), 2)
 	o.pend(lists("b"), 2)
 	check(o, "a relist returned a and b", map[string]string{"a": "b", "b": "a", "c": "a"})
@@ -232,7 +233,7 @@ func TestAListIsKnownBeforeItIsHandedOver(t *testing.T) {
 		t.Errorf("pending entries left after the list was handed over: %v %v", o.pending, o.pendingBy)
 	}
 
-	o = newObserver(4)
+	o = newObserver(4, clock.RealClock{})
 	o.observe(lists("x"), t0, 0)
 	o.pend(lists("a"), 2)
 	check(o, "x before the gap, a pending", map[string]string{"a": "x", "x": ""})
@@ -250,7 +251,7 @@ func TestAListIsKnownBeforeItIsHandedOver(t *testing.T) {
 	// What a list returned stays pending until that version is handed over
 	// or that object deleted: not for an older version the watch delivered
 	// late, nor for the late delete of an earlier object of the name.
-	o = newObserver(4)
+	o = newObserver(4, clock.RealClock{})
 	o.pend(lists("n"), 2)
 	o.observe(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", UID: "n"}}, t0, 0)
 	check(o, "an older version of n handed over late", map[string]string{"c": "n"})
@@ -261,7 +262,7 @@ func TestAListIsKnownBeforeItIsHandedOver(t *testing.T) {
 
 	// Two lists in a row: a Node keeps the earliest that returned it, so
 	// the second does not make it later than the first's others.
-	o = newObserver(4)
+	o = newObserver(4, clock.RealClock{})
 	o.pend(lists("p"), 2)
 	o.pend(lists("q"), 2)
 	o.pend(lists("p"), 3)
@@ -283,7 +284,7 @@ func TestAListIsKnownBeforeItIsHandedOver(t *testing.T) {
 		}
 		return n
 	}
-	o = newObserver(4)
+	o = newObserver(4, clock.RealClock{})
 	o.pend(version("v", "11"), 1)
 	o.pend(version("v", "21", ip.String()), 2)
 	o.pend(version("c", "22", ip.String()), 2)
@@ -295,7 +296,7 @@ func TestAListIsKnownBeforeItIsHandedOver(t *testing.T) {
 
 	// A later list that never completes drops its versions only: v keeps
 	// list 1's, and c of list 1 does not take the address from it.
-	o = newObserver(4)
+	o = newObserver(4, clock.RealClock{})
 	o.pend(version("v", "31", ip.String()), 1)
 	o.pend(version("c", "32", ip.String()), 1)
 	o.pend(version("v", "41", ip.String(), "10.0.0.10"), 2)
@@ -305,7 +306,7 @@ func TestAListIsKnownBeforeItIsHandedOver(t *testing.T) {
 
 	// A later version of the object the watch hands over ends what a list
 	// returned and the informer never applied; an older one does not.
-	o = newObserver(4)
+	o = newObserver(4, clock.RealClock{})
 	o.pend(version("v", "50", ip.String()), 3)
 	o.observe(version("v", "49"), t0, 0)
 	check(o, "an older version handed over", map[string]string{"c": "v"})
@@ -338,7 +339,7 @@ func TestARelistDoesNotKeepAnOrderItCannotSee(t *testing.T) {
 		{"n changed across the gap", "20", map[string]string{"n": "p", "p": "n", "m": "n", "q": "n|p|m"}, time.Minute - 3*time.Second},
 		{"n unchanged", "10", map[string]string{"n": "", "p": "n", "m": "n", "q": "n|p|m"}, time.Minute},
 	} {
-		o := newObserver(4)
+		o := newObserver(4, clock.RealClock{})
 		o.observe(at("n", "10"), t0, 0)
 		o.observe(at("p", "11"), t0.Add(time.Second), 0)
 		// The relist: the Nodes it returns are noted as pending first, as
@@ -358,7 +359,7 @@ func TestARelistDoesNotKeepAnOrderItCannotSee(t *testing.T) {
 	// still does (a list's Node has no known start), and again after a
 	// second relist and a watch update.
 	for _, first := range []string{"a", "n"} {
-		o := newObserver(4)
+		o := newObserver(4, clock.RealClock{})
 		second := map[string]string{"a": "n", "n": "a"}[first]
 		o.observe(at(first, "10"), t0, 1)
 		o.observe(at(second, "11"), t0.Add(time.Second), 1)
@@ -382,7 +383,7 @@ func TestARelistDoesNotKeepAnOrderItCannotSee(t *testing.T) {
 func TestAPendingChangeUnsettlesTheOrder(t *testing.T) {
 	t0, ip, lists := listingAt()
 	at := atVersion(lists)
-	o := newObserver(4)
+	o := newObserver(4, clock.RealClock{})
 	o.observe(at("n", "10"), t0, 0)
 	o.pend(at("n", "20"), 2)
 	o.pend(at("m", "21"), 2)
@@ -390,13 +391,13 @@ func TestAPendingChangeUnsettlesTheOrder(t *testing.T) {
 	// A Node that did not list the address before the gap, returned
 	// changed listing it, began after every Node the watch saw list it:
 	// it holds nothing against them.
-	o = newObserver(4)
+	o = newObserver(4, clock.RealClock{})
 	o.observe(at("m", "11"), t0, 0)
 	o.observe(func() *corev1.Node { n := at("n", "12"); n.Status.Addresses[0].Address = "10.0.0.10"; return n }(), t0, 0)
 	o.pend(at("n", "20"), 2)
 	expectEarlier(t, o, ip, "n newly listing the address in the relist, not handed over", map[string]string{"m": "", "n": "m"})
 	// Returned unchanged: n keeps its place.
-	o = newObserver(4)
+	o = newObserver(4, clock.RealClock{})
 	o.observe(at("n", "10"), t0, 0)
 	o.pend(at("n", "10"), 2)
 	o.pend(at("m", "21"), 2)
@@ -410,7 +411,7 @@ func TestTheEarlierListerNamedIsStable(t *testing.T) {
 	ip := netip.MustParseAddr("10.0.0.9")
 	want := ""
 	for i := range 50 {
-		o := newObserver(4)
+		o := newObserver(4, clock.RealClock{})
 		l := []lister{{name: "c", from: 10, to: 10}, {name: "a", from: 20, to: 20}, {name: "b", from: 0, to: 30}}
 		rand.Shuffle(len(l), func(i, j int) { l[i], l[j] = l[j], l[i] })
 		o.byIP[ip] = append(l, lister{name: "self", from: 40, to: 40})

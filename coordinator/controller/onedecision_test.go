@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/controller"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
@@ -25,7 +26,7 @@ import (
 // approval writes no record; two CSR workers deciding both at once each
 // read no approved certificate, and both were approved.
 func TestOneDecisionPerNodeAtATime(t *testing.T) {
-	startCoordinator(t, "one-at-a-time", ipamSettings)
+	c := startCoordinator(t, "one-at-a-time", ipamSettings)
 	recs := dynamic.NewForConfigOrDie(cluster.Admin()).Resource(records.GVR)
 	const nodes = 4
 	var ns []*simNode
@@ -42,7 +43,7 @@ func TestOneDecisionPerNodeAtATime(t *testing.T) {
 		}
 		return true
 	})
-	time.Sleep(time.Second) // csr.minAddressAge
+	c.settled()
 	for _, n := range ns {
 		n.csr(t, n.name+"-first", []string{n.name}, []string{n.ip.String()})
 		// Another request with other names (its name alone), as the
@@ -57,11 +58,14 @@ func TestOneDecisionPerNodeAtATime(t *testing.T) {
 			t.Fatal(err)
 		}
 		serving := records.Serving{CSR: first.Name, UID: string(first.UID), SANs: contract.RequestSANs(parsed), ValidUntil: time.Now().Add(365 * 24 * time.Hour).UTC().Truncate(time.Second)}
-		if _, err := recs.Patch(t.Context(), n.name, types.MergePatchType, mustJSON(t, map[string]any{"spec": map[string]any{"serving": serving}}), metav1.PatchOptions{}); err != nil {
+		u, err := recs.Patch(t.Context(), n.name, types.MergePatchType, mustJSON(t, map[string]any{"spec": map[string]any{"serving": serving}}), metav1.PatchOptions{})
+		if err != nil {
 			t.Fatal(err)
 		}
+		waitFor(t, 10*time.Second, "the coordinator's store has "+n.name+"'s record", func() bool {
+			return controller.RecordVersion(c.Coordinator, n.name) == u.GetResourceVersion()
+		})
 	}
-	time.Sleep(500 * time.Millisecond) // the coordinator's record informer has them
 	var wg sync.WaitGroup
 	for _, n := range ns {
 		for _, csr := range []string{n.name + "-first", n.name + "-other"} {
@@ -76,7 +80,9 @@ func TestOneDecisionPerNodeAtATime(t *testing.T) {
 			return a.Type == certificatesv1.CertificateApproved || b.Type == certificatesv1.CertificateApproved
 		})
 	}
-	time.Sleep(2 * time.Second) // the other decision, if any, lands
+	for _, n := range ns {
+		c.lookedAgain(t, n.name) // the other decision, if any, is in
+	}
 	for _, n := range ns {
 		a, _ := condition(t, n.name+"-first")
 		b, _ := condition(t, n.name+"-other")

@@ -23,7 +23,7 @@ import (
 // mints one for any name). The API server is real; the gap and its 410
 // are stood in by nodeWatchGap, as in TestListersOfARelistAreContested.
 func TestANodeRegisteredAgainInAWatchGapInheritsNothing(t *testing.T) {
-	gap := leadingBehindAGap(t, "regap", ipamSettings+"  attestationRequired: false\n")
+	gap, c := leadingBehindAGap(t, "regap", ipamSettings+"  attestationRequired: false\n")
 
 	old := register(t, "regap-a", "10.0.5.81")
 	old.publish(t, report{providerID: "talos://metal/10.0.5.81"})
@@ -59,15 +59,15 @@ func TestANodeRegisteredAgainInAWatchGapInheritsNothing(t *testing.T) {
 		}
 	})
 	waitFor(t, 10*time.Second, "the coordinator listing Nodes again", gap.relisted)
-	time.Sleep(time.Second) // the list reaches the informer's store
+	c.syncedNow(t, "regap-a") // the list reached the informer's store
 
 	thief.csr(t, "regap-a-serving", []string{"regap-a"}, []string{"10.0.5.81"})
 	// Past csr.minAddressAge and the holds' rechecks: the old code
 	// approved it within two seconds.
-	for end := time.Now().Add(8 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-		if cond, ok := condition(t, "regap-a-serving"); ok && cond.Type == certificatesv1.CertificateApproved {
-			t.Fatalf("the new regap-a was certified for the old object's address: %s", cond.Message)
-		}
+	c.skip(8 * time.Second)
+	c.lookedAgain(t, "regap-a")
+	if cond, ok := condition(t, "regap-a-serving"); ok && cond.Type == certificatesv1.CertificateApproved {
+		t.Fatalf("the new regap-a was certified for the old object's address: %s", cond.Message)
 	}
 	// The new object's first sync releases the old one's claims and
 	// prefix (the record keeps naming the old object until the new one

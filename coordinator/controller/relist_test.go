@@ -29,7 +29,7 @@ import (
 // coordinator's resource version (after a restart, or a long partition).
 // The coordinator's informer then lists again, from the real API server.
 func TestListersOfARelistAreContested(t *testing.T) {
-	gap := leadingBehindAGap(t, "relist", ipamSettings)
+	gap, _ := leadingBehindAGap(t, "relist", ipamSettings)
 
 	gap.cut()
 	gap.saw("the gap's writes begin")
@@ -107,7 +107,7 @@ func newNodeWatchGap() *nodeWatchGap { return &nodeWatchGap{ended: make(chan str
 
 // leadingBehindAGap starts a coordinator whose Node watches go through a
 // nodeWatchGap, and returns the gap once it leads and watches Nodes.
-func leadingBehindAGap(t *testing.T, id, settings string) *nodeWatchGap {
+func leadingBehindAGap(t *testing.T, id, settings string) (*nodeWatchGap, *running) {
 	t.Helper()
 	gap := newNodeWatchGap()
 	cfg := rest.CopyConfig(coordinatorIdentity(t))
@@ -115,7 +115,7 @@ func leadingBehindAGap(t *testing.T, id, settings string) *nodeWatchGap {
 	c := startCoordinatorAs(t, id, settings, cfg)
 	waitFor(t, 20*time.Second, "leading", func() bool { return c.Ready() == nil })
 	waitFor(t, 10*time.Second, "the coordinator watching Nodes", gap.watching)
-	return gap
+	return gap, c
 }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)

@@ -29,12 +29,12 @@ func TestTheRenewalRuleOutlivesAnUnwrittenApproval(t *testing.T) {
 	var failing atomic.Value // the CSR whose approvals fail
 	failing.Store("")
 	cfg, _ := approvalsFailing(t, &failing, http.StatusInternalServerError)
-	startCoordinatorAs(t, "renewal", ipamSettings+"  attestationRequired: false\n", cfg)
+	c := startCoordinatorAs(t, "renewal", ipamSettings+"  attestationRequired: false\n", cfg)
 
 	n := register(t, "ren-a", "10.0.5.95")
 	n.publish(t, report{providerID: "talos://metal/ren-a", externalIPs: []string{"10.0.5.96"}})
 	waitFor(t, 20*time.Second, "ren-a initialized", func() bool { return initialized(get(t, "ren-a")) })
-	time.Sleep(1500 * time.Millisecond) // csr.minAddressAge
+	c.settled()
 
 	decided := func(name string) (certificatesv1.CertificateSigningRequestCondition, bool) { return condition(t, name) }
 	n.csr(t, "ren-a-1", []string{"ren-a"}, []string{"10.0.5.95"})
@@ -85,7 +85,7 @@ func TestTheRenewalRuleOutlivesAnUnwrittenApproval(t *testing.T) {
 	}
 	// A change of the Node syncs its pending CSRs again: still held.
 	n.publish(t, report{providerID: "talos://metal/ren-a", externalIPs: []string{"10.0.5.96"}, requested: map[string]string{"node.cloudprovider.kubernetes.io/x": "y"}})
-	time.Sleep(3 * time.Second)
+	c.syncedNow(t, "ren-a")
 	if cond, ok := decided("ren-a-3"); ok {
 		t.Fatalf("ren-a-3 after the renewal's denial: %s %q", cond.Type, cond.Message)
 	}
@@ -126,16 +126,15 @@ func TestARequestGoneBeforeItsApprovalLeavesNoCertificate(t *testing.T) {
 	var failing atomic.Value
 	failing.Store("gone-a-1")
 	cfg, failed := approvalsFailing(t, &failing, http.StatusNotFound)
-	startCoordinatorAs(t, "goneapproval", ipamSettings+"  attestationRequired: false\n", cfg)
+	c := startCoordinatorAs(t, "goneapproval", ipamSettings+"  attestationRequired: false\n", cfg)
 	n := register(t, "gone-a", "10.0.5.101")
 	n.publish(t, report{providerID: "talos://metal/gone-a"})
 	waitFor(t, 20*time.Second, "gone-a initialized", func() bool { return initialized(get(t, "gone-a")) })
-	time.Sleep(1500 * time.Millisecond) // csr.minAddressAge
+	c.settled()
 	n.csr(t, "gone-a-1", []string{"gone-a"}, []string{"10.0.5.101"})
 	// Its approval is answered NotFound: the record may name it for that
 	// moment, then must not.
 	waitFor(t, 20*time.Second, "the approval of gone-a-1 answered NotFound", func() bool { return failed.Load() > 0 })
-	time.Sleep(time.Second)
 	waitFor(t, 10*time.Second, "the record not naming gone-a-1", func() bool {
 		s := recordOf(t, "gone-a").Spec.Serving
 		return s == nil || s.CSR != "gone-a-1"

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/approval"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/config"
@@ -28,7 +29,7 @@ func reviewCoordinator(t *testing.T) (*Coordinator, cache.Indexer) {
 	}
 	store := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	c := &Coordinator{
-		notes: newCSRNotes(), settings: settings, requests: &requests{parsed: map[types.UID]csrcheck.Request{}},
+		notes: newCSRNotes(), settings: settings, clock: clock.RealClock{}, requests: &requests{parsed: map[types.UID]csrcheck.Request{}},
 		ownCSRs: cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), store, cache.MutationCacheOptions{TTL: time.Minute}),
 	}
 	return c, store

@@ -18,7 +18,7 @@ import (
 // taint counted as the coordinator's and was removed.
 func TestAGrantNeverWrittenIsNotOwned(t *testing.T) {
 	quarantine := corev1.Taint{Key: "dedicated", Value: "quarantine", Effect: corev1.TaintEffectNoExecute}
-	startCoordinator(t, "unwritten-grant", ipamSettings)
+	c := startCoordinator(t, "unwritten-grant", ipamSettings)
 	n := register(t, "unwritten-grant", "10.0.9.51")
 	label(t, n.name)
 	n.publish(t, report{providerID: "talos://metal/10.0.9.51"})
@@ -39,7 +39,7 @@ func TestAGrantNeverWrittenIsNotOwned(t *testing.T) {
 	remove()
 	// The node withdraws its request.
 	n.publish(t, report{providerID: "talos://metal/10.0.9.51"})
-	time.Sleep(3 * time.Second) // its syncs
+	c.syncedNow(t, n.name)
 	if !hasTaint(get(t, n.name), quarantine) {
 		t.Fatalf("the admin's quarantine taint was removed: the coordinator took it for the grant it never wrote")
 	}

@@ -17,7 +17,7 @@ import (
 // says which. A Node that joins in time is never named.
 func TestALongWaitIsNamed(t *testing.T) {
 	var log syncbuf.Buffer
-	startCoordinatorAs(t, "waitlog", ipamSettings, coordinatorIdentity(t), func(c *controller.Config) {
+	c := startCoordinatorAs(t, "waitlog", ipamSettings, coordinatorIdentity(t), func(c *controller.Config) {
 		// Ages count from the Node's creation time, in whole seconds: 5 s
 		// is 4 to 5, which a busy machine's join of the quick Node fits.
 		c.WaitingLogAfter = 5 * time.Second
@@ -30,7 +30,9 @@ func TestALongWaitIsNamed(t *testing.T) {
 	waitFor(t, 15*time.Second, "the silent Node named in the log", func() bool {
 		return strings.Contains(log.String(), `msg="Node still waits`) && strings.Contains(log.String(), "node=waitlog-silent")
 	})
-	time.Sleep(3 * time.Second) // more syncs, and the quick Node's time passed too
+	c.skip(10 * time.Second) // the quick Node's time passed too
+	c.lookedAgain(t, "waitlog-silent")
+	c.lookedAgain(t, "waitlog-quick")
 	// Other tests' Nodes in the same cluster may be named too: only this
 	// test's are counted.
 	lines := 0
