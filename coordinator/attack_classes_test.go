@@ -55,7 +55,6 @@ func TestAttackClasses(t *testing.T) {
 			t.Fatal(err)
 		}
 		cp.status(internal("10.0.8.10"), internal(testcluster.APIServerVIP), hostname("cp-attacked"))
-		time.Sleep(time.Second) // csr.minAddressAge: the listed addresses are settled
 		// Before it holds any certificate (afterwards the renewal rule
 		// would hold a request with other names anyway).
 		for _, c := range []struct {
@@ -99,7 +98,6 @@ func TestAttackClasses(t *testing.T) {
 			return err != nil
 		})
 		thief := honestJoin(t, "legacy-1", "10.0.8.30", nil) // its kubelet registers, its agent (the thief's) reports its key
-		time.Sleep(time.Second)
 		thief.csr("legacy-1-serving", []string{"legacy-1"}, "10.0.8.30")
 		thief.attest("legacy-1-serving", thief.key)
 		t.Logf("legacy-1-serving: %s", heldWith(t, "legacy-1-serving", "NoEnrolledAgentKey"))
@@ -263,7 +261,7 @@ func TestAttackClasses(t *testing.T) {
 				t.Fatalf("a CSR named %q was created: the coordinator's queue keys would not be its own", forged)
 			}
 		}
-		time.Sleep(2 * time.Second)
+		leader.lookedAgain(t, "handy")
 		if s := nodeRecord(t, "handy").Spec.Serving; s == nil || s.UID != kept.UID {
 			t.Fatalf("a CSR named like a queue key changed the record's certificate: %+v, was %+v", s, kept)
 		}
@@ -428,7 +426,6 @@ func TestAttackClasses(t *testing.T) {
 			t.Fatalf("the inventory's address was recorded for the squatter: %v", rec.Spec.Addresses)
 		}
 		bound := honestJoin(t, "bound-1", "10.0.9.5", nil)
-		time.Sleep(time.Second) // csr.minAddressAge
 		bound.certified("bound-1-serving", []string{"bound-1"}, "10.0.9.5")
 		sq.csr("squatter-9-serving", []string{"squatter-9"}, "10.0.9.5")
 		sq.attest("squatter-9-serving", sq.key)

@@ -1,9 +1,6 @@
 package main
 
 import (
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/syncbuf"
-	"k8s.io/klog/v2"
-
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -24,11 +21,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/gobuild"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeapply"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/kubeletsim"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/syncbuf"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testcluster"
 )
 
@@ -74,7 +73,22 @@ func coordinatorBinary(t testing.TB) string {
 type proc struct {
 	id   string
 	cmd  *exec.Cmd
-	logs *bytes.Buffer
+	logs *syncbuf.Buffer
+}
+
+// lookedAgain touches Node name (an annotation of the test's own) and
+// waits until the coordinator's log says it synced that version, its
+// serving CSRs with it: everything before has been looked at, and what
+// did not happen then is not about to.
+func (p *proc) lookedAgain(t *testing.T, name string) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{"test.nodeinit.io/touched":%q}}}`, time.Now().Format(time.RFC3339Nano))
+	n, err := adminClient().CoreV1().Nodes().Patch(t.Context(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := fmt.Sprintf(`msg="node synced" node=%s resourceVersion=%s`, name, n.ResourceVersion)
+	until(t, 20*time.Second, name+" synced at "+n.ResourceVersion, func() bool { return strings.Contains(p.logs.String(), marker) })
 }
 
 // startProcess runs the real coordinator binary as its ServiceAccount.
@@ -83,9 +97,9 @@ func startProcess(t *testing.T, id, kubeconfig, configFile string) *proc {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	metrics := ln.Addr().String()
 	ln.Close()
-	p := &proc{id: id, logs: &bytes.Buffer{}}
+	p := &proc{id: id, logs: &syncbuf.Buffer{}}
 	p.cmd = exec.Command(coordinatorBinary(t), "run", "--kubeconfig", kubeconfig, "--config", configFile, "--id", id,
-		"--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "250ms", "--metrics-addr", metrics)
+		"--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "250ms", "--metrics-addr", metrics, "--log-level", "debug")
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -186,17 +200,16 @@ func allInitialized(t testing.TB, cs kubernetes.Interface, prefix string, want i
 
 func waitAll(t *testing.T, cs kubernetes.Interface, prefix string, want int, timeout time.Duration) time.Duration {
 	t.Helper()
-	start := time.Now()
-	for {
-		ok, status := allInitialized(t, cs, prefix, want)
-		if ok {
-			return time.Since(start)
+	status := ""
+	defer func() {
+		if t.Failed() {
+			t.Log(status)
 		}
-		if time.Since(start) > timeout {
-			t.Fatalf("not all nodes initialized within %v: %s", timeout, status)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	}()
+	return until(t, timeout, "all "+prefix+"* nodes initialized", func() (ok bool) {
+		ok, status = allInitialized(t, cs, prefix, want)
+		return ok
+	})
 }
 
 // Two real coordinator processes; the leader is killed with SIGKILL during a
@@ -216,21 +229,23 @@ func TestFailoverAndRestart(t *testing.T) {
 	}
 	var leader string
 	waitFor := func(what string, timeout time.Duration, cond func() bool) time.Duration {
-		start := time.Now()
-		for !cond() {
-			if time.Since(start) > timeout {
-				t.Fatalf("%s: not within %v", what, timeout)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		return time.Since(start)
+		return until(t, timeout, what, cond)
 	}
 	waitFor("a leader", 20*time.Second, func() bool { leader = holder(t, admin); return procs[leader] != nil })
 	t.Logf("leader: %s", leader)
 
 	burst := make(chan struct{})
 	go func() { defer close(burst); joinMany(t, "burst", 0, 100) }()
-	time.Sleep(700 * time.Millisecond) // the burst is under way
+	waitFor("the burst under way: ten nodes initialized", 30*time.Second, func() bool {
+		list, err := admin.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
+		done := 0
+		for _, n := range list.Items {
+			if err == nil && strings.HasPrefix(n.Name, "burst-") && !contract.Uninitialized(&n) {
+				done++
+			}
+		}
+		return done >= 10
+	})
 	killed := time.Now()
 	if err := procs[leader].cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -321,14 +336,10 @@ func TestDeployManifests(t *testing.T) {
 	self := kubernetes.NewForConfigOrDie(id.Config())
 	// The policy takes effect within a second or two of its creation; wait
 	// for it with dry runs, which go through admission but change nothing.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		_, err = self.CoreV1().Nodes().Patch(t.Context(), "vap-node", types.MergePatchType, grab, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
-		if err != nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	until(t, 20*time.Second, "the policy refusing a dry run", func() bool {
+		_, err := self.CoreV1().Nodes().Patch(t.Context(), "vap-node", types.MergePatchType, grab, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil
+	})
 	_, err = self.CoreV1().Nodes().Patch(t.Context(), "vap-node", types.MergePatchType, grab, metav1.PatchOptions{})
 	if err == nil || !strings.Contains(err.Error(), "nodes may not set spec.podCIDR") {
 		t.Fatalf("node setting its own podCIDRs: %v, want the policy's refusal", err)
@@ -369,13 +380,14 @@ func TestJSONLogsIncludeClientGo(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() }()
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(logs.String(), "acquire") && !strings.Contains(logs.String(), "successfully acquired lease") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no leader-election line within 20s:\n%s", logs.String())
+	defer func() {
+		if t.Failed() {
+			t.Logf("logs:\n%s", logs.String())
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	}()
+	until(t, 20*time.Second, "a leader-election line", func() bool {
+		return strings.Contains(logs.String(), "acquire") || strings.Contains(logs.String(), "successfully acquired lease")
+	})
 	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
 		if !json.Valid([]byte(line)) {
 			t.Errorf("not JSON: %s", line)

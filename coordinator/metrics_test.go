@@ -95,16 +95,10 @@ func TestSecureMetrics(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if code, _ := get("https://"+secure+"/healthz", ""); code == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the secure listener did not serve /healthz within 20s")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	until(t, 20*time.Second, "the secure listener serving /healthz", func() bool {
+		code, _ := get("https://"+secure+"/healthz", "")
+		return code == http.StatusOK
+	})
 
 	for _, tc := range []struct {
 		name, path, token string

@@ -47,6 +47,7 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 		return errors.Join(err, csrErr)
 	}
 	c.nodeStatus.synced(name, node.ResourceVersion)
+	c.log.Debug("node synced", "node", name, "resourceVersion", node.ResourceVersion)
 	return nil
 }
 
