@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,10 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 const (
@@ -33,40 +31,19 @@ func key64(a netip.Addr) string { p, _ := a.Prefix(64); return p.String() }
 
 // Store reads NodeRecords from an informer and writes them with the
 // coordinator's ServiceAccount. Its own writes are visible to the next read
-// at once (write-through), before the informer delivers them.
+// at once, before the informer delivers them: each record has one writer,
+// its Node's sync, which reads its own last write.
 type Store struct {
 	client   dynamic.NamespaceableResourceInterface
 	informer cache.SharedIndexInformer
-
-	mu      sync.Mutex
-	written map[string]*own // own writes the informer has not caught up with
-	// gone is each record the informer saw deleted, until a newer object
-	// of the name comes: an own write whose response returns after the
-	// deletion is not kept.
-	gone map[string]tombstone
+	// own overlays the informer's cache and indexes with this replica's
+	// writes until the informer delivers them (or a deletion buries them).
+	own cache.MutationCache
 }
 
-// own is a record the store wrote, with its keys in each of the
-// informer's indexes, taken once at the write: a read by index looks at
-// the own writes under its key only, without decoding each of them again.
-type own struct {
-	*Record
-	keys map[string][]string
-}
-
-// tombstone is a deleted record: its object's UID, and the version the
-// deletion carried (a watch's: the deletion's own; a relist's: the
-// version last seen, earlier).
-type tombstone struct {
-	rv  string
-	uid types.UID
-}
-
-// buries says whether a version rv of object uid is the deleted one's, or
-// older than its deletion.
-func (g tombstone) buries(rv string, uid types.UID) bool {
-	return uid != "" && uid == g.uid || !newer(rv, g.rv)
-}
+// ownWritesTTL bounds how long an own write the informer never delivers
+// is kept: the informer's handlers drop each as it catches up.
+const ownWritesTTL = 24 * time.Hour
 
 // Cached is a NodeRecord as the informer keeps it: decoded once, as it
 // arrives (the informer's transform), instead of the generic map the
@@ -188,16 +165,37 @@ func Decoded(obj any) (*Record, error) {
 	return nil, fmt.Errorf("not a NodeRecord: %T", obj)
 }
 
+// overlay is the cache of own writes over the informer's indexer idx:
+// it shows records created since too (IncludeAdds), and a deletion's
+// tombstone keeps a late response of a write of the deleted object out.
+func overlay(idx cache.Indexer) cache.MutationCache {
+	return cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), idx,
+		cache.MutationCacheOptions{Indexer: idx, TTL: ownWritesTTL, MaxCacheSize: 10000, IncludeAdds: true})
+}
+
 // NewStore builds the store; its informer starts with the caller's factory
 // lifecycle (Informer().Run).
 func NewStore(client dynamic.Interface) *Store {
-	s := &Store{client: client.Resource(GVR), written: map[string]*own{}, gone: map[string]tombstone{}}
+	s := &Store{client: client.Resource(GVR)}
 	s.informer = dynamicinformer.NewFilteredDynamicInformer(client, GVR, "", 0, s.indexers(), nil).Informer()
 	_ = s.informer.SetTransform(cached)
+	s.own = overlay(s.informer.GetIndexer())
+	caughtUp := func(obj any) {
+		if o, ok := obj.(runtime.Object); ok {
+			s.own.OnAddOrUpdate(o)
+		}
+	}
 	_, _ = s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    s.caughtUp,
-		UpdateFunc: func(_, obj any) { s.caughtUp(obj) },
-		DeleteFunc: s.deleted,
+		AddFunc:    caughtUp,
+		UpdateFunc: func(_, obj any) { caughtUp(obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if o, ok := obj.(runtime.Object); ok {
+				s.own.OnDelete(o)
+			}
+		},
 	})
 	return s
 }
@@ -236,81 +234,15 @@ func (s *Store) indexers() cache.Indexers {
 	}
 }
 
-// deleted drops the store's own write of a record the informer saw
-// deleted (that object's, or older than the deletion; an object created
-// since is kept), and remembers the deletion for a write whose response
-// is still on its way (wrote). A relist's deletion carries the version
-// last seen, earlier than the deletion: the object's UID tells its writes
-// from a new object's.
-func (s *Store) deleted(obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	c, ok := obj.(*Cached)
-	if !ok {
-		return
-	}
-	g := tombstone{rv: c.ResourceVersion, uid: c.UID}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if w := s.written[c.Name]; w != nil && g.buries(w.ResourceVersion, w.UID) {
-		delete(s.written, c.Name)
-	}
-	s.gone[c.Name] = g
-}
-
 // Informer is the NodeRecord informer (start it, and wait for its sync).
 func (s *Store) Informer() cache.SharedIndexInformer { return s.informer }
-
-func (s *Store) caughtUp(obj any) {
-	c, ok := obj.(*Cached)
-	if !ok {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if w := s.written[c.Name]; w != nil && !newer(w.ResourceVersion, c.ResourceVersion) {
-		delete(s.written, c.Name)
-	}
-	if g, ok := s.gone[c.Name]; ok && !g.buries(c.ResourceVersion, c.UID) {
-		delete(s.gone, c.Name)
-	}
-}
-
-// newer reports whether resource version a is newer than b. Versions are
-// opaque, but etcd's are integers: when either is not, a's write wins.
-func newer(a, b string) bool {
-	x, errA := strconv.ParseUint(a, 10, 64)
-	y, errB := strconv.ParseUint(b, 10, 64)
-	if errA != nil || errB != nil {
-		return true
-	}
-	return x > y
-}
 
 // Get returns the Node's record, or nil when there is none (or it cannot be
 // read, which a sync reports as an error).
 func (s *Store) Get(name string) (*Record, error) {
-	// The cache is read under the lock caughtUp takes: the informer may
-	// add the written version to its cache, and its handler drop it from
-	// written, between a read of one and of the other, and the reader
-	// would see neither (nil, or the cache's older version).
-	s.mu.Lock()
-	obj, exists, err := s.informer.GetIndexer().GetByKey(name)
+	obj, exists, err := s.own.GetByKey(name)
 	if err != nil {
-		s.mu.Unlock()
 		return nil, err
-	}
-	w := s.written[name]
-	if w != nil && exists && !newer(w.ResourceVersion, obj.(*Cached).ResourceVersion) {
-		// The cache caught up (or an admin wrote since): it wins, even
-		// before the informer's own handler has run.
-		delete(s.written, name)
-		w = nil
-	}
-	s.mu.Unlock()
-	if w != nil {
-		return clone(w.Record), nil
 	}
 	if !exists {
 		return nil, nil
@@ -353,28 +285,22 @@ func (s *Store) ServingHolders(dns string) []string {
 	return out
 }
 
-// each calls f with every record the informer's index holds under key,
-// and every record of the store's own writes not yet in the cache (an own
-// write newer than the cache counts, not the cache's older version).
+// each calls f with every record the index holds under key, this
+// replica's own writes the informer has not delivered yet included.
 func (s *Store) each(index, key string, f func(name string, spec *Spec)) {
-	// One moment's view: the cache is read under the lock too (Get).
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for name, w := range s.written {
-		if !slices.Contains(w.keys[index], key) {
-			continue // not under key (its cache version, if under it, is passed over below)
-		}
-		if c := s.cachedLocked(name); c != nil && !newer(w.ResourceVersion, c.ResourceVersion) {
-			delete(s.written, name) // the cache caught up, or holds a newer version
+	objs, _ := s.own.ByIndex(index, key)
+	for _, o := range objs {
+		c, ok := o.(*Cached)
+		if !ok {
 			continue
 		}
-		f(name, &w.Spec)
-	}
-	objs, _ := s.informer.GetIndexer().ByIndex(index, key)
-	for _, o := range objs {
-		c := o.(*Cached)
-		if w := s.written[c.Name]; w != nil && newer(w.ResourceVersion, c.ResourceVersion) {
-			continue // an own write is newer: it counts, under its own keys
+		// An own write shown under its keys may be older than the
+		// informer's version (an admin's, whose handler has not run yet):
+		// the newest counts, and f checks it is still under key.
+		if newest, ok, _ := s.own.GetByKey(c.Name); ok {
+			if n, ok := newest.(*Cached); ok {
+				c = n
+			}
 		}
 		if sp := held(c); sp != nil {
 			f(c.Name, sp)
@@ -434,7 +360,9 @@ func (s *Store) Put(ctx context.Context, r *Record) (*Record, error) {
 	}
 	if err != nil {
 		if r.ResourceVersion != "" && apierrors.IsNotFound(err) {
-			s.stale(r.Name, r.ResourceVersion)
+			// Deleted since: the version written from is buried, and the
+			// next write creates the record.
+			s.own.OnDelete(&Cached{ObjectMeta: metav1.ObjectMeta{Name: r.Name, ResourceVersion: r.ResourceVersion, UID: r.UID}})
 		}
 		return nil, fmt.Errorf("writing NodeRecord %s: %w", r.Name, err)
 	}
@@ -442,64 +370,8 @@ func (s *Store) Put(ctx context.Context, r *Record) (*Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.wrote(rec)
+	s.own.Mutation(&Cached{ObjectMeta: metav1.ObjectMeta{Name: rec.Name, ResourceVersion: rec.ResourceVersion, UID: rec.UID}, Record: rec})
 	return clone(rec), nil
-}
-
-// wrote keeps rec, just written, for the reads before the informer has it,
-// unless the store already knows a newer version: another worker's write
-// of the record returned first, or the informer has it already.
-func (s *Store) wrote(rec *Record) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if w := s.written[rec.Name]; w != nil && !newer(rec.ResourceVersion, w.ResourceVersion) {
-		return
-	}
-	if c := s.cachedLocked(rec.Name); c != nil && !newer(rec.ResourceVersion, c.ResourceVersion) {
-		return
-	}
-	if g, ok := s.gone[rec.Name]; ok {
-		if g.buries(rec.ResourceVersion, rec.UID) {
-			return // deleted since
-		}
-		delete(s.gone, rec.Name)
-	}
-	s.keep(rec)
-}
-
-// keep holds rec as the store's own write, with its index keys; the
-// caller holds s.mu.
-func (s *Store) keep(rec *Record) {
-	keys := map[string][]string{}
-	for index, f := range s.informer.GetIndexer().GetIndexers() {
-		keys[index], _ = f(&Cached{ObjectMeta: metav1.ObjectMeta{Name: rec.Name}, Record: rec})
-	}
-	s.written[rec.Name] = &own{Record: rec, keys: keys}
-}
-
-// stale drops the store's own write that a write based on it found
-// deleted (NotFound): the next read is the informer's, which the next
-// write starts from. A Conflict drops nothing: the own write is still
-// the newest version this replica knows (the cache's is older, or Get
-// would have dropped it), and its claims hold until the informer
-// delivers the newer one.
-func (s *Store) stale(name, rv string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if w := s.written[name]; w != nil && w.ResourceVersion == rv {
-		delete(s.written, name)
-	}
-}
-
-// cachedLocked is the informer's object for name, nil when it has none;
-// the caller holds s.mu.
-func (s *Store) cachedLocked(name string) *Cached {
-	obj, ok, _ := s.informer.GetIndexer().GetByKey(name)
-	if !ok {
-		return nil
-	}
-	c, _ := obj.(*Cached)
-	return c
 }
 
 // List reads every record from the API server, in pages: a fresh list, not
