@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/config"
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/podcidrs"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/ipam"
 )
 
@@ -25,13 +26,13 @@ func TestAllocationAvoidsAddressesNotYetReserved(t *testing.T) {
 		t.Fatal(err)
 	}
 	pools := []netip.Prefix{netip.MustParsePrefix("fd00:10:244::/64")}
-	c := &Coordinator{settings: settings, cidrs: newPodCIDRs(NewMetrics(prometheus.NewRegistry()), pools),
+	c := &Coordinator{settings: settings, cidrs: podcidrs.New(NewMetrics(prometheus.NewRegistry()).PoolSegments, pools),
 		nodeIndex: cache.NewIndexer(cache.MetaNamespaceKeyFunc, nodeIndexers(settings.MaxNodeAddresses))}
 	alloc, err := ipam.New(ipam.Config{Families: []ipam.Family{ipam.IPv6}, IPv6Pool: pools[0]})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.cidrs.rebuild(alloc, false, true, nil, nil)
+	c.cidrs.Rebuild(alloc, false, true, nil, nil)
 	node := func(name string, ips ...string) *corev1.Node {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
 		for _, ip := range ips {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/observe"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
 )
 
@@ -34,7 +35,7 @@ func claim(c *Coordinator, name string, ip netip.Addr) string {
 // client only backs an empty records store: no record holds anything.)
 func TestTheStoreAheadOfTheHandlerDecidesNothing(t *testing.T) {
 	ip := netip.MustParseAddr("10.0.0.9")
-	c := &Coordinator{observer: newObserver(4, clock.RealClock{}), records: records.NewStore(dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())),
+	c := &Coordinator{observer: observe.New(4, clock.RealClock{}), records: records.NewStore(dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())),
 		nodeIndex: cache.NewIndexer(cache.MetaNamespaceKeyFunc, nodeIndexers(4))}
 	node := func(name, uid string) *corev1.Node {
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(uid)},
@@ -57,11 +58,11 @@ func TestTheStoreAheadOfTheHandlerDecidesNothing(t *testing.T) {
 	check("neither handed over", map[string]string{"self": "x", "x": "self"})
 	// self handed over: x, which the handler has yet to hand over, began
 	// later (the handler hands over in the store's order).
-	c.observer.observe(self, t0, 0)
+	c.observer.Observe(self, t0, 0)
 	check("self handed over", map[string]string{"self": "", "x": "self"})
-	c.observer.pend(x, 2) // a list returned x: it began after self's listing, which the watch delivered
+	c.observer.Pend(x, 2) // a list returned x: it began after self's listing, which the watch delivered
 	check("x returned by a list", map[string]string{"self": "", "x": "self"})
-	c.observer.observe(x, t0.Add(time.Second), 2)
+	c.observer.Observe(x, t0.Add(time.Second), 2)
 	check("x handed over", map[string]string{"self": "", "x": "self"})
 
 	// self deleted and registered again: the store's object is not the one
@@ -90,7 +91,7 @@ func TestOnlyTheVersionReadOrdersANode(t *testing.T) {
 		return n
 	}
 	fresh := func() *Coordinator {
-		return &Coordinator{observer: newObserver(4, clock.RealClock{}), records: records.NewStore(dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())),
+		return &Coordinator{observer: observe.New(4, clock.RealClock{}), records: records.NewStore(dynamicfake.NewSimpleDynamicClient(runtime.NewScheme())),
 			nodeIndex: cache.NewIndexer(cache.MetaNamespaceKeyFunc, nodeIndexers(4))}
 	}
 	t0 := time.Now()
@@ -100,14 +101,14 @@ func TestOnlyTheVersionReadOrdersANode(t *testing.T) {
 	c := fresh()
 	_ = c.nodeIndex.Add(node("o", "o", "35", true))
 	_ = c.nodeIndex.Add(node("n", "n", "50", true))
-	c.observer.pend(node("n", "n", "50", true), 2)
+	c.observer.Pend(node("n", "n", "50", true), 2)
 	if got := claim(c, "n", ip); got != "o" {
 		t.Errorf("n known only as pending: claimant %q, want o", got)
 	}
 
 	// b. a pending version of another object of n's name.
 	c = fresh()
-	c.observer.pend(node("n", "n1", "50", true), 2)
+	c.observer.Pend(node("n", "n1", "50", true), 2)
 	_ = c.nodeIndex.Add(node("b", "b", "60", true))
 	_ = c.nodeIndex.Add(node("n", "n2", "62", true))
 	if got := claim(c, "n", ip); got != "b" {
@@ -117,16 +118,16 @@ func TestOnlyTheVersionReadOrdersANode(t *testing.T) {
 	// c. n listed ip, stopped, b began, n began again: the store has n's
 	// latest version, the observer its first.
 	c = fresh()
-	c.observer.observe(node("n", "n", "10", true), t0, 0)
+	c.observer.Observe(node("n", "n", "10", true), t0, 0)
 	_ = c.nodeIndex.Add(node("n", "n", "30", true))
 	_ = c.nodeIndex.Add(node("b", "b", "25", true))
 	if got := claim(c, "n", ip); got != "b" {
 		t.Errorf("n's listing since its first version not known: claimant %q, want b", got)
 	}
 	// Handed the versions in the store's order (n@20 dropped ip), n is later.
-	c.observer.observe(node("n", "n", "20", false), t0.Add(time.Second), 0)
-	c.observer.observe(node("b", "b", "25", true), t0.Add(2*time.Second), 0)
-	c.observer.observe(node("n", "n", "30", true), t0.Add(3*time.Second), 0)
+	c.observer.Observe(node("n", "n", "20", false), t0.Add(time.Second), 0)
+	c.observer.Observe(node("b", "b", "25", true), t0.Add(2*time.Second), 0)
+	c.observer.Observe(node("n", "n", "30", true), t0.Add(3*time.Second), 0)
 	if got := claim(c, "n", ip); got != "b" {
 		t.Errorf("handed over: claimant %q, want b", got)
 	}

@@ -46,6 +46,8 @@ import (
 
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/config"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/nodestate"
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/observe"
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/podcidrs"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/records"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
 )
@@ -110,15 +112,15 @@ type Coordinator struct {
 	// records, cluster objects nodes cannot write, and its own observations.
 	records        *records.Store
 	facts          *clusterFacts
-	observer       *observer
-	listOrder      *listOrder        // which list, if any, delivered a Node event
-	inventory      []records.Binding // the admin's bindings of names to networks
+	observer       *observe.Observer
+	listOrder      *observe.ListOrder // which list, if any, delivered a Node event
+	inventory      []records.Binding  // the admin's bindings of names to networks
 	configReserved []csrcheck.Reserved
 	desired        nodestate.Settings     // what nodestate.Decide reads of the configuration
 	notes          *csrNotes              // what the Node syncs remember of serving CSRs: reviews asked, decisions seen
 	handlersSynced []cache.InformerSynced // each informer handler has seen the initial list (handle)
 	servingCSRs    atomic.Bool            // a Node's kubelet asked for a serving certificate (a CSR, or a record naming one): joins wait for their kubelet's (csr.initWait)
-	cidrs          *podCIDRs              // the allocator and what it decides from
+	cidrs          *podcidrs.Allocator    // the allocator and what it decides from
 	nodeStatus     *nodeStatus            // the Node reconciler's gauges: Nodes waiting, Nodes left alone
 	said           *said                  // the last message of each Event reason per object
 	requests       *requests              // each CSR's request, parsed once
@@ -218,9 +220,9 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	c := &Coordinator{
-		desired: desired, notes: newCSRNotes(), cidrs: newPodCIDRs(cfg.Metrics, pools), nodeStatus: newNodeStatus(cfg.Metrics, cfg.Log), said: &said{last: map[string]string{}}, requests: &requests{parsed: map[types.UID]csrcheck.Request{}}, inventory: desired.Inventory,
+		desired: desired, notes: newCSRNotes(), cidrs: podcidrs.New(cfg.Metrics.PoolSegments, pools), nodeStatus: newNodeStatus(cfg.Metrics, cfg.Log), said: &said{last: map[string]string{}}, requests: &requests{parsed: map[types.UID]csrcheck.Request{}}, inventory: desired.Inventory,
 		cfg: cfg, client: cfg.Client, settings: cfg.Settings, log: cfg.Log, m: cfg.Metrics, policy: policy,
-		records: records.NewStore(cfg.Dynamic), facts: newClusterFacts(cfg.Client), observer: newObserver(cfg.Settings.MaxNodeAddresses, cfg.Clock), clock: cfg.Clock,
+		records: records.NewStore(cfg.Dynamic), facts: newClusterFacts(cfg.Client), observer: observe.New(cfg.Settings.MaxNodeAddresses, cfg.Clock), clock: cfg.Clock,
 		configReserved: cfg.Settings.Reserved(), apiSANsRead: cfg.APIServerNames != nil || cfg.APIServerIPs != nil,
 		ready: errors.New("starting"),
 	}
@@ -231,7 +233,7 @@ func New(cfg Config) (*Coordinator, error) {
 	c.csrFactory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", certificatesv1.KubeletServingSignerName).String()
 	}))
-	c.listOrder = newListOrder(cache.ToListerWatcherWithContext(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+	c.listOrder = observe.NewListOrder(cache.ToListerWatcherWithContext(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return cfg.Client.CoreV1().Nodes().List(ctx, o)
 		},
@@ -240,13 +242,13 @@ func New(cfg Config) (*Coordinator, error) {
 		},
 	}, cfg.Client)), func(obj runtime.Object, list uint32) {
 		if n, ok := obj.(*corev1.Node); ok {
-			c.observer.pend(n, list)
+			c.observer.Pend(n, list)
 		}
-	}, c.observer.dropList)
+	}, c.observer.DropList)
 	nodeInf := c.factory.InformerFor(&corev1.Node{}, func(kubernetes.Interface, time.Duration) cache.SharedIndexInformer {
 		return cache.NewSharedIndexInformerWithOptions(c.listOrder, &corev1.Node{}, cache.SharedIndexInformerOptions{Indexers: cache.Indexers{}})
 	})
-	c.listOrder.storeOf(nodeInf.GetStore())
+	c.listOrder.StoreOf(nodeInf.GetStore())
 	csrInf := c.csrFactory.Certificates().V1().CertificateSigningRequests()
 	c.nodes, c.csrs = corelisters.NewNodeLister(nodeInf.GetIndexer()), csrInf.Lister()
 	if err := csrInf.Informer().AddIndexers(cache.Indexers{byNode: func(obj any) ([]string, error) {
@@ -451,11 +453,11 @@ func (c *Coordinator) listed(obj any, firstList bool) uint32 {
 	if !ok {
 		return 0
 	}
-	if list := c.listOrder.take(n.Name, n.ResourceVersion); list != 0 {
+	if list := c.listOrder.Take(n.Name, n.ResourceVersion); list != 0 {
 		return list
 	}
 	if firstList {
-		return c.listOrder.firstList()
+		return c.listOrder.FirstList()
 	}
 	return 0
 }
@@ -472,18 +474,18 @@ func (c *Coordinator) nodeChanged(obj any, list uint32) {
 	var added, removed []netip.Addr
 	switch o := obj.(type) {
 	case *corev1.Node:
-		added, removed = c.observer.observe(o, c.clock.Now(), list)
+		added, removed = c.observer.Observe(o, c.clock.Now(), list)
 	case cache.DeletedFinalStateUnknown:
 		var uid types.UID
 		if n, ok := o.Obj.(*corev1.Node); ok {
 			uid = n.UID
 		}
-		removed = c.observer.forget(key, uid)
-		c.listOrder.forget(key, uid)
+		removed = c.observer.Forget(key, uid)
+		c.listOrder.Forget(key, uid)
 	}
 	// A Node's addresses (at most maxNodeAddresses) are reserved while it
 	// reports them; withdrawn ones are released.
-	c.cidrs.observe(added, removed)
+	c.cidrs.Observe(added, removed)
 	c.nodeQueue.Add(key)
 }
 
@@ -495,7 +497,7 @@ func (c *Coordinator) blockedChanged() {
 	// goroutines: an older computation applied last would drop a block.
 	c.blockedMu.Lock()
 	defer c.blockedMu.Unlock()
-	c.cidrs.setServices(c.blockedRanges())
+	c.cidrs.SetServices(c.blockedRanges())
 }
 
 // blockedRanges are the ranges no pod CIDR may overlap beyond the
@@ -911,7 +913,7 @@ func (c *Coordinator) rebuild(nodes []corev1.Node) error {
 	}
 	v4, v6 := c.settings.Families()
 	c.checkPool(nodes)
-	for n, err := range c.cidrs.rebuild(alloc, v4, v6, c.blockedRanges(), nodes) {
+	for n, err := range c.cidrs.Rebuild(alloc, v4, v6, c.blockedRanges(), nodes) {
 		c.m.PodCIDRConflicts.Inc()
 		c.recorder.Eventf(n, corev1.EventTypeWarning, "PodCIDRConflict", "cannot account for this node's pod CIDRs: %v", err)
 	}

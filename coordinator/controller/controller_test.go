@@ -113,12 +113,19 @@ func (r *running) lookedAgain(t testing.TB, name string) {
 }
 
 // syncedNow waits until the coordinator has synced Node name, its CSRs
-// with it, at the version the API server has now: whatever that version
-// asks for has been decided.
+// with it, at the version the API server has now or a later one (its own
+// patch may follow at once): whatever that version asks for has been
+// decided.
 func (r *running) syncedNow(t testing.TB, name string) {
 	t.Helper()
-	rv := get(t, name).ResourceVersion
-	waitFor(t, 15*time.Second, name+" synced at "+rv, func() bool { return r.SyncedAt(name) == rv })
+	rv, err := strconv.ParseUint(get(t, name).ResourceVersion, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, fmt.Sprintf("%s synced at %d or later", name, rv), func() bool {
+		synced, err := strconv.ParseUint(r.SyncedAt(name), 10, 64)
+		return err == nil && synced >= rv
+	})
 }
 
 func startCoordinator(t *testing.T, id, settings string) *running {

@@ -181,7 +181,7 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 	if md, err := contract.DecodeMetadata(self.Annotations[contract.AnnotationMetadata]); err == nil {
 		in.PublishedKey = md.AgentKey
 	}
-	in.Facts = csrcheck.Facts{Reserved: c.reservedFor(self), Claims: map[netip.Addr]string{}, PodCIDROf: map[netip.Addr]string{}, Bound: map[netip.Addr]string{}, Seen: c.observer.seen(self.Name, self.UID, now)}
+	in.Facts = csrcheck.Facts{Reserved: c.reservedFor(self), Claims: map[netip.Addr]string{}, PodCIDROf: map[netip.Addr]string{}, Bound: map[netip.Addr]string{}, Seen: c.observer.Seen(self.Name, self.UID, now)}
 	if parsed, err := in.CSR.Parse(); err == nil {
 		in.Facts.Names, in.Facts.Hostnames, in.Facts.SharedNames = c.names(parsed.DNSNames, self.Name, now)
 		in.Facts.ReservedNames, in.Facts.APIServerNames, in.Facts.ControlPlane = c.settings.CSR.ReservedNames, c.cfg.APIServerNames, c.controlPlane(self)
@@ -197,7 +197,7 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 			if owner := c.claimant(self, ip); owner != "" {
 				in.Facts.Claims[ip] = owner
 			}
-			if holder := c.cidrs.holder(ip); holder != "" {
+			if holder := c.cidrs.Holder(ip); holder != "" {
 				in.Facts.PodCIDROf[ip] = holder
 			}
 		}

@@ -75,7 +75,7 @@ func (c *Coordinator) syncNodeObject(ctx context.Context, node *corev1.Node, wan
 		return err
 	}
 	in := nodestate.Input{Node: node, Record: rec, Reserved: c.reservedFor(node), Near: c.records.Near, Listed: c.listedIn, Now: c.clock.Now()}
-	in.HasV4, in.HasV6 = c.cidrs.families()
+	in.HasV4, in.HasV6 = c.cidrs.Families()
 	in.Review = c.review(node, wants)
 	in.ServingCSRs, in.Asked = c.servingCSRs.Load(), c.kubeletAsked(node)
 	in.RefusedProviderID = c.refusedIDs.of(node, in.Now)
@@ -90,7 +90,7 @@ func (c *Coordinator) syncNodeObject(ctx context.Context, node *corev1.Node, wan
 	unlock := sync.OnceFunc(c.claimLocks.lock(slices.Concat(current, recorded)))
 	defer unlock()
 	in.Others = c.otherOwners(node, current)
-	in.FirstSeen = c.observer.firstSeen(node.Name, node.UID)
+	in.FirstSeen = c.observer.FirstSeen(node.Name, node.UID)
 	d, err := nodestate.Decide(c.desired, in)
 	if err != nil {
 		return err
@@ -207,14 +207,14 @@ func (c *Coordinator) allocate(name string, req ipam.Request) ([]netip.Prefix, e
 					continue
 				}
 				for _, ip := range nodestate.Addresses(n, c.settings.MaxNodeAddresses) {
-					if set.Contains(ip) && !c.cidrs.inPool(ip) {
+					if set.Contains(ip) && !c.cidrs.InPool(ip) {
 						req.Avoid = append(req.Avoid, ip)
 					}
 				}
 			}
 		}
 	}
-	return c.cidrs.allocate(name, req)
+	return c.cidrs.Allocate(name, req)
 }
 
 // sayPodCIDRConflicts reports, on both Nodes, a pod CIDR that holds what
@@ -234,7 +234,7 @@ func (c *Coordinator) sayPodCIDRConflicts(node *corev1.Node, cidrs []netip.Prefi
 		}
 	}
 	for _, ip := range current {
-		if holder := c.cidrs.holder(ip); holder != "" && holder != name {
+		if holder := c.cidrs.Holder(ip); holder != "" && holder != name {
 			inside = append(inside, fmt.Sprintf("address %s lies inside Node %s's pod CIDR: it is certified for nobody while %s holds it. If the address is this Node's, %s", ip, holder, holder, fix(holder)))
 		}
 	}
@@ -261,7 +261,7 @@ func (c *Coordinator) listedIn(set netip.Prefix) []records.Holding {
 		if !ok {
 			continue
 		}
-		seen := c.observer.firstSeenOrdered(n.Name, n.UID)
+		seen := c.observer.FirstSeenOrdered(n.Name, n.UID)
 		for _, ip := range nodestate.Addresses(n, c.settings.MaxNodeAddresses) {
 			if key.Contains(ip) {
 				out = append(out, records.Holding{Node: n.Name, Addr: ip, Since: seen[ip]})
@@ -401,7 +401,7 @@ func (c *Coordinator) patched(node *corev1.Node, d nodestate.Desired, review nod
 // name. A CIDR another Node holds is a PodCIDRConflict Event and a metric,
 // never a silent overlap.
 func (c *Coordinator) reconcileCIDRs(node *corev1.Node, existing []netip.Prefix) {
-	if err := c.cidrs.account(node, existing); err != nil {
+	if err := c.cidrs.Account(node, existing); err != nil {
 		c.m.PodCIDRConflicts.Inc()
 		c.recorder.Eventf(node, corev1.EventTypeWarning, "PodCIDRConflict", "pod CIDRs %v overlap another Node's: %v", existing, err)
 		c.log.Error("pod CIDR conflict", "node", node.Name, "podCIDRs", existing, "err", err)
@@ -417,7 +417,7 @@ func (c *Coordinator) nodeGone(ctx context.Context, name string) error {
 	c.nodeStatus.synced(name, "")
 	c.nodeStatus.say(name, "")
 	c.refusedIDs.forget(name)
-	if c.cidrs.release(name) {
+	if c.cidrs.Release(name) {
 		c.log.Info("released pod CIDRs of a deleted node", "node", name)
 		defer c.retryWaitingForCIDRs()
 	}
@@ -518,7 +518,7 @@ func (c *Coordinator) claimant(self *corev1.Node, ip netip.Addr) string {
 	// Only a Node the inventory entitles to ip can be its earlier lister:
 	// one it does not entitle must not hide one it does.
 	eligible := func(o string) bool { return records.Bound(c.inventory, o, ip) == nil }
-	if !c.observer.handed(node, self.UID, self.ResourceVersion, ip) {
+	if !c.observer.Handed(node, self.UID, self.ResourceVersion, ip) {
 		// The version of the Node the caller read (from the store, or the
 		// coordinator's own write, both ahead of the informer's handler) is
 		// not the one the observer was handed listing ip: where its listing
@@ -527,11 +527,11 @@ func (c *Coordinator) claimant(self *corev1.Node, ip netip.Addr) string {
 		if other := c.storeLister(node, ip, eligible); other != "" {
 			return other
 		}
-		return c.observer.earlierOf(ip, node, false, eligible)
+		return c.observer.EarlierOf(ip, node, false, eligible)
 	}
 	// Handed over: a Node the handler has yet to hand over (it hands over
 	// in the store's order) began to list ip later.
-	return c.observer.earlier(ip, node, eligible)
+	return c.observer.Earlier(ip, node, eligible)
 }
 
 // storeLister is another Node the informer's store has listing ip that

@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -36,9 +37,8 @@ func TestQueuesPublishWorkqueueMetrics(t *testing.T) {
 	series := func(family, queue string) float64 { return queueSeries(t, reg, family, queue) }
 	for _, q := range []string{"nodes", "csrs"} {
 		for _, f := range []string{"workqueue_adds_total", "workqueue_queue_duration_seconds", "workqueue_work_duration_seconds"} {
-			if v := series(f, q); v < 1 {
-				t.Errorf("%s{name=%q} = %v, want at least 1", f, q, v)
-			}
+			// A sync's duration is observed once it returns, after its write.
+			waitFor(t, 10*time.Second, fmt.Sprintf("%s{name=%q} at least 1", f, q), func() bool { return series(f, q) >= 1 })
 		}
 	}
 	waitFor(t, 10*time.Second, "the queues drained", func() bool {

@@ -1,4 +1,4 @@
-package controller
+package observe
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// listOrder tells which of the Node informer's events come from a list
+// ListOrder tells which of the Node informer's events come from a list
 // rather than from its watch. A watch delivers changes in the order the API
 // server committed them; a list (the informer's first, or the one it makes
 // when a watch cannot resume after a gap: an API server restart, a
@@ -31,7 +31,7 @@ import (
 // list, if any, returned the object it got (take). A list that never
 // completes (a failed page, a stream cut before its bookmark) is dropped
 // when the next begins: the informer hands over nothing of it.
-type listOrder struct {
+type ListOrder struct {
 	inner cache.ListerWatcherWithContext
 	// stored is the resource version the informer's store holds for a
 	// Node ("" when none); set once the informer exists.
@@ -61,12 +61,12 @@ type fromList struct {
 	list uint32
 }
 
-func newListOrder(inner cache.ListerWatcherWithContext, listed func(runtime.Object, uint32), dropped func(uint32)) *listOrder {
-	return &listOrder{inner: inner, listed: listed, dropped: dropped, items: map[string][]fromList{}, watched: map[string]seenVersion{}}
+func NewListOrder(inner cache.ListerWatcherWithContext, listed func(runtime.Object, uint32), dropped func(uint32)) *ListOrder {
+	return &ListOrder{inner: inner, listed: listed, dropped: dropped, items: map[string][]fromList{}, watched: map[string]seenVersion{}}
 }
 
 // storeOf makes stored read the informer's store.
-func (l *listOrder) storeOf(s cache.Store) {
+func (l *ListOrder) StoreOf(s cache.Store) {
 	l.stored = func(name string) string {
 		obj, ok, _ := s.GetByKey(name)
 		if !ok {
@@ -81,7 +81,7 @@ func (l *listOrder) storeOf(s cache.Store) {
 }
 
 // begin starts a list, dropping the one still open (it never completed).
-func (l *listOrder) begin() uint32 {
+func (l *ListOrder) begin() uint32 {
 	l.mu.Lock()
 	incomplete := l.open
 	if incomplete != 0 {
@@ -104,7 +104,7 @@ func (l *listOrder) begin() uint32 {
 }
 
 // current is the list being read, or a new one when none is.
-func (l *listOrder) current() uint32 {
+func (l *ListOrder) current() uint32 {
 	l.mu.Lock()
 	list := l.open
 	l.mu.Unlock()
@@ -114,7 +114,7 @@ func (l *listOrder) current() uint32 {
 	return list
 }
 
-func (l *listOrder) complete(list uint32) {
+func (l *ListOrder) complete(list uint32) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.open == list {
@@ -126,7 +126,7 @@ func (l *listOrder) complete(list uint32) {
 }
 
 // firstList is the list that populated the informer (1 until one has).
-func (l *listOrder) firstList() uint32 {
+func (l *ListOrder) FirstList() uint32 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.first == 0 {
@@ -139,7 +139,7 @@ func (l *listOrder) firstList() uint32 {
 // a version the informer's store holds, or the watch delivered, is not the
 // list's; nor is anything of a list no longer open (a stream's pass-through
 // stopping late).
-func (l *listOrder) note(list uint32, obj runtime.Object) {
+func (l *ListOrder) note(list uint32, obj runtime.Object) {
 	m, err := meta.Accessor(obj)
 	if err != nil {
 		return
@@ -158,7 +158,7 @@ func (l *listOrder) note(list uint32, obj runtime.Object) {
 
 // sawWatch notes a version the watch delivers (or, !delivered, takes the
 // note back: the watch stopped before the informer read it).
-func (l *listOrder) sawWatch(obj runtime.Object, delivered bool) {
+func (l *ListOrder) sawWatch(obj runtime.Object, delivered bool) {
 	m, err := meta.Accessor(obj)
 	if err != nil {
 		return
@@ -175,7 +175,7 @@ func (l *listOrder) sawWatch(obj runtime.Object, delivered bool) {
 
 // take says which list returned this version of the Node (0: the watch
 // delivered it), and forgets it.
-func (l *listOrder) take(name, rv string) uint32 {
+func (l *ListOrder) Take(name, rv string) uint32 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.watched[name].rv == rv {
@@ -203,7 +203,7 @@ func (l *listOrder) take(name, rv string) uint32 {
 
 // forget drops what was noted of a deleted Node object (uid; "":
 // whichever): a later object of the name keeps its own.
-func (l *listOrder) forget(name string, uid types.UID) {
+func (l *ListOrder) Forget(name string, uid types.UID) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if uid == "" || l.watched[name].uid == uid {
@@ -216,7 +216,7 @@ func (l *listOrder) forget(name string, uid types.UID) {
 	}
 }
 
-func (l *listOrder) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+func (l *ListOrder) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	obj, err := l.inner.ListWithContext(ctx, opts)
 	if err != nil {
 		return obj, err
@@ -235,7 +235,7 @@ func (l *listOrder) ListWithContext(ctx context.Context, opts metav1.ListOptions
 	return obj, nil
 }
 
-func (l *listOrder) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+func (l *ListOrder) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	w, err := l.inner.WatchWithContext(ctx, opts)
 	if err != nil {
 		return w, err
@@ -249,17 +249,17 @@ func (l *listOrder) WatchWithContext(ctx context.Context, opts metav1.ListOption
 
 // List and Watch are the ListerWatcher the informer takes; it calls the
 // methods with a context.
-func (l *listOrder) List(opts metav1.ListOptions) (runtime.Object, error) {
+func (l *ListOrder) List(opts metav1.ListOptions) (runtime.Object, error) {
 	return l.ListWithContext(context.Background(), opts)
 }
 
-func (l *listOrder) Watch(opts metav1.ListOptions) (watch.Interface, error) {
+func (l *ListOrder) Watch(opts metav1.ListOptions) (watch.Interface, error) {
 	return l.WatchWithContext(context.Background(), opts)
 }
 
 // IsWatchListSemanticsUnSupported passes on what the wrapped ListerWatcher
 // says (client-go asks before it streams a list).
-func (l *listOrder) IsWatchListSemanticsUnSupported() bool {
+func (l *ListOrder) IsWatchListSemanticsUnSupported() bool {
 	u, ok := l.inner.(interface{ IsWatchListSemanticsUnSupported() bool })
 	return ok && u.IsWatchListSemanticsUnSupported()
 }
@@ -267,7 +267,7 @@ func (l *listOrder) IsWatchListSemanticsUnSupported() bool {
 // noting passes w's events on: those of a stream's initial events (list
 // is not 0) as list's until the bookmark that ends them, the rest as the
 // watch's. It stops at Stop without waiting for a reader.
-func (l *listOrder) noting(w watch.Interface, list uint32) watch.Interface {
+func (l *ListOrder) noting(w watch.Interface, list uint32) watch.Interface {
 	n := &notingWatch{in: w, out: make(chan watch.Event), done: make(chan struct{})}
 	go func() {
 		defer close(n.out)

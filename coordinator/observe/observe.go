@@ -1,4 +1,9 @@
-package controller
+// Package observe holds the coordinator's own observations of Nodes, which
+// no node can write: since when each Node has listed each of its addresses
+// (Observer), and which of the Node informer's lists, if any, delivered an
+// event (ListOrder): the order of first sights that decides who listed an
+// address first.
+package observe
 
 import (
 	"math"
@@ -15,14 +20,14 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// observer remembers since when each Node's addresses have been seen
+// Observer remembers since when each Node's addresses have been seen
 // continuously, from every informer event: an address a node adds and
 // removes again (or an agent reverts) starts over. Serving CSRs are
 // decided on addresses stable for csr.minAddressAge, never on one snapshot.
 // Standbys observe too, so a new leader does not start blind.
 //
 // Which of two Nodes listed an address first is known, at best, when the
-// observer saw one of them begin to, from the informer's watch, which
+// Observer saw one of them begin to, from the informer's watch, which
 // delivers changes in the order the API server committed them. A list
 // does not: the informer's first (the Nodes had been listing their
 // addresses for some unknown time already), or one it makes when its watch
@@ -32,7 +37,7 @@ import (
 // address is held against both), never by the order the list came in,
 // which a node could steer with its name. Against any other Node the list
 // orders them: a list returns what began after every event the watch
-// delivered before it, and before every event after it (listOrder says
+// delivered before it, and before every event after it (ListOrder says
 // which list returned an object, and tells the observer of it before the
 // informer hands it over: pend). A Node a relist returns changed may
 // have stopped listing an address and begun again while the watch was
@@ -43,7 +48,7 @@ import (
 // It holds an entry for every Node of the cluster, so it keeps them small:
 // slices, not maps, for the few addresses each Node lists (at most max)
 // and the Nodes listing each address (usually one).
-type observer struct {
+type Observer struct {
 	max int
 	// epoch is what times are kept from, as nanoseconds: differences of
 	// readings of the monotonic clock, which a step of the wall clock
@@ -114,18 +119,18 @@ type lister struct {
 // later than all but its list's.
 const pendingFrom = math.MaxInt64
 
-func newObserver(max int, clk clock.PassiveClock) *observer {
-	return &observer{max: max, clock: clk, epoch: clk.Now(), nodes: map[string]observed{}, byIP: map[netip.Addr][]lister{},
+func New(max int, clk clock.PassiveClock) *Observer {
+	return &Observer{max: max, clock: clk, epoch: clk.Now(), nodes: map[string]observed{}, byIP: map[netip.Addr][]lister{},
 		pending: map[netip.Addr][]pendingLister{}, pendingBy: map[string][]pendingVersion{}}
 }
 
-func (o *observer) index(name string, n observed) {
+func (o *Observer) index(name string, n observed) {
 	for _, a := range n.addrs {
 		o.byIP[a.ip] = append(o.byIP[a.ip], lister{name: name, from: a.lo, to: a.since, list: a.list})
 	}
 }
 
-func (o *observer) unindex(name string, n observed) {
+func (o *Observer) unindex(name string, n observed) {
 	for _, a := range n.addrs {
 		l := slices.DeleteFunc(o.byIP[a.ip], func(l lister) bool { return l.name == name })
 		if len(l) == 0 {
@@ -141,14 +146,14 @@ func (o *observer) unindex(name string, n observed) {
 // knows (the earliest such, then by name), "" when none has: an address two
 // Nodes list is the first lister's until one is recorded. Two Nodes that
 // one list delivered listing it are each other's earlier lister.
-func (o *observer) earlier(ip netip.Addr, self string, eligible func(node string) bool) string {
-	return o.earlierOf(ip, self, true, eligible)
+func (o *Observer) Earlier(ip netip.Addr, self string, eligible func(node string) bool) string {
+	return o.EarlierOf(ip, self, true, eligible)
 }
 
 // earlierOf is earlier; when !selfHanded, the observer has not been
 // handed the version of self the caller decides on, listing ip, and any
 // other Node it knows listing ip counts as earlier.
-func (o *observer) earlierOf(ip netip.Addr, self string, selfHanded bool, eligible func(node string) bool) string {
+func (o *Observer) EarlierOf(ip netip.Addr, self string, selfHanded bool, eligible func(node string) bool) string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	l := o.byIP[ip]
@@ -210,7 +215,7 @@ func (o *observer) earlierOf(ip netip.Addr, self string, selfHanded bool, eligib
 // changedIn says whether a list returned a version of the Node other than
 // the one handed over last, not handed over yet, and the earliest such
 // list; o.mu is held.
-func (o *observer) changedIn(name string) (uint32, bool) {
+func (o *Observer) changedIn(name string) (uint32, bool) {
 	n, had := o.nodes[name]
 	var list uint32
 	for _, v := range o.pendingBy[name] {
@@ -250,7 +255,7 @@ func resourceVersion(s string) (uint64, bool) {
 
 // handed says whether the version handed over last of the Node is this
 // one (uid, rv), listing ip.
-func (o *observer) handed(name string, uid types.UID, rv string, ip netip.Addr) bool {
+func (o *Observer) Handed(name string, uid types.UID, rv string, ip netip.Addr) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	n, had := o.nodes[name]
@@ -262,9 +267,9 @@ func (o *observer) handed(name string, uid types.UID, rv string, ip netip.Addr) 
 }
 
 // pend notes a version of a Node a list returned, before the informer
-// hands it over (listOrder calls it): its addresses count as listed from
+// hands it over (ListOrder calls it): its addresses count as listed from
 // then on, by the earliest list that returned a version listing them.
-func (o *observer) pend(node *corev1.Node, list uint32) {
+func (o *Observer) Pend(node *corev1.Node, list uint32) {
 	cur := nodestate.Addresses(node, o.max)
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -284,7 +289,7 @@ func (o *observer) pend(node *corev1.Node, list uint32) {
 }
 
 // unpend drops the pending versions of the Node name that drop says to.
-func (o *observer) unpend(name string, drop func(pendingVersion) bool) {
+func (o *Observer) unpend(name string, drop func(pendingVersion) bool) {
 	vs := o.pendingBy[name]
 	for _, v := range vs {
 		if !drop(v) {
@@ -307,8 +312,8 @@ func (o *observer) unpend(name string, drop func(pendingVersion) bool) {
 }
 
 // dropList drops what a list returned that the informer will not hand
-// over: the list never completed (listOrder calls it when the next begins).
-func (o *observer) dropList(list uint32) {
+// over: the list never completed (ListOrder calls it when the next begins).
+func (o *Observer) DropList(list uint32) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for name := range o.pendingBy {
@@ -321,7 +326,7 @@ func (o *observer) dropList(list uint32) {
 // delivered node (0: its watch did): the addresses it adds were listed
 // before now, since a time the observer cannot know but after the
 // watch's last event before that list.
-func (o *observer) observe(node *corev1.Node, now time.Time, list uint32) (added, removed []netip.Addr) {
+func (o *Observer) Observe(node *corev1.Node, now time.Time, list uint32) (added, removed []netip.Addr) {
 	cur := nodestate.Addresses(node, o.max)
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -387,7 +392,7 @@ func (a listed) resumed(now int64, list uint32) listed {
 }
 
 // nanos is t as the observer keeps it.
-func (o *observer) nanos(t time.Time) int64 { return int64(t.Sub(o.epoch)) }
+func (o *Observer) nanos(t time.Time) int64 { return int64(t.Sub(o.epoch)) }
 
 func (n observed) get(ip netip.Addr) (listed, bool) {
 	for _, a := range n.addrs {
@@ -401,7 +406,7 @@ func (n observed) get(ip netip.Addr) (listed, bool) {
 // forget drops a deleted Node object (uid; "": whichever) and returns
 // the addresses it held. What a list returned of a later object of the
 // name stays pending.
-func (o *observer) forget(name string, uid types.UID) []netip.Addr {
+func (o *Observer) Forget(name string, uid types.UID) []netip.Addr {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.unpend(name, func(v pendingVersion) bool { return uid == "" || v.uid == uid })
@@ -422,7 +427,7 @@ func (o *observer) forget(name string, uid types.UID) []netip.Addr {
 // observed continuously.
 // The date is the wall clock's now less the address's age on the
 // monotonic clock: a record's claim carries it, and replicas compare them.
-func (o *observer) firstSeen(name string, uid types.UID) map[netip.Addr]time.Time {
+func (o *Observer) FirstSeen(name string, uid types.UID) map[netip.Addr]time.Time {
 	return o.since(name, uid, false)
 }
 
@@ -430,11 +435,11 @@ func (o *observer) firstSeen(name string, uid types.UID) map[netip.Addr]time.Tim
 // each address whose beginning a list delivered, or a relist left unsure:
 // its order against another Node's is not known, so a Node's name (the
 // order of a list) never decides who listed first.
-func (o *observer) firstSeenOrdered(name string, uid types.UID) map[netip.Addr]time.Time {
+func (o *Observer) FirstSeenOrdered(name string, uid types.UID) map[netip.Addr]time.Time {
 	return o.since(name, uid, true)
 }
 
-func (o *observer) since(name string, uid types.UID, ordered bool) map[netip.Addr]time.Time {
+func (o *Observer) since(name string, uid types.UID, ordered bool) map[netip.Addr]time.Time {
 	now := o.clock.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -452,7 +457,7 @@ func (o *observer) since(name string, uid types.UID, ordered bool) map[netip.Add
 }
 
 // seen is how long each of the Node's addresses has been observed at now.
-func (o *observer) seen(name string, uid types.UID, now time.Time) map[netip.Addr]time.Duration {
+func (o *Observer) Seen(name string, uid types.UID, now time.Time) map[netip.Addr]time.Duration {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	out := map[netip.Addr]time.Duration{}

@@ -1,4 +1,4 @@
-package controller
+package observe
 
 import (
 	"fmt"
@@ -17,7 +17,7 @@ import (
 )
 
 func TestObserverContinuity(t *testing.T) {
-	o := newObserver(2, clock.RealClock{})
+	o := New(2, clock.RealClock{})
 	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	node := func(uid string, ips ...string) *corev1.Node {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", UID: types.UID("u" + uid)}}
@@ -27,33 +27,33 @@ func TestObserverContinuity(t *testing.T) {
 		return n
 	}
 	a, b := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.96.0.1")
-	o.observe(node("1", "10.0.0.1"), t0, 0)
+	o.Observe(node("1", "10.0.0.1"), t0, 0)
 	// A forged address appears, is reverted, and re-forged: it starts over.
-	o.observe(node("1", "10.0.0.1", "10.96.0.1"), t0.Add(time.Second), 0)
-	o.observe(node("1", "10.0.0.1"), t0.Add(1100*time.Millisecond), 0)
-	o.observe(node("1", "10.0.0.1", "10.96.0.1"), t0.Add(2*time.Second), 0)
-	seen := o.seen("n", "u1", t0.Add(3*time.Second))
+	o.Observe(node("1", "10.0.0.1", "10.96.0.1"), t0.Add(time.Second), 0)
+	o.Observe(node("1", "10.0.0.1"), t0.Add(1100*time.Millisecond), 0)
+	o.Observe(node("1", "10.0.0.1", "10.96.0.1"), t0.Add(2*time.Second), 0)
+	seen := o.Seen("n", "u1", t0.Add(3*time.Second))
 	if seen[a] != 3*time.Second || seen[b] != time.Second {
 		t.Fatalf("seen %v; want 10.0.0.1 for 3s and 10.96.0.1 for 1s (since its re-forging)", seen)
 	}
 	// The cap: a third address is not held.
-	added, _ := o.observe(node("1", "10.0.0.1", "10.96.0.1", "10.0.0.3"), t0.Add(4*time.Second), 0)
-	if len(added) != 0 || len(o.seen("n", "u1", t0)) != 2 {
+	added, _ := o.Observe(node("1", "10.0.0.1", "10.96.0.1", "10.0.0.3"), t0.Add(4*time.Second), 0)
+	if len(added) != 0 || len(o.Seen("n", "u1", t0)) != 2 {
 		t.Fatalf("over the cap: added %v", added)
 	}
 	// Another Node listing an address later does not hold it; earlier does.
 	other := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "m", UID: "m1"}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}}}}
-	o.observe(other, t0.Add(4*time.Second), 0)
-	if got := o.earlier(a, "m", anyNode); got != "n" {
+	o.Observe(other, t0.Add(4*time.Second), 0)
+	if got := o.Earlier(a, "m", anyNode); got != "n" {
 		t.Errorf("earlier lister of 10.0.0.1 for m: %q, want n", got)
 	}
-	if got := o.earlier(a, "n", anyNode); got != "" {
+	if got := o.Earlier(a, "n", anyNode); got != "" {
 		t.Errorf("a later lister holds n's address: %q", got)
 	}
-	o.forget("m", "m1")
+	o.Forget("m", "m1")
 	// A re-created Node starts over and the old addresses are released.
-	_, removed := o.observe(node("2", "10.0.0.1"), t0.Add(5*time.Second), 0)
-	if len(removed) != 2 || o.seen("n", "u2", t0.Add(5*time.Second))[a] != 0 {
+	_, removed := o.Observe(node("2", "10.0.0.1"), t0.Add(5*time.Second), 0)
+	if len(removed) != 2 || o.Seen("n", "u2", t0.Add(5*time.Second))[a] != 0 {
 		t.Fatalf("re-created node: removed %v", removed)
 	}
 }
@@ -99,19 +99,19 @@ func TestFirstListOrderIsNotKnown(t *testing.T) {
 		{[]seen{{"b", 2}, {"a", 3}}, map[string]string{"a": "b", "b": ""}},
 		{[]seen{{"z", 2}, {"a", 0}}, map[string]string{"a": "z", "z": ""}},
 	} {
-		o := newObserver(4, clock.RealClock{})
+		o := New(4, clock.RealClock{})
 		for i, s := range tc.order {
-			o.observe(lists(s.name), t0.Add(time.Duration(i)*time.Second), s.list)
+			o.Observe(lists(s.name), t0.Add(time.Duration(i)*time.Second), s.list)
 		}
 		for name, want := range tc.want {
-			if got := o.earlier(ip, name, anyNode); got != want {
+			if got := o.Earlier(ip, name, anyNode); got != want {
 				t.Errorf("seen %v: earlier lister for %s is %q, want %q", tc.order, name, got, want)
 			}
 		}
 		// An update from the watch keeps the order a list left unknown.
-		o.observe(lists(tc.order[0].name), t0.Add(time.Minute), 0)
+		o.Observe(lists(tc.order[0].name), t0.Add(time.Minute), 0)
 		for name, want := range tc.want {
-			if got := o.earlier(ip, name, anyNode); got != want {
+			if got := o.Earlier(ip, name, anyNode); got != want {
 				t.Errorf("seen %v, then %s again: earlier lister for %s is %q, want %q", tc.order, tc.order[0].name, name, got, want)
 			}
 		}
@@ -131,10 +131,10 @@ func atVersion(lists func(string) *corev1.Node) func(name, rv string) *corev1.No
 
 // expectEarlier checks earlier(ip, name) for each name: one of the wants,
 // "|" apart.
-func expectEarlier(t *testing.T, o *observer, ip netip.Addr, what string, want map[string]string) {
+func expectEarlier(t *testing.T, o *Observer, ip netip.Addr, what string, want map[string]string) {
 	t.Helper()
 	for name, w := range want {
-		if got := o.earlier(ip, name, anyNode); !slices.Contains(strings.Split(w, "|"), got) {
+		if got := o.Earlier(ip, name, anyNode); !slices.Contains(strings.Split(w, "|"), got) {
 			t.Errorf("%s: earlier lister for %s is %q, want %q", what, name, got, w)
 		}
 	}
@@ -146,14 +146,14 @@ func expectEarlier(t *testing.T, o *observer, ip netip.Addr, what string, want m
 func TestEarlierListerIsEligible(t *testing.T) {
 	t0 := time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)
 	ip := netip.MustParseAddr("10.0.6.7")
-	o := newObserver(4, clock.RealClock{})
+	o := New(4, clock.RealClock{})
 	for i, name := range []string{"aaa-decoy", "bound-first", "bound-second"} {
-		o.observe(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name)},
+		o.Observe(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name)},
 			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip.String()}}}}, t0.Add(time.Duration(i)*time.Second), 0)
 	}
 	bound := func(n string) bool { return strings.HasPrefix(n, "bound-") }
 	for self, want := range map[string]string{"bound-second": "bound-first", "bound-first": "", "aaa-decoy": ""} {
-		if got := o.earlier(ip, self, bound); got != want {
+		if got := o.Earlier(ip, self, bound); got != want {
 			t.Errorf("earlier lister for %s: %q, want %q", self, got, want)
 		}
 	}
@@ -162,12 +162,12 @@ func TestEarlierListerIsEligible(t *testing.T) {
 // A Node re-created as an object without a UID (as fakes make) and
 // without addresses releases the earlier object's, as any other.
 func TestObserverReleasesWithoutUID(t *testing.T) {
-	o := newObserver(4, clock.RealClock{})
+	o := New(4, clock.RealClock{})
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", UID: "u1"}, Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.1"}}}}
-	o.observe(n, time.Now(), 0)
-	_, removed := o.observe(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}, time.Now(), 0)
-	if len(removed) != 1 || o.earlier(netip.MustParseAddr("10.0.0.1"), "m", anyNode) != "" {
-		t.Errorf("removed %v; the address still listed by n: %q", removed, o.earlier(netip.MustParseAddr("10.0.0.1"), "m", anyNode))
+	o.Observe(n, time.Now(), 0)
+	_, removed := o.Observe(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}, time.Now(), 0)
+	if len(removed) != 1 || o.Earlier(netip.MustParseAddr("10.0.0.1"), "m", anyNode) != "" {
+		t.Errorf("removed %v; the address still listed by n: %q", removed, o.Earlier(netip.MustParseAddr("10.0.0.1"), "m", anyNode))
 	}
 }
 
@@ -190,9 +190,9 @@ func BenchmarkObserverHeld(b *testing.B) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		o := newObserver(16, clock.RealClock{})
+		o := New(16, clock.RealClock{})
 		for _, n := range list {
-			o.observe(n, now, 1)
+			o.Observe(n, now, 1)
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)
@@ -209,66 +209,66 @@ func BenchmarkObserverHeld(b *testing.B) {
 // yet or not.
 func TestAListIsKnownBeforeItIsHandedOver(t *testing.T) {
 	t0, ip, lists := listingAt()
-	check := func(o *observer, step string, want map[string]string) {
+	check := func(o *Observer, step string, want map[string]string) {
 		t.Helper()
 		for name, w := range want {
-			if got := o.earlier(ip, name, anyNode); got != w {
+			if got := o.Earlier(ip, name, anyNode); got != w {
 				t.Errorf("%s: earlier lister for %s is %q, want %q", step, name, got, w)
 			}
 		}
 	}
-	o := newObserver(4, clock.RealClock{})
-	o.pend(lists("a"), 2)
-	o.pend(lists("b"), 2)
+	o := New(4, clock.RealClock{})
+	o.Pend(lists("a"), 2)
+	o.Pend(lists("b"), 2)
 	check(o, "a relist returned a and b", map[string]string{"a": "b", "b": "a", "c": "a"})
 	// The watch's event of x, queued before the gap, handed over after the
 	// relist returned: x began first.
-	o.observe(lists("x"), t0, 0)
+	o.Observe(lists("x"), t0, 0)
 	check(o, "x handed over late", map[string]string{"a": "x", "b": "x", "x": ""})
-	o.observe(lists("a"), t0.Add(time.Second), 2)
+	o.Observe(lists("a"), t0.Add(time.Second), 2)
 	check(o, "a handed over", map[string]string{"a": "x", "b": "x", "x": ""})
-	o.observe(lists("b"), t0.Add(2*time.Second), 2)
+	o.Observe(lists("b"), t0.Add(2*time.Second), 2)
 	check(o, "b handed over", map[string]string{"a": "x", "b": "x", "x": ""})
 	if len(o.pending) != 0 || len(o.pendingBy) != 0 {
 		t.Errorf("pending entries left after the list was handed over: %v %v", o.pending, o.pendingBy)
 	}
 
-	o = newObserver(4, clock.RealClock{})
-	o.observe(lists("x"), t0, 0)
-	o.pend(lists("a"), 2)
+	o = New(4, clock.RealClock{})
+	o.Observe(lists("x"), t0, 0)
+	o.Pend(lists("a"), 2)
 	check(o, "x before the gap, a pending", map[string]string{"a": "x", "x": ""})
-	o.forget("a", "a")
+	o.Forget("a", "a")
 	check(o, "a deleted before it was handed over", map[string]string{"x": ""})
 	if len(o.pending) != 0 || len(o.pendingBy) != 0 {
 		t.Errorf("a deleted Node left pending entries: %v %v", o.pending, o.pendingBy)
 	}
 	// A Node a list returns with the addresses it already listed keeps
 	// its order.
-	o.pend(lists("x"), 3)
-	o.observe(lists("y"), t0.Add(time.Minute), 0)
+	o.Pend(lists("x"), 3)
+	o.Observe(lists("y"), t0.Add(time.Minute), 0)
 	check(o, "x returned again by a list", map[string]string{"y": "x", "x": ""})
 
 	// What a list returned stays pending until that version is handed over
 	// or that object deleted: not for an older version the watch delivered
 	// late, nor for the late delete of an earlier object of the name.
-	o = newObserver(4, clock.RealClock{})
-	o.pend(lists("n"), 2)
-	o.observe(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", UID: "n"}}, t0, 0)
+	o = New(4, clock.RealClock{})
+	o.Pend(lists("n"), 2)
+	o.Observe(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", UID: "n"}}, t0, 0)
 	check(o, "an older version of n handed over late", map[string]string{"c": "n"})
-	o.forget("n", "an earlier object")
+	o.Forget("n", "an earlier object")
 	check(o, "an earlier object of n deleted late", map[string]string{"c": "n"})
-	o.forget("n", "n")
+	o.Forget("n", "n")
 	check(o, "n deleted", map[string]string{"c": ""})
 
 	// Two lists in a row: a Node keeps the earliest that returned it, so
 	// the second does not make it later than the first's others.
-	o = newObserver(4, clock.RealClock{})
-	o.pend(lists("p"), 2)
-	o.pend(lists("q"), 2)
-	o.pend(lists("p"), 3)
+	o = New(4, clock.RealClock{})
+	o.Pend(lists("p"), 2)
+	o.Pend(lists("q"), 2)
+	o.Pend(lists("p"), 3)
 	check(o, "p returned again by the next list", map[string]string{"p": "q", "q": "p"})
 	// A list that never completes is dropped.
-	o.dropList(2)
+	o.DropList(2)
 	if len(o.pending) != 0 || len(o.pendingBy) != 0 {
 		t.Errorf("a dropped list left pending entries: %v %v", o.pending, o.pendingBy)
 	}
@@ -284,33 +284,33 @@ func TestAListIsKnownBeforeItIsHandedOver(t *testing.T) {
 		}
 		return n
 	}
-	o = newObserver(4, clock.RealClock{})
-	o.pend(version("v", "11"), 1)
-	o.pend(version("v", "21", ip.String()), 2)
-	o.pend(version("c", "22", ip.String()), 2)
-	o.observe(version("v", "11"), t0, 1)
-	o.observe(version("c", "22", ip.String()), t0.Add(time.Second), 2)
+	o = New(4, clock.RealClock{})
+	o.Pend(version("v", "11"), 1)
+	o.Pend(version("v", "21", ip.String()), 2)
+	o.Pend(version("c", "22", ip.String()), 2)
+	o.Observe(version("v", "11"), t0, 1)
+	o.Observe(version("c", "22", ip.String()), t0.Add(time.Second), 2)
 	check(o, "v of list 1 handed over, c of list 2 too", map[string]string{"c": "v"})
-	o.observe(version("v", "21", ip.String()), t0.Add(2*time.Second), 2)
+	o.Observe(version("v", "21", ip.String()), t0.Add(2*time.Second), 2)
 	check(o, "v of list 2 handed over", map[string]string{"c": "v", "v": "c"})
 
 	// A later list that never completes drops its versions only: v keeps
 	// list 1's, and c of list 1 does not take the address from it.
-	o = newObserver(4, clock.RealClock{})
-	o.pend(version("v", "31", ip.String()), 1)
-	o.pend(version("c", "32", ip.String()), 1)
-	o.pend(version("v", "41", ip.String(), "10.0.0.10"), 2)
-	o.dropList(2)
-	o.observe(version("c", "32", ip.String()), t0, 1)
+	o = New(4, clock.RealClock{})
+	o.Pend(version("v", "31", ip.String()), 1)
+	o.Pend(version("c", "32", ip.String()), 1)
+	o.Pend(version("v", "41", ip.String(), "10.0.0.10"), 2)
+	o.DropList(2)
+	o.Observe(version("c", "32", ip.String()), t0, 1)
 	check(o, "list 2 dropped, c of list 1 handed over", map[string]string{"c": "v"})
 
 	// A later version of the object the watch hands over ends what a list
 	// returned and the informer never applied; an older one does not.
-	o = newObserver(4, clock.RealClock{})
-	o.pend(version("v", "50", ip.String()), 3)
-	o.observe(version("v", "49"), t0, 0)
+	o = New(4, clock.RealClock{})
+	o.Pend(version("v", "50", ip.String()), 3)
+	o.Observe(version("v", "49"), t0, 0)
 	check(o, "an older version handed over", map[string]string{"c": "v"})
-	o.observe(version("v", "51"), t0.Add(time.Second), 0)
+	o.Observe(version("v", "51"), t0.Add(time.Second), 0)
 	check(o, "a later version handed over", map[string]string{"c": ""})
 	if len(o.pending) != 0 || len(o.pendingBy) != 0 {
 		t.Errorf("a later version left pending entries: %v %v", o.pending, o.pendingBy)
@@ -339,18 +339,18 @@ func TestARelistDoesNotKeepAnOrderItCannotSee(t *testing.T) {
 		{"n changed across the gap", "20", map[string]string{"n": "p", "p": "n", "m": "n", "q": "n|p|m"}, time.Minute - 3*time.Second},
 		{"n unchanged", "10", map[string]string{"n": "", "p": "n", "m": "n", "q": "n|p|m"}, time.Minute},
 	} {
-		o := newObserver(4, clock.RealClock{})
-		o.observe(at("n", "10"), t0, 0)
-		o.observe(at("p", "11"), t0.Add(time.Second), 0)
+		o := New(4, clock.RealClock{})
+		o.Observe(at("n", "10"), t0, 0)
+		o.Observe(at("p", "11"), t0.Add(time.Second), 0)
 		// The relist: the Nodes it returns are noted as pending first, as
-		// listOrder does, then handed over.
-		o.pend(at("n", tc.rv), 2)
-		o.pend(at("m", "21"), 2)
-		o.observe(at("n", tc.rv), t0.Add(3*time.Second), 2)
-		o.observe(at("m", "21"), t0.Add(3*time.Second), 2)
-		o.observe(at("q", "30"), t0.Add(4*time.Second), 0)
+		// ListOrder does, then handed over.
+		o.Pend(at("n", tc.rv), 2)
+		o.Pend(at("m", "21"), 2)
+		o.Observe(at("n", tc.rv), t0.Add(3*time.Second), 2)
+		o.Observe(at("m", "21"), t0.Add(3*time.Second), 2)
+		o.Observe(at("q", "30"), t0.Add(4*time.Second), 0)
 		expectEarlier(t, o, ip, tc.name, tc.want)
-		if got := o.seen("n", "n", t0.Add(time.Minute))[ip]; got != tc.seen {
+		if got := o.Seen("n", "n", t0.Add(time.Minute))[ip]; got != tc.seen {
 			t.Errorf("%s: n's address seen for %v, want %v", tc.name, got, tc.seen)
 		}
 	}
@@ -359,18 +359,18 @@ func TestARelistDoesNotKeepAnOrderItCannotSee(t *testing.T) {
 	// still does (a list's Node has no known start), and again after a
 	// second relist and a watch update.
 	for _, first := range []string{"a", "n"} {
-		o := newObserver(4, clock.RealClock{})
+		o := New(4, clock.RealClock{})
 		second := map[string]string{"a": "n", "n": "a"}[first]
-		o.observe(at(first, "10"), t0, 1)
-		o.observe(at(second, "11"), t0.Add(time.Second), 1)
+		o.Observe(at(first, "10"), t0, 1)
+		o.Observe(at(second, "11"), t0.Add(time.Second), 1)
 		for i, step := range []struct {
 			rv   string
 			list uint32
 		}{{"20", 2}, {"30", 3}, {"31", 0}} {
 			if step.list != 0 {
-				o.pend(at("n", step.rv), step.list)
+				o.Pend(at("n", step.rv), step.list)
 			}
-			o.observe(at("n", step.rv), t0.Add(time.Duration(2+i)*time.Second), step.list)
+			o.Observe(at("n", step.rv), t0.Add(time.Duration(2+i)*time.Second), step.list)
 			expectEarlier(t, o, ip, fmt.Sprintf("%s handed over first, n at %s (list %d)", first, step.rv, step.list), map[string]string{"a": "n", "n": "a"})
 		}
 	}
@@ -383,24 +383,24 @@ func TestARelistDoesNotKeepAnOrderItCannotSee(t *testing.T) {
 func TestAPendingChangeUnsettlesTheOrder(t *testing.T) {
 	t0, ip, lists := listingAt()
 	at := atVersion(lists)
-	o := newObserver(4, clock.RealClock{})
-	o.observe(at("n", "10"), t0, 0)
-	o.pend(at("n", "20"), 2)
-	o.pend(at("m", "21"), 2)
+	o := New(4, clock.RealClock{})
+	o.Observe(at("n", "10"), t0, 0)
+	o.Pend(at("n", "20"), 2)
+	o.Pend(at("m", "21"), 2)
 	expectEarlier(t, o, ip, "n returned changed by the relist, not handed over", map[string]string{"n": "m", "m": "n"})
 	// A Node that did not list the address before the gap, returned
 	// changed listing it, began after every Node the watch saw list it:
 	// it holds nothing against them.
-	o = newObserver(4, clock.RealClock{})
-	o.observe(at("m", "11"), t0, 0)
-	o.observe(func() *corev1.Node { n := at("n", "12"); n.Status.Addresses[0].Address = "10.0.0.10"; return n }(), t0, 0)
-	o.pend(at("n", "20"), 2)
+	o = New(4, clock.RealClock{})
+	o.Observe(at("m", "11"), t0, 0)
+	o.Observe(func() *corev1.Node { n := at("n", "12"); n.Status.Addresses[0].Address = "10.0.0.10"; return n }(), t0, 0)
+	o.Pend(at("n", "20"), 2)
 	expectEarlier(t, o, ip, "n newly listing the address in the relist, not handed over", map[string]string{"m": "", "n": "m"})
 	// Returned unchanged: n keeps its place.
-	o = newObserver(4, clock.RealClock{})
-	o.observe(at("n", "10"), t0, 0)
-	o.pend(at("n", "10"), 2)
-	o.pend(at("m", "21"), 2)
+	o = New(4, clock.RealClock{})
+	o.Observe(at("n", "10"), t0, 0)
+	o.Pend(at("n", "10"), 2)
+	o.Pend(at("m", "21"), 2)
 	expectEarlier(t, o, ip, "n returned unchanged by the relist", map[string]string{"n": "", "m": "n"})
 }
 
@@ -411,11 +411,11 @@ func TestTheEarlierListerNamedIsStable(t *testing.T) {
 	ip := netip.MustParseAddr("10.0.0.9")
 	want := ""
 	for i := range 50 {
-		o := newObserver(4, clock.RealClock{})
+		o := New(4, clock.RealClock{})
 		l := []lister{{name: "c", from: 10, to: 10}, {name: "a", from: 20, to: 20}, {name: "b", from: 0, to: 30}}
 		rand.Shuffle(len(l), func(i, j int) { l[i], l[j] = l[j], l[i] })
 		o.byIP[ip] = append(l, lister{name: "self", from: 40, to: 40})
-		got := o.earlier(ip, "self", anyNode)
+		got := o.Earlier(ip, "self", anyNode)
 		if i == 0 {
 			want = got
 		}

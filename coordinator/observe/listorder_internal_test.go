@@ -1,4 +1,4 @@
-package controller
+package observe
 
 import (
 	"context"
@@ -52,10 +52,10 @@ type takeCase struct {
 	want     uint32
 }
 
-func takeAll(t *testing.T, l *listOrder, step string, cases []takeCase) {
+func takeAll(t *testing.T, l *ListOrder, step string, cases []takeCase) {
 	t.Helper()
 	for _, tc := range cases {
-		if got := l.take(tc.name, tc.rv); got != tc.want {
+		if got := l.Take(tc.name, tc.rv); got != tc.want {
 			t.Errorf("%s: take(%s, %s) = %d, want %d", step, tc.name, tc.rv, got, tc.want)
 		}
 	}
@@ -75,10 +75,10 @@ func TestListOrderNotesWhatListsDeliver(t *testing.T) {
 	}}
 	var told []string
 	var dropped []uint32
-	l := newListOrder(lw, func(obj runtime.Object, list uint32) {
+	l := NewListOrder(lw, func(obj runtime.Object, list uint32) {
 		told = append(told, fmt.Sprintf("%s@%d", obj.(*corev1.Node).Name, list))
 	}, func(list uint32) { dropped = append(dropped, list) })
-	l.storeOf(store)
+	l.StoreOf(store)
 
 	// Two pages, one list.
 	for _, cont := range []string{"", "p2"} {
@@ -86,8 +86,8 @@ func TestListOrderNotesWhatListsDeliver(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if l.firstList() != 1 {
-		t.Errorf("the first list to complete is %d, want 1", l.firstList())
+	if l.FirstList() != 1 {
+		t.Errorf("the first list to complete is %d, want 1", l.FirstList())
 	}
 	takeAll(t, l, "a list of two pages", []takeCase{
 		{"same", "5", 0},    // unchanged: the informer hands it to no handler
@@ -182,7 +182,7 @@ func TestListOrderNotesWhatListsDeliver(t *testing.T) {
 	if _, err := l.List(metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	l.forget("again", "first")
+	l.Forget("again", "first")
 	takeAll(t, l, "a late delete of an earlier object", []takeCase{{"again", "50", 7}})
 
 	// What a list no longer open returns (a stopped stream's pass-through,
@@ -195,7 +195,7 @@ func TestListOrderNotesWhatListsDeliver(t *testing.T) {
 	}
 	lw.watch.Modify(nodeAt("recreated", "61"))
 	<-w.ResultChan()
-	l.forget("recreated", "an earlier object")
+	l.Forget("recreated", "an earlier object")
 	lw.pages[""] = page("", nodeAt("recreated", "61"))
 	if _, err := l.List(metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
