@@ -170,17 +170,23 @@ func Load(path string) (Loaded, error) {
 // inode, size and modification time are unchanged since the last reading
 // (from's included) are not reread.
 func Watch(ctx context.Context, path string, interval time.Duration, from Loaded) <-chan Loaded {
+	tick := time.NewTicker(interval)
+	context.AfterFunc(ctx, tick.Stop)
+	return watch(ctx, path, tick.C, from)
+}
+
+// watch is Watch looking at the files at every value from looks: a test
+// sends them itself, and knows a look has ended when the next is taken.
+func watch(ctx context.Context, path string, looks <-chan time.Time, from Loaded) <-chan Loaded {
 	out := make(chan Loaded)
 	go func() {
 		defer close(out)
-		tick := time.NewTicker(interval)
-		defer tick.Stop()
 		files, seen, last := from.files, from.stamped, from.Fingerprint
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-tick.C:
+			case <-looks:
 			}
 			if seen != "" && stamp(files) == seen {
 				continue

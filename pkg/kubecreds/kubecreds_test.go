@@ -78,19 +78,13 @@ func TestLoadAndWatch(t *testing.T) {
 		t.Fatal("certificate and key must be inlined, not left as paths client-go rereads every 5 minutes")
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ch := Watch(ctx, kc, 20*time.Millisecond, first)
+	w := startWatch(t, kc, first)
 
 	// A half-written file (a broken rotation) is not sent; the old stays.
 	if err := os.WriteFile(certFile, []byte("-----BEGIN CERTIFICATE-----\ngarbage"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case l := <-ch:
-		t.Fatalf("a broken certificate file was sent as new credentials: %s", l.Fingerprint)
-	case <-time.After(200 * time.Millisecond):
-	}
+	w.looks(3, "a broken certificate file was sent as new credentials")
 	if _, err := Load(kc); err == nil || !strings.Contains(err.Error(), "client certificate and key") {
 		t.Fatalf("Load of a broken cert: %v", err)
 	}
@@ -98,13 +92,56 @@ func TestLoadAndWatch(t *testing.T) {
 	if err := os.WriteFile(certFile, selfSigned(t, "two"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case l := <-ch:
-		if l.Fingerprint == first.Fingerprint || string(l.Config.CertData) == string(first.Config.CertData) {
-			t.Fatal("rotated credentials carry the old certificate")
+	if l := w.next("rotation not noticed"); l.Fingerprint == first.Fingerprint || string(l.Config.CertData) == string(first.Config.CertData) {
+		t.Fatal("rotated credentials carry the old certificate")
+	}
+}
+
+// watcher drives watch look by look. Its loop takes a look only once the
+// one before has ended, sent or not: a look taken is the proof that the
+// one before sent nothing.
+type watcher struct {
+	t    *testing.T
+	ctx  context.Context
+	look chan time.Time
+	ch   <-chan Loaded
+}
+
+func startWatch(t *testing.T, kc string, from Loaded) *watcher {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	look := make(chan time.Time)
+	return &watcher{t: t, ctx: ctx, look: look, ch: watch(ctx, kc, look, from)}
+}
+
+// looks makes watch look n times, failing with why if it sends instead;
+// the first n-1 have ended when it returns.
+func (w *watcher) looks(n int, why string) {
+	w.t.Helper()
+	for range n {
+		select {
+		case w.look <- time.Time{}:
+		case l := <-w.ch:
+			w.t.Fatalf("%s: %s", why, l.Fingerprint)
+		case <-w.ctx.Done():
+			w.t.Fatal("watch took no look within 10s")
 		}
-	case <-ctx.Done():
-		t.Fatal("rotation not noticed")
+	}
+}
+
+// next makes watch look until it sends, failing with why if it has not
+// within 10s.
+func (w *watcher) next(why string) Loaded {
+	w.t.Helper()
+	for {
+		select {
+		case w.look <- time.Time{}:
+		case l := <-w.ch:
+			return l
+		case <-w.ctx.Done():
+			w.t.Fatal(why)
+		}
 	}
 }
 
@@ -134,10 +171,10 @@ func TestStamp(t *testing.T) {
 	if first == "" || stamp([]string{f}) != first {
 		t.Fatal("an unchanged file must keep its stamp")
 	}
-	time.Sleep(10 * time.Millisecond)
 	if err := os.WriteFile(f, []byte("two"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	laterWrite(t, f)
 	rewritten := stamp([]string{f})
 	if rewritten == first {
 		t.Error("a rewrite of the same size kept the stamp")
@@ -272,27 +309,31 @@ func TestWatchStartsFromTheReadingItIsGiven(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ch := Watch(ctx, kc, 10*time.Millisecond, first)
-	select {
-	case l := <-ch:
-		t.Fatalf("Watch reread credentials whose stamp had not changed since the reading it was given (%s)", l.Fingerprint)
-	case <-time.After(300 * time.Millisecond):
-	}
+	w := startWatch(t, kc, first)
+	w.looks(3, "Watch reread credentials whose stamp had not changed since the reading it was given")
 
 	// A real rotation is still seen.
-	time.Sleep(10 * time.Millisecond)
 	if err := os.WriteFile(certFile, selfSigned(t, "two"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case l := <-ch:
-		if l.Fingerprint == first.Fingerprint {
-			t.Fatal("the rotation was sent with the old fingerprint")
-		}
-	case <-ctx.Done():
-		t.Fatal("rotation not noticed")
+	laterWrite(t, certFile)
+	if l := w.next("rotation not noticed"); l.Fingerprint == first.Fingerprint {
+		t.Fatal("the rotation was sent with the old fingerprint")
+	}
+}
+
+// laterWrite dates the file f a second after its last write, as a write a
+// moment later would have: the file system's clock may not have moved on
+// since (its granularity is a few milliseconds).
+func laterWrite(t *testing.T, f string) {
+	t.Helper()
+	st, err := os.Stat(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := st.ModTime().Add(time.Second)
+	if err := os.Chtimes(f, later, later); err != nil {
+		t.Fatal(err)
 	}
 }
 
