@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/talos-nodeinit/talos-nodeinit/agent/controller"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/agentkey"
@@ -198,7 +199,9 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		watched := make(chan struct{})
 		go func() {
 			defer close(watched)
-			watchRules(ctx, *f.rulesFile, optionalRules, rulesText, rulesPoll, log, stop)
+			poll := time.NewTicker(rulesPoll)
+			defer poll.Stop()
+			watchRules(ctx, *f.rulesFile, optionalRules, rulesText, poll.C, log, stop)
 		}()
 		defer func() { stop(); <-watched }()
 	}

@@ -27,24 +27,23 @@ func readRules(path string, optional bool) ([]byte, error) {
 	return b, err
 }
 
-// watchRules looks at the rules file every poll, and calls restart once it
-// holds rules other than inForce that compile, the same on two looks in a
-// row (a file being rewritten is not read half-way): the agent then exits 0 and
-// its runner starts it again with them (the extension's `restart: always`,
+// watchRules looks at the rules file at every value from looks (a
+// rulesPoll ticker's), and calls restart once it holds rules other than
+// inForce that compile, the same on two looks in a row (a file being
+// rewritten is not read half-way): the agent then exits 0 and its runner
+// starts it again with them (the extension's `restart: always`,
 // the ContainerConfig runtime's restart after 5 s, the static pod's
 // restartPolicy). Talos rewrites the file when the machine config changes
 // (EtcFileConfig, ExtensionServiceConfig), and nothing else tells a
 // ContainerConfig's container. A file that does not compile is reported
 // once per content and changes nothing: the rules in force stay.
-func watchRules(ctx context.Context, path string, optional bool, inForce []byte, poll time.Duration, log *slog.Logger, restart func()) {
+func watchRules(ctx context.Context, path string, optional bool, inForce []byte, looks <-chan time.Time, log *slog.Logger, restart func()) {
 	var refused, pending []byte
-	t := time.NewTicker(poll)
-	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-looks:
 		}
 		now, err := readRules(path, optional)
 		switch {

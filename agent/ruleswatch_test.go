@@ -46,11 +46,22 @@ func TestWatchRules(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			restarted := make(chan struct{})
 			done := make(chan struct{})
+			looks := make(chan time.Time)
 			go func() {
 				defer close(done)
-				watchRules(ctx, path, tc.optional, []byte(valid), 5*time.Millisecond, log, func() { close(restarted) })
+				watchRules(ctx, path, tc.optional, []byte(valid), looks, log, func() { close(restarted) })
 			}()
 			defer func() { cancel(); <-done }()
+			// look makes watchRules look once more; its loop takes a look
+			// only once the one before has ended. False: it has returned.
+			look := func() bool {
+				select {
+				case looks <- time.Time{}:
+					return true
+				case <-done:
+					return false
+				}
+			}
 			for _, w := range tc.writes {
 				var err error
 				if w == "" {
@@ -64,14 +75,20 @@ func TestWatchRules(t *testing.T) {
 				if err != nil && !os.IsNotExist(err) {
 					t.Fatal(err)
 				}
-				time.Sleep(40 * time.Millisecond) // several polls
+				// Three looks taken: the first two have ended, enough for
+				// a change to be seen twice and acted on.
+				for range 3 {
+					if !look() {
+						break
+					}
+				}
 			}
 			select {
 			case <-restarted:
 				if !tc.restart {
 					t.Error("restarted; want the rules in force kept")
 				}
-			case <-time.After(200 * time.Millisecond):
+			default:
 				if tc.restart {
 					t.Errorf("no restart after the rules changed; log:\n%s", out.String())
 				}
