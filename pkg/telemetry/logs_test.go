@@ -2,16 +2,19 @@ package telemetry
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 )
 
@@ -128,37 +131,76 @@ func (s *syncbuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(
 // route must have finished before restore returns, never land after it
 // (a test reads its buffer right then; a command may close its file).
 func TestKlogRestoreWaitsForLinesInFlight(t *testing.T) {
-	defer logInBackground(func() { klog.InfoS("certificate rotation: waiting") })() // a leftover client-go goroutine
-	for i := range 200 {
-		w := &closingWriter{}
-		log, _ := NewLogger(w, "info", "text")
-		restore := RouteKlog(log)
-		time.Sleep(100 * time.Microsecond)
-		restore()
-		w.close()
-		if late := w.late.Load(); late > 0 {
-			t.Fatalf("round %d: %d klog lines written after restore returned", i, late)
+	w := &heldWriter{entered: make(chan struct{}), release: make(chan struct{})}
+	release := sync.OnceFunc(func() { close(w.release) })
+	defer release()
+	log, _ := NewLogger(w, "info", "text")
+	restore := RouteKlog(log)
+	logged := make(chan struct{})
+	// A leftover client-go goroutine's line, held in the writer.
+	go func() { defer close(logged); klog.InfoS("certificate rotation: waiting") }()
+	<-w.entered
+	restored := make(chan struct{})
+	go func() { defer close(restored); restore() }()
+	waitUntil(t, "restore to return or to wait", func() bool {
+		select {
+		case <-restored:
+			return true
+		default:
+			return blockedIn("telemetry.RouteKlog.func1(")
 		}
+	})
+	select {
+	case <-restored:
+		t.Fatal("restore returned while a klog line was being written to the command's writer")
+	default:
 	}
+	release()
+	<-restored
+	if !w.written.Load() {
+		t.Error("restore returned before the klog line in flight was written")
+	}
+	<-logged
 }
 
-// closingWriter counts the writes that come after close; each write takes
-// a little while, as a file or a pipe's would.
-type closingWriter struct {
-	closed, late atomic.Int64
+// heldWriter holds the first write until release is closed, as a slow
+// file or pipe would: entered is closed when it starts, written set when
+// it ends.
+type heldWriter struct {
+	once             sync.Once
+	entered, release chan struct{}
+	written          atomic.Bool
 }
 
-func (w *closingWriter) Write(p []byte) (int, error) {
-	time.Sleep(50 * time.Microsecond)
-	if w.closed.Load() > 0 {
-		w.late.Add(1)
-	}
+func (w *heldWriter) Write(p []byte) (int, error) {
+	w.once.Do(func() { close(w.entered) })
+	<-w.release
+	w.written.Store(true)
 	return len(p), nil
 }
 
-func (w *closingWriter) close() {
-	w.closed.Store(1)
-	time.Sleep(200 * time.Microsecond) // a write already past the check lands in this time
+// blockedIn tells whether a goroutine whose stack holds fn is blocked on
+// a lock or a wait group (its state, in the stack's header, is "sync....").
+func blockedIn(fn string) bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if _, state, ok := strings.Cut(g, " ["); ok && strings.HasPrefix(state, "sync.") && strings.Contains(g, fn) {
+			return true
+		}
+	}
+	return false
+}
+
+// waitUntil polls cond until it holds, failing the test after 5 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
 }
 
 // A legacy klog call (klog.Info/Infof/Warningf/V(n).Infof: klog's output()
@@ -205,11 +247,11 @@ func TestKlogRestoreOutOfOrderLeavesNoFinishedCommandsWriter(t *testing.T) {
 // A line being handled holds the route's read lock while the target
 // handler formats it; a value whose LogValue logs through klog re-enters
 // RLock. With a swap (write lock) queued in between, that is a deadlock.
-type reentrant struct{ hit chan struct{} }
+type reentrant struct{ hit, queued chan struct{} }
 
 func (r reentrant) LogValue() slog.Value {
-	close(r.hit)                      // a swap can now queue its write lock
-	time.Sleep(50 * time.Millisecond) // let it queue
+	close(r.hit) // a swap can now queue its write lock
+	<-r.queued
 	klog.InfoS("logged while formatting another line")
 	return slog.StringValue("v")
 }
@@ -217,15 +259,19 @@ func (r reentrant) LogValue() slog.Value {
 func TestKlogReentrantLineWithSwapQueued(t *testing.T) {
 	log, _ := NewLogger(io.Discard, "info", "json")
 	restore := RouteKlog(log)
-	hit := make(chan struct{})
+	hit, queued := make(chan struct{}), make(chan struct{})
+	unblock := sync.OnceFunc(func() { close(queued) })
+	defer unblock()
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
-		klog.InfoS("outer", "v", reentrant{hit})
+		klog.InfoS("outer", "v", reentrant{hit, queued})
 	}()
 	<-hit
 	swapped := make(chan struct{})
 	go func() { restore(); close(swapped) }()
+	waitUntil(t, "the swap to queue behind the line being formatted", func() bool { return blockedIn("telemetry.RouteKlog.func1(") })
+	unblock()
 	select {
 	case <-finished:
 		<-swapped
