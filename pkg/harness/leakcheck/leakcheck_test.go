@@ -1,6 +1,7 @@
 package leakcheck
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -9,11 +10,13 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"math/big"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/util/certificate"
@@ -56,7 +59,7 @@ func TestStoppedCertificateManagerIsNotALeak(t *testing.T) {
 	}
 	before := goroutines()
 	m := start()
-	time.Sleep(1500 * time.Millisecond) // its rotation loop sleeps until the deadline
+	waitRotationSleeps(t, 1)
 	m.Stop()
 	if left := leftover(before); len(left) != 0 {
 		t.Fatalf("a stopped manager is reported: %q", left)
@@ -64,10 +67,32 @@ func TestStoppedCertificateManagerIsNotALeak(t *testing.T) {
 
 	never := start()
 	t.Cleanup(never.Stop)
-	time.Sleep(1500 * time.Millisecond)
+	waitRotationSleeps(t, 2) // the stopped one's and this one's
 	left := leftover(before)
 	if len(left) == 0 || !slices.ContainsFunc(left, func(g string) bool { return strings.Contains(g, "certificate.(*manager).run.func") }) {
 		t.Fatalf("a manager never stopped is not reported: %q", left)
+	}
+}
+
+// waitRotationSleeps waits until n certificate managers' rotation loops
+// sleep until their deadline, as the stacks show.
+func waitRotationSleeps(t *testing.T, n int) {
+	t.Helper()
+	count := func() int {
+		buf := make([]byte, 1<<20)
+		sleeps := 0
+		for g := range strings.SplitSeq(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.HasPrefix(firstFrame(g), rotationSleep) {
+				sleeps++
+			}
+		}
+		return sleeps
+	}
+	err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return count() >= n, nil
+	})
+	if err != nil {
+		t.Fatalf("%d certificate managers' rotation loops asleep, want %d: %v", count(), n, err)
 	}
 }
 
