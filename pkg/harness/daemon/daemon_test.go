@@ -1,11 +1,14 @@
 package daemon
 
 import (
+	"context"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 func TestProcess(t *testing.T) {
@@ -20,12 +23,10 @@ func TestProcess(t *testing.T) {
 	if err := p.Start(); err == nil {
 		t.Error("a second Start of a running process succeeded")
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(p.Tail(5), "hello") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no output in the log: %q", p.Tail(5))
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return strings.Contains(p.Tail(5), "hello"), nil
+	}); err != nil {
+		t.Fatalf("no output in the log: %q", p.Tail(5))
 	}
 	if p.Exited() || p.Pid() == 0 {
 		t.Fatal("a running process counts as exited")

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/machined"
 )
@@ -177,16 +178,12 @@ func TestOnlyTheRegisteredProcess(t *testing.T) {
 		t.Fatalf("unshare (util-linux) is needed: %v", err)
 	}
 	t.Cleanup(func() { _ = svc.Process.Kill(); _ = svc.Wait() })
-	deadline := time.Now().Add(5 * time.Second)
 	self, _ := os.Readlink("/proc/self/ns/mnt")
-	for {
-		if ns, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", svc.Process.Pid)); ns != "" && ns != self {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the service process did not enter its own mount namespace")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		ns, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", svc.Process.Pid))
+		return ns != "" && ns != self, nil
+	}); err != nil {
+		t.Fatalf("the service process did not enter its own mount namespace: %v", err)
 	}
 	if err := n.RegisterAgent(ctx, svc.Process.Pid); err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
@@ -318,24 +319,18 @@ func TestAuditCountsMutations(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	patches := 0
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
 		events, err := cluster.Audit()
-		if err != nil {
-			t.Fatal(err)
-		}
-		patches := 0
+		patches = 0
 		for _, e := range events {
 			if e.User.Username == "system:node:audit-node" && e.Verb == "patch" && e.ObjectRef.Resource == "nodes" {
 				patches++
 			}
 		}
-		if patches == 3 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("audit log shows %d patches by audit-node, want 3", patches)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return patches == 3, err
+	})
+	if err != nil {
+		t.Fatalf("audit log shows %d patches by audit-node, want 3: %v", patches, err)
 	}
 }
