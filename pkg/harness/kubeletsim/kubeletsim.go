@@ -54,6 +54,10 @@ type Config struct {
 	// the tests were written against (see BENCHMARKS.md, fourth stop of
 	// issue 23, for what asking late changes).
 	AskWhenSeen bool
+	// OnRetry, when set, is told each registration attempt that failed
+	// with an error a retry may cure, before the wait for the next: a
+	// test learns that the API server was asked.
+	OnRetry func(error)
 }
 
 // Kubelet is a registered, simulated kubelet.
@@ -65,6 +69,8 @@ type Kubelet struct {
 	addresses []corev1.NodeAddress
 	issued    []*x509.Certificate
 	changed   chan struct{} // closed and replaced on every issuance
+	asked     int           // templates the certificate manager asked for
+	answered  int           // of them, those it got
 
 	stop    context.CancelFunc
 	watch   sync.WaitGroup // the Node watch
@@ -154,7 +160,7 @@ func (k *Kubelet) Register(ctx context.Context) error {
 		}
 		k.mu.Unlock()
 	}
-	if err := register(ctx, k.client, node); err != nil {
+	if err := register(ctx, k.client, node, cfg.OnRetry); err != nil {
 		return fmt.Errorf("registering node %s: %w", cfg.NodeName, err)
 	}
 	return nil
@@ -165,7 +171,7 @@ func (k *Kubelet) Register(ctx context.Context) error {
 // may pass: the API server unreachable, too busy to finish a TLS handshake,
 // timing out or shedding load. A refusal (NodeRestriction, validation)
 // fails at once, where the kubelet would log it and try again forever.
-func register(ctx context.Context, client kubernetes.Interface, node *corev1.Node) error {
+func register(ctx context.Context, client kubernetes.Interface, node *corev1.Node, onRetry func(error)) error {
 	step := 100 * time.Millisecond
 	for {
 		_, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
@@ -174,6 +180,9 @@ func register(ctx context.Context, client kubernetes.Interface, node *corev1.Nod
 			return nil
 		case !mayPass(err):
 			return err
+		}
+		if onRetry != nil {
+			onRetry(err)
 		}
 		select {
 		case <-ctx.Done():
@@ -284,8 +293,9 @@ func (k *Kubelet) observe(obj any) {
 // O=system:nodes, SANs from the Node's addresses (or the configured override).
 func (k *Kubelet) template() *x509.CertificateRequest {
 	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.asked++
 	dns, ips := sansFromAddresses(k.addresses)
-	k.mu.Unlock()
 	if k.cfg.ServingDNSNames != nil || k.cfg.ServingIPs != nil {
 		dns, ips = k.cfg.ServingDNSNames, nil
 		for _, ip := range k.cfg.ServingIPs {
@@ -295,6 +305,7 @@ func (k *Kubelet) template() *x509.CertificateRequest {
 	if len(dns) == 0 && len(ips) == 0 {
 		return nil
 	}
+	k.answered++
 	return &x509.CertificateRequest{
 		Subject:     pkix.Name{CommonName: "system:node:" + k.cfg.NodeName, Organization: []string{"system:nodes"}},
 		DNSNames:    dns,
@@ -321,6 +332,15 @@ func sansFromAddresses(addresses []corev1.NodeAddress) (dns []string, ips []net.
 		}
 	}
 	return dns, ips
+}
+
+// TemplateAsks counts the times the serving-certificate manager asked
+// for a template, and how many of them got one (a CSR to send): a test
+// knows the manager looked.
+func (k *Kubelet) TemplateAsks() (asked, answered int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.asked, k.answered
 }
 
 // Issued returns every serving certificate issued so far, oldest first.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
@@ -162,14 +164,21 @@ func TestRegisterWaitsForTheAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	cluster.StopAPIServer()
+	// The API server comes back once a registration has failed on it.
+	failed := make(chan struct{})
+	fail := sync.OnceFunc(func() { close(failed) })
 	restarted := make(chan error, 1)
 	go func() {
-		time.Sleep(time.Second)
-		restarted <- cluster.StartAPIServer(ctx)
+		select {
+		case <-failed:
+			restarted <- cluster.StartAPIServer(ctx)
+		case <-ctx.Done():
+			restarted <- errors.New("no registration attempt failed on the stopped API server")
+		}
 	}()
 	k, err := kubeletsim.Register(ctx, kubeletsim.Config{
 		NodeName: "sim-late", NodeIPs: []netip.Addr{netip.MustParseAddr("192.0.2.12")},
-		Identity: id.Config(), CertDir: t.TempDir(),
+		Identity: id.Config(), CertDir: t.TempDir(), OnRetry: func(error) { fail() },
 	})
 	if err := <-restarted; err != nil {
 		t.Fatal(err)
@@ -222,11 +231,8 @@ func TestStartedKubeletFollowsItsNodeFromRegistration(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	k := start(ctx, t, kubeletsim.Config{NodeName: "sim-started", NodeIPs: []netip.Addr{netip.MustParseAddr("192.0.2.14")}})
-	for !k.Watching() {
-		if ctx.Err() != nil {
-			t.Fatal("the Node watch of a started kubelet did not sync")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if err := wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) { return k.Watching(), nil }); err != nil {
+		t.Fatal("the Node watch of a started kubelet did not sync")
 	}
 	if err := k.Register(ctx); err != nil {
 		t.Fatal(err)
@@ -236,11 +242,10 @@ func TestStartedKubeletFollowsItsNodeFromRegistration(t *testing.T) {
 	if _, err := admin.CoreV1().Nodes().Patch(ctx, "sim-started", types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		t.Fatal(err)
 	}
-	for !slices.Contains(k.Addresses(), corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "198.51.100.14"}) {
-		if ctx.Err() != nil {
-			t.Fatalf("the kubelet follows %v: not the address published after the registration", k.Addresses())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if err := wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
+		return slices.Contains(k.Addresses(), corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "198.51.100.14"}), nil
+	}); err != nil {
+		t.Fatalf("the kubelet follows %v: not the address published after the registration", k.Addresses())
 	}
 }
 
@@ -253,8 +258,18 @@ func TestAskWhenSeenWaitsForTheNode(t *testing.T) {
 	if err := k.StartServing(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// The manager looks for a template every second: twice, and neither
+	// look got one.
+	if err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
+		asked, _ := k.TemplateAsks()
+		return asked >= 2, nil
+	}); err != nil {
+		t.Fatalf("the serving-certificate manager did not look for a template: %v", err)
+	}
+	if asked, answered := k.TemplateAsks(); answered != 0 {
+		t.Fatalf("%d of the manager's %d looks got a template before the kubelet saw its Node", answered, asked)
+	}
 	admin := kubernetes.NewForConfigOrDie(cluster.Admin())
-	time.Sleep(1500 * time.Millisecond) // the manager looks for a template every second
 	list, err := admin.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
