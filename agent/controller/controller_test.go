@@ -20,8 +20,13 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/talos-nodeinit/talos-nodeinit/agent/controller"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/agentkey"
@@ -29,6 +34,7 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck/csrtest"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/desired"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/syncbuf"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testcluster"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testnode"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/netaddr"
@@ -157,20 +163,25 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// waitNode polls the Node as admin until cond holds, returning how long it took.
+// waitNode watches the Node as admin until cond holds of a version of it,
+// returning how long it took.
 func (n *node) waitNode(t *testing.T, timeout time.Duration, what string, cond func(*corev1.Node) bool) time.Duration {
 	t.Helper()
 	start := time.Now()
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
 	var last *corev1.Node
-	for time.Since(start) < timeout {
-		got, err := n.admin.CoreV1().Nodes().Get(t.Context(), n.name, metav1.GetOptions{})
-		if err == nil {
-			last = got
-			if cond(got) {
-				return time.Since(start)
-			}
+	lw := cache.NewListWatchFromClient(n.admin.CoreV1().RESTClient(), "nodes", "", fields.OneTermEqualSelector("metadata.name", n.name))
+	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Node{}, nil, func(e watch.Event) (bool, error) {
+		got, ok := e.Object.(*corev1.Node)
+		if !ok || e.Type == watch.Deleted {
+			return false, nil
 		}
-		time.Sleep(10 * time.Millisecond)
+		last = got
+		return cond(got), nil
+	})
+	if err == nil {
+		return time.Since(start)
 	}
 	if last != nil {
 		t.Fatalf("%s: not within %v; labels=%v annotations=%v providerID=%q addresses=%v", what, timeout, last.Labels, last.Annotations, last.Spec.ProviderID, last.Status.Addresses)
@@ -207,12 +218,18 @@ func (n *node) resyncs(t *testing.T, a *agent, count int) {
 		if _, err := n.admin.CoreV1().Nodes().Patch(t.Context(), n.name, types.MergePatchType, poke, metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(a.metrics.Syncs.WithLabelValues("ok")) <= synced; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("the agent did not resync after its Node changed")
-			}
+		if !eventually(t, 10*time.Second, func() bool { return testutil.ToFloat64(a.metrics.Syncs.WithLabelValues("ok")) > synced }) {
+			t.Fatal("the agent did not resync after its Node changed")
 		}
 	}
+}
+
+// eventually polls cond until it holds (true) or d has passed (false).
+func eventually(t *testing.T, d time.Duration, cond func() bool) bool {
+	t.Helper()
+	return wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, d, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	}) == nil
 }
 
 func metal(hostname string) runtime.PlatformMetadataSpec {
@@ -469,10 +486,7 @@ func TestAttestation(t *testing.T) {
 	}
 	// The agent counts an attestation once its write returned, which may
 	// be after the test saw the annotation: wait for the count, briefly.
-	deadline := time.Now().Add(5 * time.Second)
-	for testutil.ToFloat64(a.metrics.Attestations.WithLabelValues("reject")) < 1 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually(t, 5*time.Second, func() bool { return testutil.ToFloat64(a.metrics.Attestations.WithLabelValues("reject")) >= 1 })
 	if got := testutil.ToFloat64(a.metrics.Attestations.WithLabelValues("reject")); got != 1 {
 		t.Errorf("reject attestations metric = %v, want 1", got)
 	}
@@ -632,13 +646,16 @@ func TestCertificateRotation(t *testing.T) {
 	if err := n.id.Rotate(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Until(short.Add(validFor + time.Second)))
 
-	// The old certificate is now refused by the API server...
+	// The old certificate expires: the API server refuses it...
 	oldCfg := cluster.Admin()
 	oldCfg.TLSClientConfig.CertData, oldCfg.TLSClientConfig.KeyData = oldCreds, oldCreds
-	if _, err := kubernetes.NewForConfigOrDie(oldCfg).CoreV1().Nodes().Get(t.Context(), n.name, metav1.GetOptions{}); err == nil {
-		t.Fatal("the old certificate still works; the test would prove nothing")
+	old := kubernetes.NewForConfigOrDie(oldCfg)
+	if err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, time.Until(short.Add(validFor+10*time.Second)), false, func(ctx context.Context) (bool, error) {
+		_, err := old.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+		return err != nil, nil
+	}); err != nil {
+		t.Fatal("the old certificate still works 10s after it expired; the test would prove nothing")
 	}
 	// ...and the agent still writes.
 	n.ns.AddAddr("eth0", "198.51.100.8/24")
@@ -652,14 +669,21 @@ func TestCertificateRotation(t *testing.T) {
 
 func TestAPIServerOutageAndMachinedRestart(t *testing.T) {
 	n := newNode(t, "outage-node", "10.0.0.15", metal("outage-node"))
-	a := n.startAgent(t, "")
+	var factsLog syncbuf.Buffer
+	a := n.startAgent(t, "", func(c *controller.Config) {
+		debug := slog.New(slog.NewTextHandler(&factsLog, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		c.Facts = (&talos.Reader{Socket: n.Machined.Socket, Log: debug}).Watch
+	})
 	n.waitNode(t, 20*time.Second, "join", func(node *corev1.Node) bool { return hasAddress(node, corev1.NodeExternalIP, "203.0.113.10") })
 
+	failed := testutil.ToFloat64(a.metrics.Syncs.WithLabelValues("error"))
 	cluster.StopAPIServer()
 	n.ns.AddAddr("eth0", "198.51.100.9/24")
-	time.Sleep(2 * time.Second) // the agent fails, backs off, keeps its facts fresh
-	if a.Ready() == nil {
-		t.Error("agent reports ready while its write cannot reach the API server")
+	// The agent fails a sync (the write of the new address), and says so.
+	if !eventually(t, 20*time.Second, func() bool {
+		return testutil.ToFloat64(a.metrics.Syncs.WithLabelValues("error")) > failed && a.Ready() != nil
+	}) {
+		t.Errorf("agent reports ready (%v) while its write cannot reach the API server; %v failed syncs", a.Ready(), testutil.ToFloat64(a.metrics.Syncs.WithLabelValues("error"))-failed)
 	}
 	if err := cluster.StartAPIServer(t.Context()); err != nil {
 		t.Fatal(err)
@@ -669,9 +693,12 @@ func TestAPIServerOutageAndMachinedRestart(t *testing.T) {
 	})
 	t.Logf("API server back → pending change written: %v", took)
 
-	// machined goes away and comes back with new metadata.
+	// machined goes away (the agent's reader finds it gone) and comes back
+	// with new metadata.
 	n.Machined.Stop()
-	time.Sleep(500 * time.Millisecond)
+	if !eventually(t, 10*time.Second, func() bool { return strings.Contains(factsLog.String(), "machined not reachable") }) {
+		t.Fatalf("the agent's facts reader did not find machined gone:\n%s", factsLog.String())
+	}
 	if err := n.Machined.Serve(); err != nil {
 		t.Fatal(err)
 	}
@@ -818,10 +845,8 @@ func TestProviderIDRefusedToTheNodeIsAskedAgainLater(t *testing.T) {
 	n.waitNode(t, 20*time.Second, "the agent's report", func(node *corev1.Node) bool {
 		return node.Annotations[contract.AnnotationMetadata] != ""
 	})
-	for deadline := time.Now().Add(10 * time.Second); a.Ready() != nil; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("agent not ready with its providerID refused: %v", a.Ready())
-		}
+	if !eventually(t, 10*time.Second, func() bool { return a.Ready() == nil }) {
+		t.Fatalf("agent not ready with its providerID refused: %v", a.Ready())
 	}
 	specWrites := func() []testcluster.AuditEvent {
 		return slices.DeleteFunc(agentWrites(t, n.name), func(e testcluster.AuditEvent) bool { return e.ObjectRef.Subresource != "" })

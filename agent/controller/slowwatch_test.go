@@ -9,6 +9,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,21 +27,32 @@ import (
 )
 
 // slowWatches is a TLS proxy to the real API server, as the node, that
-// holds back by delay what a watch stream opened before slowFrom carries
-// after it: the agent's first watch syncs at once (its initial list is a
-// watch stream too, with client-go's WatchList) and then delivers late, as
-// under a join storm's load (or never, with a long delay); a watch opened
-// later is not delayed.
+// holds back what a watch stream opened before slowFrom carries after it,
+// until release (given to slowFrom) is closed: the agent's first watch
+// syncs at once (its initial list is a watch stream too, with client-go's
+// WatchList) and then delivers late, as under a join storm's load (or
+// never, with a nil release); a watch opened later is not held. read is
+// closed once a direct read of the Node, after slowFrom, has found it.
 type slowWatches struct {
 	kubeconfig string
-	from       atomic.Pointer[time.Time]
+	from       atomic.Pointer[slowSince]
+	read       chan struct{}
+	readOnce   sync.Once
+	watches    atomic.Int32 // watch streams opened
 }
 
-func (s *slowWatches) slowFrom(t time.Time) { s.from.Store(&t) }
+type slowSince struct {
+	at      time.Time
+	release <-chan struct{}
+}
 
-func newSlowWatches(t *testing.T, n *node, delay time.Duration) *slowWatches {
+func (s *slowWatches) slowFrom(release <-chan struct{}) {
+	s.from.Store(&slowSince{at: time.Now(), release: release})
+}
+
+func newSlowWatches(t *testing.T, n *node) *slowWatches {
 	t.Helper()
-	sw := &slowWatches{}
+	sw := &slowWatches{read: make(chan struct{})}
 	upstream, err := url.Parse(cluster.Admin().Host)
 	if err != nil {
 		t.Fatal(err)
@@ -54,14 +66,18 @@ func newSlowWatches(t *testing.T, n *node, delay time.Duration) *slowWatches {
 		Rewrite:   func(r *httputil.ProxyRequest) { r.SetURL(upstream) },
 		Transport: transport,
 		ModifyResponse: func(resp *http.Response) error {
-			if resp.Request.URL.Query().Get("watch") == "true" {
+			switch r := resp.Request; {
+			case r.URL.Query().Get("watch") == "true":
 				opened := time.Now()
-				resp.Body = delayed(resp.Body, func(at time.Time) time.Time {
-					if from := sw.from.Load(); from != nil && opened.Before(*from) && at.After(*from) {
-						return at.Add(delay)
+				sw.watches.Add(1)
+				resp.Body = delayed(resp.Body, func(at time.Time) (held bool, release <-chan struct{}) {
+					if from := sw.from.Load(); from != nil && opened.Before(from.at) && at.After(from.at) {
+						return true, from.release
 					}
-					return at
+					return false, nil
 				}, done)
+			case r.Method == http.MethodGet && r.URL.Path == "/api/v1/nodes/"+n.name && resp.StatusCode == http.StatusOK && sw.from.Load() != nil:
+				sw.readOnce.Do(func() { close(sw.read) })
 			}
 			return nil
 		},
@@ -89,8 +105,9 @@ func newSlowWatches(t *testing.T, n *node, delay time.Duration) *slowWatches {
 	return sw
 }
 
-// delayed passes body through, each chunk when due(its arrival) says.
-func delayed(body io.ReadCloser, due func(time.Time) time.Time, done <-chan struct{}) io.ReadCloser {
+// delayed passes body through, each chunk at once or, when hold(its
+// arrival) says so, once release is closed (never, if nil).
+func delayed(body io.ReadCloser, hold func(time.Time) (bool, <-chan struct{}), done <-chan struct{}) io.ReadCloser {
 	d := &delayedBody{body: body, chunks: make(chan chunk, 1024), done: done, closed: make(chan struct{})}
 	go func() {
 		defer close(d.chunks)
@@ -98,8 +115,9 @@ func delayed(body io.ReadCloser, due func(time.Time) time.Time, done <-chan stru
 			buf := make([]byte, 32<<10)
 			n, err := body.Read(buf)
 			if n > 0 {
+				held, release := hold(time.Now())
 				select {
-				case d.chunks <- chunk{buf[:n], due(time.Now())}:
+				case d.chunks <- chunk{buf[:n], held, release}:
 				case <-d.closed:
 					return
 				case <-done:
@@ -115,8 +133,9 @@ func delayed(body io.ReadCloser, due func(time.Time) time.Time, done <-chan stru
 }
 
 type chunk struct {
-	b  []byte
-	at time.Time
+	b       []byte
+	held    bool
+	release <-chan struct{}
 }
 
 type delayedBody struct {
@@ -140,12 +159,14 @@ func (d *delayedBody) Read(p []byte) (int, error) {
 		if !ok {
 			return 0, io.EOF
 		}
-		select {
-		case <-time.After(time.Until(c.at)):
-		case <-d.closed:
-			return 0, io.EOF
-		case <-d.done:
-			return 0, io.EOF
+		if c.held {
+			select {
+			case <-c.release:
+			case <-d.closed:
+				return 0, io.EOF
+			case <-d.done:
+				return 0, io.EOF
+			}
 		}
 		d.rest = c.b
 	}
@@ -167,7 +188,7 @@ func (d *delayedBody) Close() error {
 // Node has been seen to exist for watchCheckAfter without the watch
 // delivering it.
 func TestSlowWatchIsNotRestarted(t *testing.T) {
-	n, a := slowWatchNode(t, "slow-watch-node", "10.0.0.31", 4*time.Second)
+	n, a := slowWatchNode(t, "slow-watch-node", "10.0.0.31", true)
 	n.waitNode(t, 20*time.Second, "the report, from the slow watch", func(node *corev1.Node) bool {
 		return hasAddress(node, corev1.NodeExternalIP, "203.0.113.10")
 	})
@@ -179,7 +200,7 @@ func TestSlowWatchIsNotRestarted(t *testing.T) {
 // The safety net still holds: a watch that never delivers the Node is
 // restarted, and the agent joins.
 func TestStuckWatchIsRestarted(t *testing.T) {
-	n, a := slowWatchNode(t, "stuck-watch-node", "10.0.0.32", time.Hour)
+	n, a := slowWatchNode(t, "stuck-watch-node", "10.0.0.32", false)
 	n.waitNode(t, 30*time.Second, "the report, after the watch's restart", func(node *corev1.Node) bool {
 		return hasAddress(node, corev1.NodeExternalIP, "203.0.113.10")
 	})
@@ -188,11 +209,12 @@ func TestStuckWatchIsRestarted(t *testing.T) {
 	}
 }
 
-// slowWatchNode starts an agent with its Node absent, its first watch
-// delayed by delay from the Node's creation, 2.5 s later; so the agent's
-// direct read (5 s after it first missed the Node) finds the Node before
-// that watch delivers it.
-func slowWatchNode(t *testing.T, name, ip string, delay time.Duration) (*node, *agent) {
+// slowWatchNode starts an agent with its Node absent, and creates the Node
+// once the agent's first watch is open and the agent has found the Node
+// missing. That watch holds back the Node: until the agent's direct read
+// (5 s after it first missed the Node) has found it, when the watch is
+// slow; for good when it is stuck.
+func slowWatchNode(t *testing.T, name, ip string, slow bool) (*node, *agent) {
 	n := newNode(t, name, ip, metal(name))
 	registered, err := n.admin.CoreV1().Nodes().Get(t.Context(), name, metav1.GetOptions{})
 	if err != nil {
@@ -201,10 +223,19 @@ func slowWatchNode(t *testing.T, name, ip string, delay time.Duration) (*node, *
 	if err := n.admin.CoreV1().Nodes().Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	sw := newSlowWatches(t, n, delay)
+	sw := newSlowWatches(t, n)
 	a := n.startAgent(t, "", func(c *controller.Config) { c.Kubeconfig = sw.kubeconfig })
-	time.Sleep(2500 * time.Millisecond)
-	sw.slowFrom(time.Now())
+	if !eventually(t, 20*time.Second, func() bool {
+		err := a.Ready()
+		return sw.watches.Load() > 0 && err != nil && strings.Contains(err.Error(), "to be registered by the kubelet")
+	}) {
+		t.Fatalf("the agent did not find its Node missing through its watch: %v", a.Ready())
+	}
+	var release <-chan struct{} // stuck: never
+	if slow {
+		release = sw.read
+	}
+	sw.slowFrom(release)
 	registered.ResourceVersion, registered.UID = "", ""
 	if _, err := n.admin.CoreV1().Nodes().Create(context.Background(), registered, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -29,16 +29,11 @@ func TestUnreachableAPIServerIsSaid(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := n.startAgent(t, "", func(c *controller.Config) { c.Kubeconfig = path })
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	if !eventually(t, 20*time.Second, func() bool {
 		err := a.Ready()
-		if err != nil && strings.Contains(err.Error(), "API server") && strings.Contains(err.Error(), "127.0.0.1:1") {
-			t.Logf("readyz: %v", err)
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("20 s with the API server unreachable, readyz says %v; want it to name the API server and its address", err)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return err != nil && strings.Contains(err.Error(), "API server") && strings.Contains(err.Error(), "127.0.0.1:1")
+	}) {
+		t.Fatalf("20 s with the API server unreachable, readyz says %v; want it to name the API server and its address", a.Ready())
 	}
+	t.Logf("readyz: %v", a.Ready())
 }
