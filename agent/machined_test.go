@@ -1,8 +1,7 @@
 package main
 
 import (
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/syncbuf"
-
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,9 +16,11 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/syncbuf"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testnode"
 )
 
@@ -57,15 +58,18 @@ func extensionAgent(t *testing.T, n *testnode.Node, extra ...string) (cmd *exec.
 	return cmd, logs, metrics
 }
 
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within %s", what, d)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !eventually(t, d, cond) {
+		t.Fatalf("no %s within %s", what, d)
 	}
+}
+
+// eventually polls cond until it holds (true) or d has passed (false).
+func eventually(t testing.TB, d time.Duration, cond func() bool) bool {
+	return wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, d, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	}) == nil
 }
 
 func readyz(metrics string) (int, string) {

@@ -21,6 +21,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/agentkey"
@@ -139,24 +140,33 @@ func startBinary(t testing.TB, n *testnode.Node, extra ...string) (*exec.Cmd, *b
 			t.Logf("agent logs:\n%s", logs.String())
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get("http://" + metrics + "/readyz")
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("agent not ready within 30s: %s", body)
-			}
-		} else if time.Now().After(deadline) {
-			t.Fatalf("agent metrics endpoint: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var said string
+	if !eventually(t, 30*time.Second, func() bool {
+		code, body := readyz(metrics)
+		said = body
+		return code == 200
+	}) {
+		t.Fatalf("agent not ready within 30s: %s", said)
 	}
 	return cmd, &logs, metrics
+}
+
+// syncsOK reads the agent's count of successful syncs from its metrics.
+func syncsOK(t testing.TB, metrics string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, `nodeinit_agent_syncs_total{result="ok"} `); ok {
+			n, _ := strconv.ParseFloat(v, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 func simNode(t testing.TB, name, ip string) *testnode.Node {
@@ -249,8 +259,15 @@ func BenchmarkFootprint(b *testing.B) {
 		b.Fatal(err)
 	}
 	n := simNode(b, "footprint", "10.1.0.20")
-	cmd, _, _ := startBinary(b, n)
-	time.Sleep(5 * time.Second) // steady state: informer synced, nothing to write
+	cmd, _, metrics := startBinary(b, n)
+	// Steady state: ready, and a resync (an admin touches an annotation
+	// the agent does not own) done with nothing to write.
+	synced := syncsOK(b, metrics)
+	poke := []byte(`{"metadata":{"annotations":{"example.com/poke":"1"}}}`)
+	if _, err := kubernetes.NewForConfigOrDie(cluster.Admin()).CoreV1().Nodes().Patch(b.Context(), n.Name, types.MergePatchType, poke, metav1.PatchOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	waitUntil(b, 10*time.Second, "resync in steady state", func() bool { return syncsOK(b, metrics) > synced })
 	rss, hwm := procMemory(b, cmd.Process.Pid)
 	for b.Loop() {
 	}
