@@ -33,8 +33,11 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
 
@@ -354,17 +357,12 @@ users:
 	if cfg.Sandboxd {
 		isolatedAgentRefused(t, line)
 	}
-	var node *corev1.Node
 	deadline := time.Now().Add(90 * time.Second)
-	for {
-		node, err = admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err == nil && node.Annotations[contract.AnnotationMetadata] != "" && hasAddress(node, kernelOnly) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the agent did not initialize its part of Node %s within 90s (addresses %v, annotations %v)", name, node.Status.Addresses, node.Annotations)
-		}
-		time.Sleep(500 * time.Millisecond)
+	node, ok := untilNode(ctx, deadline, admin, name, func(node *corev1.Node) bool {
+		return node.Annotations[contract.AnnotationMetadata] != "" && hasAddress(node, kernelOnly)
+	})
+	if !ok {
+		t.Fatalf("the agent did not initialize its part of Node %s within 90s (addresses %v, annotations %v)", name, node.Status.Addresses, node.Annotations)
 	}
 	md, err := contract.DecodeMetadata(node.Annotations[contract.AnnotationMetadata])
 	if err != nil {
@@ -390,14 +388,8 @@ users:
 	// taint removed) and, on the agent's attestation, approves the
 	// kubelet's serving CSR (the kubelet stand-in asks for its name and
 	// the address it registered).
-	for !initializedWithCIDR(node) {
-		if time.Now().After(deadline) {
-			t.Fatalf("Node %s not initialized by the coordinator: taints %v, podCIDRs %v", name, node.Spec.Taints, node.Spec.PodCIDRs)
-		}
-		time.Sleep(500 * time.Millisecond)
-		if node, err = admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err != nil {
-			t.Fatal(err)
-		}
+	if node, ok = untilNode(ctx, deadline, admin, name, initializedWithCIDR); !ok {
+		t.Fatalf("Node %s not initialized by the coordinator: taints %v, podCIDRs %v", name, node.Spec.Taints, node.Spec.PodCIDRs)
 	}
 	t.Logf("initialized: podCIDRs %v", node.Spec.PodCIDRs)
 	if !cfg.Sandboxd && bytes.Contains(docs, []byte(rulesLabel)) && node.Labels[rulesLabel] != "applied" { // (its rule matches machined's platform)
@@ -723,6 +715,25 @@ func isolatedAgentRefused(t *testing.T, started string) {
 	if recorded != nspid[2] || recorded == nspid[1] {
 		t.Errorf("machined recorded PID %d: no longer the PID in sandboxd's namespace (%d) instead of its own (%d); Talos may have fixed this: update the README", recorded, nspid[2], nspid[1])
 	}
+}
+
+// untilNode watches Node name until cond holds of a version of it, or
+// until deadline; it returns the last version seen (an empty Node if none)
+// and whether cond held.
+func untilNode(ctx context.Context, deadline time.Time, cs kubernetes.Interface, name string, cond func(*corev1.Node) bool) (*corev1.Node, bool) {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	last := &corev1.Node{}
+	lw := cache.NewListWatchFromClient(cs.CoreV1().RESTClient(), "nodes", "", fields.OneTermEqualSelector("metadata.name", name))
+	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Node{}, nil, func(e watch.Event) (bool, error) {
+		node, ok := e.Object.(*corev1.Node)
+		if !ok || e.Type == watch.Deleted {
+			return false, nil
+		}
+		last = node
+		return cond(node), nil
+	})
+	return last, err == nil
 }
 
 // waitServices asks machined's API for the node's services (through the
