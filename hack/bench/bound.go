@@ -70,8 +70,10 @@ func initializeAtOnce(ctx context.Context, e *env, workers int, prefix string) (
 
 // atOnce runs workers that call act, as admin with no client-side rate
 // limit, for each object of informer's kind that want holds for, retrying
-// after 5 ms, doubling to 1 s. stop ends them and returns once they have;
-// it may be called more than once.
+// after 5 ms, doubling to 1 s. It returns once every object of the first
+// list has been offered to want; stop ends the workers once they have
+// acted on every key queued, and returns; it may be called more than
+// once.
 func atOnce(ctx context.Context, e *env, workers int,
 	informer func(informers.SharedInformerFactory) cache.SharedIndexInformer, want func(any) bool,
 	act func(ctx context.Context, cs kubernetes.Interface, store cache.Store, name string) error,
@@ -93,22 +95,22 @@ func atOnce(ctx context.Context, e *env, workers int,
 			}
 		}
 	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    enqueue,
 		UpdateFunc: func(_, obj any) { enqueue(obj) },
-	}); err != nil {
+	})
+	if err != nil {
 		cancel()
 		q.ShutDown()
 		return nil, err
 	}
 	factory.Start(ctx.Done())
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			cancel()
-			q.ShutDown()
-			factory.Shutdown()
-			return nil, fmt.Errorf("the %v informer did not sync", typ)
-		}
+	factory.WaitForCacheSync(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+		cancel()
+		q.ShutDown()
+		factory.Shutdown()
+		return nil, fmt.Errorf("the %T informer did not sync", inf)
 	}
 	var wg sync.WaitGroup
 	for range workers {
@@ -128,8 +130,9 @@ func atOnce(ctx context.Context, e *env, workers int,
 		})
 	}
 	return sync.OnceFunc(func() {
+		q.ShutDownWithDrain() // every key queued is acted on first
+		q.ShutDown()          // and the delaying queue's own loop ends
 		cancel()
-		q.ShutDown()
 		wg.Wait()
 		factory.Shutdown()
 	}), nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"runtime"
 	"slices"
@@ -68,20 +69,15 @@ func TestApproveAtOnce(t *testing.T) {
 		}
 		return false
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !approved("atonce-serving") {
-		if time.Now().After(deadline) {
-			t.Fatal("the kubelet serving CSR was not approved within 10s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(500 * time.Millisecond) // the others had as long
+	eventually(t, 10*time.Second, "the kubelet serving CSR approved", func() bool { return approved("atonce-serving") })
+	// Every CSR was offered to the approver before it started, and stop
+	// returns once it has acted on every one it queued.
+	stop()
 	for _, name := range []string{"atonce-other-signer", "atonce-other-node"} {
 		if approved(name) {
 			t.Errorf("%s was approved", name)
 		}
 	}
-	stop()
 	noMoreGoroutines(t, goroutines)
 }
 
@@ -110,8 +106,9 @@ func TestInitializeAtOnce(t *testing.T) {
 		}
 		t.Cleanup(func() { nodes.Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{}) })
 	}
-	create("atonce-reported", map[string]string{contract.AnnotationMetadata: "{}"})
+	// The silent Node first: the watch delivers it before the reported one.
 	create("atonce-silent", nil)
+	create("atonce-reported", map[string]string{contract.AnnotationMetadata: "{}"})
 	get := func(name string) *corev1.Node {
 		n, err := nodes.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -119,21 +116,16 @@ func TestInitializeAtOnce(t *testing.T) {
 		}
 		return n
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !initialized(get("atonce-reported")) {
-		if time.Now().After(deadline) {
-			t.Fatal("the reported Node was not initialized within 10s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually(t, 10*time.Second, "the reported Node initialized", func() bool { return initialized(get("atonce-reported")) })
 	if n := get("atonce-reported"); !slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == "admin" }) {
 		t.Errorf("taints after the initialization: %v, want the admin's kept", n.Spec.Taints)
 	}
-	time.Sleep(500 * time.Millisecond) // the silent Node had as long
+	// The silent Node was offered before the reported one, and stop
+	// returns once every Node queued was acted on.
+	stop()
 	if n := get("atonce-silent"); len(n.Spec.PodCIDRs) > 0 || !contract.Uninitialized(n) {
 		t.Errorf("a Node with no report was written: pod CIDRs %v, taints %v", n.Spec.PodCIDRs, n.Spec.Taints)
 	}
-	stop()
 	noMoreGoroutines(t, goroutines)
 }
 
@@ -155,13 +147,7 @@ func TestPodCIDRsAreDistinct(t *testing.T) {
 
 func noMoreGoroutines(t *testing.T, before int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines after stop, %d before", runtime.NumGoroutine(), before)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually(t, 5*time.Second, fmt.Sprintf("%d goroutines, as before", before), func() bool { return runtime.NumGoroutine() <= before })
 }
 
 // TestRunAtOnce runs `go run ./hack/bench -initialize-at-once` (BENCHMARKS.md)

@@ -79,6 +79,31 @@ func waitLeading(t *testing.T, s *supervised) {
 	}
 }
 
+// eventually polls cond until it holds, failing the test after timeout.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, timeout)
+		}
+	}
+}
+
+// underWay waits until some of nodes are initialized: the storm is on,
+// and the leader is writing.
+func underWay(t *testing.T, nodes []*simNode) {
+	t.Helper()
+	eventually(t, time.Minute, "the storm under way", func() bool {
+		done := 0
+		for _, sn := range nodes {
+			if !shared.watch.initializedAt(sn.name).IsZero() {
+				done++
+			}
+		}
+		return done >= len(nodes)/20+1
+	})
+}
+
 // converge waits for every node (initialized, certificate issued) and checks
 // the end state: no pod CIDR twice, exact labels and addresses.
 func converge(t *testing.T, nodes []*simNode, timeout time.Duration) time.Time {
@@ -120,19 +145,14 @@ func TestLeaderKilledDuringStorm(t *testing.T) {
 	b := coordinatorFor(t, "kill-b", fastLease...)
 	storm := make(chan error, 1)
 	go func() { storm <- shared.storm(t.Context(), nodes) }()
-	time.Sleep(700 * time.Millisecond)
+	underWay(t, nodes)
 	killed := time.Now()
 	a.current().kill()
-	var takeover time.Duration
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if h := shared.holder(t.Context()); h == b.id || (h == a.id && a.restarted() > 0 && time.Since(killed) > 4*time.Second) {
-			takeover = time.Since(killed)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no coordinator took over within 30s of kill -9")
-		}
-	}
+	eventually(t, 30*time.Second, "a coordinator taking over after kill -9", func() bool {
+		h := shared.holder(t.Context())
+		return h == b.id || (h == a.id && a.restarted() > 0 && time.Since(killed) > 4*time.Second)
+	})
+	takeover := time.Since(killed)
 	if err := <-storm; err != nil {
 		t.Fatal(err)
 	}
@@ -195,14 +215,10 @@ func TestAgentKilledMidJoin(t *testing.T) {
 	if _, _, err := sn.times(); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(2 * time.Millisecond) {
-		if n := shared.watch.get(sn.name); n != nil && len(n.Annotations) > 1 && len(n.Labels) > 5 {
-			break // the agent's report landed
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the agent made no report within 30s")
-		}
-	}
+	eventually(t, 30*time.Second, "the agent's report", func() bool {
+		n := shared.watch.get(sn.name)
+		return n != nil && len(n.Annotations) > 1 && len(n.Labels) > 5
+	})
 	sn.agentProc.Stop(syscall.SIGKILL, 5*time.Second)
 	killed := time.Now()
 	if err := shared.startAgentProcess(sn); err != nil {
@@ -253,16 +269,8 @@ func TestLinkFlap(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	last := time.Now()
-	var settled time.Duration
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if checkNode(sn, shared.watch.get(sn.name)) == nil {
-			settled = time.Since(last)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not settled 30s after the last flap: %v", checkNode(sn, shared.watch.get(sn.name)))
-		}
-	}
+	eventually(t, 30*time.Second, "the Node's status exact after the last flap", func() bool { return checkNode(sn, shared.watch.get(sn.name)) == nil })
+	settled := time.Since(last)
 	if got := shared.watch.get(sn.name).Spec.PodCIDRs; fmt.Sprint(got) != fmt.Sprint(cidrs) {
 		t.Errorf("pod CIDRs changed across the flaps: %v → %v", cidrs, got)
 	}

@@ -114,20 +114,18 @@ func TestHandoffsDuringStorms(t *testing.T) {
 		graceful := round%2 == 0
 		nodes := nodesFor(t, fmt.Sprintf("handoff%d", round), 5000+round*n, n)
 		var leader *supervised
-		for deadline := time.Now().Add(30 * time.Second); leader == nil; time.Sleep(20 * time.Millisecond) {
+		eventually(t, 30*time.Second, "a leader", func() bool {
 			switch shared.holder(t.Context()) {
 			case a.id:
 				leader = a
 			case b.id:
 				leader = b
 			}
-			if time.Now().After(deadline) {
-				t.Fatal("no leader")
-			}
-		}
+			return leader != nil
+		})
 		storm := make(chan error, 1)
 		go func() { storm <- shared.storm(t.Context(), nodes) }()
-		time.Sleep(1500 * time.Millisecond) // well into the storm: the leader is writing
+		underWay(t, nodes)
 		at := time.Now()
 		how := "kill -9"
 		if graceful {
