@@ -20,22 +20,11 @@ import (
 	"time"
 
 	cosiv1alpha1 "github.com/cosi-project/runtime/api/v1alpha1"
-	"github.com/cosi-project/runtime/pkg/resource"
-	"github.com/cosi-project/runtime/pkg/resource/protobuf"
-	"github.com/cosi-project/runtime/pkg/state"
-	cosiclient "github.com/cosi-project/runtime/pkg/state/protobuf/client"
-	networkpb "github.com/siderolabs/talos/pkg/machinery/api/resource/definitions/network"
-	"github.com/siderolabs/talos/pkg/machinery/constants"
-	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
-	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
-	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
-	"github.com/siderolabs/talos/pkg/machinery/role"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/facts"
@@ -96,17 +85,17 @@ func SocketDenied(err error) string {
 
 // WithReaderRole adds the talos-role metadata machined requires on every call.
 func WithReaderRole(ctx context.Context) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, constants.APIAuthzRoleMetadataKey, string(role.Reader))
+	return metadata.AppendToOutgoingContext(ctx, roleMetadataKey, readerRole)
 }
 
 // kinds are the resources watched; AddressStatus is filtered to the external link.
-var kinds = []resource.Kind{
-	resource.NewMetadata(runtime.NamespaceName, runtime.PlatformMetadataType, "", resource.VersionUndefined),
-	resource.NewMetadata(hardware.NamespaceName, hardware.SystemInformationType, "", resource.VersionUndefined),
-	resource.NewMetadata(k8s.NamespaceName, k8s.NodenameType, "", resource.VersionUndefined),
-	resource.NewMetadata(k8s.NamespaceName, k8s.NodeIPType, "", resource.VersionUndefined),
-	resource.NewMetadata(k8s.NamespaceName, k8s.NodeIPConfigType, "", resource.VersionUndefined),
-	resource.NewMetadata(networkNamespace, addressStatusType, "", resource.VersionUndefined),
+var kinds = []kind{
+	{runtimeNamespace, platformMetadataType},
+	{hardwareNamespace, systemInformationType},
+	{k8sNamespace, nodenameType},
+	{k8sNamespace, nodeIPType},
+	{k8sNamespace, nodeIPConfigType},
+	{networkNamespace, addressStatusType},
 }
 
 // Watch calls update with a complete snapshot once every watched kind has
@@ -233,38 +222,37 @@ func (r *Reader) session(ctx context.Context, update func(facts.Talos)) error {
 	if _, err := os.Stat(r.socket()); err != nil {
 		return fmt.Errorf("machined socket: %w", err)
 	}
-	// The same connection and COSI adapter machinery's client.New builds for
-	// WithUnixSocket, without linking every machine API it also wraps (that
-	// alone would double the agent's binary).
+	// The same connection machinery's client.New builds for WithUnixSocket,
+	// without linking every machine API it also wraps (that alone would
+	// double the agent's binary).
 	conn, err := grpc.NewClient("unix:///"+r.socket(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(constants.GRPCMaxMessageSize)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageSize)),
 		grpc.WithSharedWriteBuffer(true), grpc.WithNoProxy())
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	// Watch retry is off: this reader reconnects itself and re-reads everything.
-	cosi := state.WrapCore(cosiclient.NewAdapter(cosiv1alpha1.NewStateClient(conn), cosiclient.WithDisableWatchRetry()))
+	cosi := cosiv1alpha1.NewStateClient(conn)
 	ctx, cancel := context.WithCancel(WithReaderRole(ctx))
 	defer cancel()
 
-	events := make(chan state.Event, 64)
+	events := make(chan event, 64)
 	s := newSnapshot()
 	bootstrapped := 0
 	for _, k := range kinds {
-		if err := cosi.WatchKind(ctx, k, events, state.WithBootstrapContents(true)); err != nil {
+		if err := watchKind(ctx, cosi, k, events); err != nil {
 			if optionalUnsupported(err) {
 				bootstrapped++
 				s.noVIPs = true
 				continue
 			}
-			return fmt.Errorf("watching %s: %w", k.Type(), err)
+			return fmt.Errorf("watching %s: %w", k.typ, err)
 		}
 	}
 	said := false
 	for {
-		var e state.Event
+		var e event
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -298,84 +286,107 @@ func (r *Reader) session(ctx context.Context, update func(facts.Talos)) error {
 // snapshot accumulates watch events into facts.
 type snapshot struct {
 	f        facts.Talos
-	external map[resource.ID]netip.Addr
-	noVIPs   bool // machined does not serve NodeIPConfig
+	external map[string]netip.Addr // by AddressStatus ID
+	noVIPs   bool                  // machined does not serve NodeIPConfig
 }
 
-func newSnapshot() *snapshot { return &snapshot{external: map[resource.ID]netip.Addr{}} }
+func newSnapshot() *snapshot { return &snapshot{external: map[string]netip.Addr{}} }
 
-func (s *snapshot) apply(e state.Event, bootstrapped *int) error {
-	switch e.Type {
-	case state.Errored:
-		if e.Error == nil {
-			return errors.New("watch failed")
-		}
-		if optionalUnsupported(e.Error) {
-			// A machined without the optional kind: read without it.
+func (s *snapshot) apply(e event, bootstrapped *int) error {
+	if e.err == nil {
+		switch e.GetEventType() {
+		case cosiv1alpha1.EventType_BOOTSTRAPPED:
 			*bootstrapped++
-			s.noVIPs = true
 			return nil
+		case cosiv1alpha1.EventType_NOOP:
+			return nil
+		case cosiv1alpha1.EventType_CREATED, cosiv1alpha1.EventType_UPDATED, cosiv1alpha1.EventType_DESTROYED:
+			return s.set(e.GetResource(), e.GetEventType() == cosiv1alpha1.EventType_DESTROYED)
 		}
-		return e.Error
-	case state.Bootstrapped:
+	}
+	err := e.watchError()
+	if optionalUnsupported(err) {
+		// A machined without the optional kind: read without it.
 		*bootstrapped++
-		return nil
-	case state.Noop:
+		s.noVIPs = true
 		return nil
 	}
-	gone := e.Type == state.Destroyed
-	switch res := e.Resource.(type) {
-	case *runtime.PlatformMetadata:
+	return err
+}
+
+// set records one resource's facts, or forgets them when it is gone.
+func (s *snapshot) set(r *cosiv1alpha1.Resource, gone bool) error {
+	md, spec := r.GetMetadata(), r.GetSpec().GetProtoSpec()
+	if err := s.decode(md, spec, gone); err != nil {
+		return fmt.Errorf("decoding %s %s: %w", md.GetType(), md.GetId(), err)
+	}
+	return nil
+}
+
+func (s *snapshot) decode(md *cosiv1alpha1.Metadata, spec []byte, gone bool) error {
+	switch {
+	case is(md, runtimeNamespace, platformMetadataType):
 		s.f.Metadata = nil
 		if !gone {
-			spec := facts.Platform(*res.TypedSpec())
-			s.f.Metadata = &spec
+			p, err := decodePlatform(spec)
+			if err != nil {
+				return err
+			}
+			s.f.Metadata = &p
 		}
-	case *hardware.SystemInformation:
+	case is(md, hardwareNamespace, systemInformationType):
 		s.f.System = nil
 		if !gone {
-			spec := facts.System(*res.TypedSpec())
-			s.f.System = &spec
+			sys, err := decodeSystem(spec)
+			if err != nil {
+				return err
+			}
+			s.f.System = &sys
 		}
-	case *k8s.Nodename:
+	case is(md, k8sNamespace, nodenameType):
 		s.f.Nodename = ""
 		if !gone {
-			s.f.Nodename = res.TypedSpec().Nodename
+			name, err := decodeNodename(spec)
+			if err != nil {
+				return err
+			}
+			s.f.Nodename = name
 		}
-	case *k8s.NodeIP:
-		if res.Metadata().ID() != k8s.KubeletID {
-			return nil
-		}
+	case is(md, k8sNamespace, nodeIPType) && md.GetId() == kubeletID:
 		s.f.NodeIPs = nil
 		if !gone {
-			s.f.NodeIPs = slices.Clone(res.TypedSpec().Addresses)
+			ips, err := decodeNodeIPs(spec)
+			if err != nil {
+				return err
+			}
+			s.f.NodeIPs = ips
 		}
-	case *k8s.NodeIPConfig:
-		if res.Metadata().ID() != k8s.KubeletID {
-			return nil
-		}
+	case is(md, k8sNamespace, nodeIPConfigType) && md.GetId() == kubeletID:
 		s.f.VIPs = nil
 		if !gone {
-			s.f.VIPs = vips(res.TypedSpec().ExcludeSubnets)
+			subnets, err := decodeExcludeSubnets(spec)
+			if err != nil {
+				return err
+			}
+			s.f.VIPs = vips(subnets)
 		}
-	default:
-		md := e.Resource.Metadata()
-		if md.Type() != addressStatusType || md.Namespace() != networkNamespace {
-			return nil
-		}
-		delete(s.external, md.ID())
-		if gone {
-			return nil
-		}
-		ip, ok, err := externalAddress(e.Resource)
-		if err != nil {
-			return fmt.Errorf("decoding %s %s: %w", md.Type(), md.ID(), err)
-		}
-		if ok {
-			s.external[md.ID()] = ip
+	case is(md, networkNamespace, addressStatusType):
+		delete(s.external, md.GetId())
+		if !gone {
+			ip, ok, err := externalAddress(spec)
+			if err != nil {
+				return err
+			}
+			if ok {
+				s.external[md.GetId()] = ip
+			}
 		}
 	}
 	return nil
+}
+
+func is(md *cosiv1alpha1.Metadata, namespace, typ string) bool {
+	return md.GetNamespace() == namespace && md.GetType() == typ
 }
 
 // vips are the bare addresses among NodeIPConfig's ExcludeSubnets: Talos
@@ -394,53 +405,13 @@ func vips(entries []string) []netip.Addr {
 	return out
 }
 
-// nodeIPConfigType is the one optional kind: a machined that does not serve
-// it (a Talos that renamed it) must not cost the agent its other facts.
-const nodeIPConfigType = k8s.NodeIPConfigType
-
 // optionalUnsupported reports whether err is machined's access filter
-// refusing the optional kind as a type it does not serve
+// refusing the one optional kind, NodeIPConfig, as a type it does not serve
 // (internal/app/resources/access.go: PermissionDenied, `resource type %q is
-// not supported`), which must not read as machined refusing this process.
+// not supported`): a Talos without it, which costs the agent only the VIPs
+// and must not read as machined refusing this process.
 func optionalUnsupported(err error) bool {
 	return err != nil && strings.Contains(err.Error(), fmt.Sprintf("resource type %q is not supported", nodeIPConfigType))
-}
-
-// AddressStatus is read from its wire form rather than through machinery's
-// resources/network package, which links the whole machine-config world
-// (CEL, every config document) into the agent.
-const (
-	addressStatusType = "AddressStatuses.net.talos.dev"
-	networkNamespace  = "network"
-)
-
-// externalAddress returns the address of an AddressStatus on the "external"
-// pseudo-link. The resource arrives as the generic protobuf resource (its
-// type is not registered here), or typed where a process has registered it.
-func externalAddress(r resource.Resource) (netip.Addr, bool, error) {
-	pr, ok := r.(*protobuf.Resource)
-	if !ok {
-		var err error
-		if pr, err = protobuf.FromResource(r); err != nil {
-			return netip.Addr{}, false, err
-		}
-	}
-	wire, err := pr.Marshal()
-	if err != nil {
-		return netip.Addr{}, false, err
-	}
-	var spec networkpb.AddressStatusSpec
-	if err := proto.Unmarshal(wire.GetSpec().GetProtoSpec(), &spec); err != nil {
-		return netip.Addr{}, false, err
-	}
-	if spec.GetLinkName() != ExternalLink {
-		return netip.Addr{}, false, nil
-	}
-	ip, ok := netip.AddrFromSlice(spec.GetAddress().GetIp())
-	if !ok {
-		return netip.Addr{}, false, fmt.Errorf("address of %d bytes", len(spec.GetAddress().GetIp()))
-	}
-	return ip.Unmap(), true, nil
 }
 
 func (s *snapshot) facts() facts.Talos {

@@ -2,42 +2,237 @@ package talos
 
 import (
 	"net/netip"
+	"reflect"
+	"slices"
+	"strings"
 	"testing"
 
+	cosiv1alpha1 "github.com/cosi-project/runtime/api/v1alpha1"
+	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/resource/protobuf"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
+	"github.com/siderolabs/talos/pkg/machinery/resources/hardware"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	"github.com/siderolabs/talos/pkg/machinery/role"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/facts"
 )
 
-// The agent decodes AddressStatus from its wire form; these must stay
-// machinery's own names and encoding.
-func TestAddressStatusWireForm(t *testing.T) {
-	if addressStatusType != network.AddressStatusType || networkNamespace != network.NamespaceName {
-		t.Fatalf("AddressStatus is %s/%s in machinery, %s/%s here", network.NamespaceName, network.AddressStatusType, networkNamespace, addressStatusType)
+// The reader names machined's kinds and its API's requirements itself;
+// they must stay machinery's.
+func TestWireNamesAreMachinerys(t *testing.T) {
+	for _, tc := range []struct{ ours, machinerys string }{
+		{runtimeNamespace, runtime.NamespaceName},
+		{platformMetadataType, runtime.PlatformMetadataType},
+		{hardwareNamespace, hardware.NamespaceName},
+		{systemInformationType, hardware.SystemInformationType},
+		{k8sNamespace, k8s.NamespaceName},
+		{nodenameType, k8s.NodenameType},
+		{nodeIPType, k8s.NodeIPType},
+		{nodeIPConfigType, k8s.NodeIPConfigType},
+		{kubeletID, k8s.KubeletID},
+		{networkNamespace, network.NamespaceName},
+		{addressStatusType, network.AddressStatusType},
+		{roleMetadataKey, constants.APIAuthzRoleMetadataKey},
+		{readerRole, string(role.Reader)},
+	} {
+		if tc.ours != tc.machinerys {
+			t.Errorf("the reader says %q where machinery says %q", tc.ours, tc.machinerys)
+		}
 	}
+	if maxMessageSize != constants.GRPCMaxMessageSize {
+		t.Errorf("the reader takes messages up to %d bytes, machined sends up to %d", maxMessageSize, constants.GRPCMaxMessageSize)
+	}
+}
+
+// wire is a machinery resource as machined sends it.
+func wire(t testing.TB, r resource.Resource) *cosiv1alpha1.Resource {
+	t.Helper()
+	pr, err := protobuf.FromResource(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := pr.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// filled is a T with every field set, each to a value of its own, so that a
+// field decoded from another's number shows.
+func filled[T any](t testing.TB) T {
+	t.Helper()
+	var v T
+	rv := reflect.ValueOf(&v).Elem()
+	for i := range rv.NumField() {
+		f, name := rv.Field(i), rv.Type().Field(i).Name
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString(name + "-value")
+		case reflect.Bool:
+			f.SetBool(true)
+		case reflect.Map:
+			f.Set(reflect.ValueOf(map[string]string{name + "-key": name + "-value", "empty": ""}))
+		default:
+			t.Fatalf("filled: %s is a %s", name, f.Kind())
+		}
+	}
+	return v
+}
+
+// Each kind, encoded by machinery's own typed resource, reads back as the
+// facts the typed spec holds; every field of the mirrored specs is set.
+func TestDecodesMachinerysWireForm(t *testing.T) {
+	platform := filled[facts.Platform](t)
+	system := filled[facts.System](t)
+	pm := runtime.NewPlatformMetadataSpec(runtime.NamespaceName, runtime.PlatformMetadataID)
+	*pm.TypedSpec() = runtime.PlatformMetadataSpec(platform)
+	si := hardware.NewSystemInformation(hardware.SystemInformationID)
+	*si.TypedSpec() = hardware.SystemInformationSpec(system)
+	nn := k8s.NewNodename(k8s.NamespaceName, k8s.NodenameID)
+	nn.TypedSpec().Nodename, nn.TypedSpec().HostnameVersion, nn.TypedSpec().SkipNodeRegistration = "web-1", "7", true
+	ips := []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("2001:db8::1"), netip.MustParseAddr("fe80::1%eth0")}
+	nodeIP := k8s.NewNodeIP(k8s.NamespaceName, k8s.KubeletID)
+	nodeIP.TypedSpec().Addresses = ips
+	ipConfig := k8s.NewNodeIPConfig(k8s.NamespaceName, k8s.KubeletID)
+	ipConfig.TypedSpec().ValidSubnets = []string{"192.0.2.0/24"}
+	ipConfig.TypedSpec().ExcludeSubnets = []string{"10.244.0.0/16", "203.0.113.100", "2001:db8::100"}
+
+	s := newSnapshot()
+	for _, r := range []resource.Resource{pm, si, nn, nodeIP, ipConfig} {
+		if err := s.apply(event{Event: &cosiv1alpha1.Event{EventType: cosiv1alpha1.EventType_CREATED, Resource: wire(t, r)}}, new(int)); err != nil {
+			t.Fatalf("%s: %v", r.Metadata().Type(), err)
+		}
+	}
+	got := s.facts()
+	if !reflect.DeepEqual(got.Metadata, &platform) {
+		t.Errorf("PlatformMetadata read as\n%+v\nwant\n%+v", got.Metadata, platform)
+	}
+	if !reflect.DeepEqual(got.System, &system) {
+		t.Errorf("SystemInformation read as\n%+v\nwant\n%+v", got.System, system)
+	}
+	if got.Nodename != "web-1" {
+		t.Errorf("Nodename read as %q", got.Nodename)
+	}
+	if !slices.Equal(got.NodeIPs, ips) {
+		t.Errorf("NodeIP read as %v, want %v", got.NodeIPs, ips)
+	}
+	if want := []netip.Addr{netip.MustParseAddr("203.0.113.100"), netip.MustParseAddr("2001:db8::100")}; !slices.Equal(got.VIPs, want) {
+		t.Errorf("NodeIPConfig's VIPs read as %v, want %v", got.VIPs, want)
+	}
+
+	// Gone, each is forgotten.
+	for _, r := range []resource.Resource{pm, si, nn, nodeIP, ipConfig} {
+		if err := s.apply(event{Event: &cosiv1alpha1.Event{EventType: cosiv1alpha1.EventType_DESTROYED, Resource: wire(t, r)}}, new(int)); err != nil {
+			t.Fatalf("%s destroyed: %v", r.Metadata().Type(), err)
+		}
+	}
+	if got := s.facts(); !got.Equal(facts.Talos{}) {
+		t.Errorf("after every resource was destroyed: %+v", got)
+	}
+}
+
+// Only the kubelet's NodeIP and NodeIPConfig are the node's.
+func TestReadsOnlyTheKubeletsNodeIPs(t *testing.T) {
+	nodeIP := k8s.NewNodeIP(k8s.NamespaceName, "etcd")
+	nodeIP.TypedSpec().Addresses = []netip.Addr{netip.MustParseAddr("10.0.0.9")}
+	ipConfig := k8s.NewNodeIPConfig(k8s.NamespaceName, "etcd")
+	ipConfig.TypedSpec().ExcludeSubnets = []string{"203.0.113.100"}
+	s := newSnapshot()
+	for _, r := range []resource.Resource{nodeIP, ipConfig} {
+		if err := s.apply(event{Event: &cosiv1alpha1.Event{EventType: cosiv1alpha1.EventType_CREATED, Resource: wire(t, r)}}, new(int)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.facts(); got.NodeIPs != nil || got.VIPs != nil {
+		t.Errorf("another NodeIP or NodeIPConfig than the kubelet's read: %+v", got)
+	}
+}
+
+func TestAddressStatusWireForm(t *testing.T) {
 	for _, tc := range []struct {
 		link, cidr string
 		want       bool
-	}{{ExternalLink, "203.0.113.5/32", true}, {ExternalLink, "2001:db8::5/128", true}, {"eth0", "10.0.0.1/24", false}} {
+	}{{ExternalLink, "203.0.113.5/32", true}, {ExternalLink, "2001:db8::5/128", true}, {ExternalLink, "::ffff:203.0.113.6/128", true}, {"eth0", "10.0.0.1/24", false}} {
 		r := network.NewAddressStatus(network.NamespaceName, tc.link+"/"+tc.cidr)
 		r.TypedSpec().LinkName = tc.link
 		r.TypedSpec().Address = netip.MustParsePrefix(tc.cidr)
-		// Typed (as registered in this test binary) and generic (as the agent sees it).
-		generic, err := protobuf.FromResource(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, res := range []any{r, generic} {
-			var ip netip.Addr
-			var ok bool
-			switch v := res.(type) {
-			case *network.AddressStatus:
-				ip, ok, err = externalAddress(v)
-			case *protobuf.Resource:
-				ip, ok, err = externalAddress(v)
-			}
-			if err != nil || ok != tc.want || (ok && ip != netip.MustParsePrefix(tc.cidr).Addr()) {
-				t.Errorf("%T %s %s: %v %v %v", res, tc.link, tc.cidr, ip, ok, err)
-			}
+		r.TypedSpec().Local = netip.MustParseAddr("192.0.2.1")
+		r.TypedSpec().LinkIndex, r.TypedSpec().Priority = 3, 1024
+		ip, ok, err := externalAddress(wire(t, r).GetSpec().GetProtoSpec())
+		if err != nil || ok != tc.want || (ok && ip != netip.MustParsePrefix(tc.cidr).Addr().Unmap()) {
+			t.Errorf("%s %s: %v %v %v", tc.link, tc.cidr, ip, ok, err)
 		}
 	}
+}
+
+// Malformed specs are errors that say where, never a panic or a fact.
+func TestMalformedSpecs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		spec []byte
+		want string
+	}{
+		{"a truncated string", []byte{0x0a, 0x05, 'm', 'e'}, "field 1: unexpected EOF"},
+		{"a bool where a string is", []byte{0x08, 0x01}, "field 1: wire type 0, want a string"},
+		{"a string where a bool is", []byte{0x42, 0x01, 'x'}, "field 8: wire type 2, want a bool"},
+		{"a truncated tag map entry", []byte{0x5a, 0x03, 0x0a, 0x05, 'k'}, "field 11: field 1: unexpected EOF"},
+		{"field number 0", []byte{0x02, 0x00}, "field tag: proto: invalid field number"},
+		{"an overlong varint", []byte{0x40, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, "field 8: proto: variable length integer overflow"},
+	} {
+		_, err := decodePlatform(tc.spec)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("PlatformMetadata with %s: %v, want an error with %q", tc.name, err, tc.want)
+		}
+	}
+	if _, err := decodeNodeIPs([]byte{0x0a, 0x02, 0x0a, 0x03}); err == nil {
+		t.Error("a NodeIP address of a truncated NetIP decoded")
+	}
+	if _, err := decodeNodeIPs([]byte{0x0a, 0x07, 0x0a, 0x05, 1, 2, 3, 4, 5}); err == nil {
+		t.Error("a NodeIP address of 5 bytes decoded")
+	}
+	if _, _, err := externalAddress(append([]byte{0x0a, 0x04, 0x0a, 0x02, 1, 2}, append([]byte{0x3a, 0x08}, ExternalLink...)...)); err == nil || !strings.Contains(err.Error(), "address of 2 bytes") {
+		t.Errorf("an external address of 2 bytes: %v", err)
+	}
+	s := newSnapshot()
+	bad := &cosiv1alpha1.Resource{
+		Metadata: &cosiv1alpha1.Metadata{Namespace: runtimeNamespace, Type: platformMetadataType, Id: runtime.PlatformMetadataID},
+		Spec:     &cosiv1alpha1.Spec{ProtoSpec: []byte{0x0a, 0x05}},
+	}
+	err := s.apply(event{Event: &cosiv1alpha1.Event{EventType: cosiv1alpha1.EventType_UPDATED, Resource: bad}}, new(int))
+	if err == nil || !strings.Contains(err.Error(), "decoding PlatformMetadatas.talos.dev platformmetadata: field 1: unexpected EOF") {
+		t.Errorf("a malformed PlatformMetadata event: %v", err)
+	}
+	if s.f.Metadata != nil {
+		t.Errorf("a malformed PlatformMetadata left facts: %+v", s.f.Metadata)
+	}
+}
+
+// FuzzDecoders: whatever machined sends, the decoders return an error or a
+// value, and never panic.
+func FuzzDecoders(f *testing.F) {
+	pm := runtime.NewPlatformMetadataSpec(runtime.NamespaceName, runtime.PlatformMetadataID)
+	*pm.TypedSpec() = runtime.PlatformMetadataSpec(filled[facts.Platform](f))
+	nodeIP := k8s.NewNodeIP(k8s.NamespaceName, k8s.KubeletID)
+	nodeIP.TypedSpec().Addresses = []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("fe80::1%eth0")}
+	as := network.NewAddressStatus(network.NamespaceName, "external/203.0.113.5/32")
+	as.TypedSpec().LinkName, as.TypedSpec().Address = ExternalLink, netip.MustParsePrefix("203.0.113.5/32")
+	for _, r := range []resource.Resource{pm, nodeIP, as} {
+		f.Add(wire(f, r).GetSpec().GetProtoSpec())
+	}
+	f.Add([]byte{0x0a, 0x05, 'm'})
+	f.Add([]byte{0x5a, 0x03, 0x0a, 0x05, 'k'})
+	f.Fuzz(func(t *testing.T, spec []byte) {
+		_, _ = decodePlatform(spec)
+		_, _ = decodeSystem(spec)
+		_, _ = decodeNodename(spec)
+		_, _ = decodeNodeIPs(spec)
+		_, _ = decodeExcludeSubnets(spec)
+		if ip, ok, err := externalAddress(spec); ok && (err != nil || !ip.IsValid()) {
+			t.Errorf("external address %v with error %v", ip, err)
+		}
+	})
 }
