@@ -19,7 +19,6 @@ import (
 	"syscall"
 	"time"
 
-	cosiv1alpha1 "github.com/cosi-project/runtime/api/v1alpha1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -67,7 +66,7 @@ func Refused(err error) bool {
 	if errors.Is(err, ErrRefused) || status.Code(err) == codes.PermissionDenied {
 		return true
 	}
-	// COSI's client wraps some stream errors as text.
+	// An Errored event carries its error as text.
 	return strings.Contains(err.Error(), "code = PermissionDenied")
 }
 
@@ -233,7 +232,6 @@ func (r *Reader) session(ctx context.Context, update func(facts.Talos)) error {
 		return err
 	}
 	defer conn.Close()
-	cosi := cosiv1alpha1.NewStateClient(conn)
 	ctx, cancel := context.WithCancel(WithReaderRole(ctx))
 	defer cancel()
 
@@ -241,7 +239,7 @@ func (r *Reader) session(ctx context.Context, update func(facts.Talos)) error {
 	s := newSnapshot()
 	bootstrapped := 0
 	for _, k := range kinds {
-		if err := watchKind(ctx, cosi, k, events); err != nil {
+		if err := watchKind(ctx, conn, k, events); err != nil {
 			if optionalUnsupported(err) {
 				bootstrapped++
 				s.noVIPs = true
@@ -294,38 +292,36 @@ func newSnapshot() *snapshot { return &snapshot{external: map[string]netip.Addr{
 
 func (s *snapshot) apply(e event, bootstrapped *int) error {
 	if e.err == nil {
-		switch e.GetEventType() {
-		case cosiv1alpha1.EventType_BOOTSTRAPPED:
+		switch e.typ {
+		case eventBootstrapped:
 			*bootstrapped++
 			return nil
-		case cosiv1alpha1.EventType_NOOP:
-			return nil
-		case cosiv1alpha1.EventType_CREATED, cosiv1alpha1.EventType_UPDATED, cosiv1alpha1.EventType_DESTROYED:
-			return s.set(e.GetResource(), e.GetEventType() == cosiv1alpha1.EventType_DESTROYED)
+		case eventCreated, eventUpdated, eventDestroyed:
+			return s.set(e)
 		}
+		return nil // Noop, and types COSI may add
 	}
-	err := e.watchError()
-	if optionalUnsupported(err) {
+	if optionalUnsupported(e.err) {
 		// A machined without the optional kind: read without it.
 		*bootstrapped++
 		s.noVIPs = true
 		return nil
 	}
-	return err
+	return e.err
 }
 
 // set records one resource's facts, or forgets them when it is gone.
-func (s *snapshot) set(r *cosiv1alpha1.Resource, gone bool) error {
-	md, spec := r.GetMetadata(), r.GetSpec().GetProtoSpec()
-	if err := s.decode(md, spec, gone); err != nil {
-		return fmt.Errorf("decoding %s %s: %w", md.GetType(), md.GetId(), err)
+func (s *snapshot) set(e event) error {
+	if err := s.decode(e); err != nil {
+		return fmt.Errorf("decoding %s %s: %w", e.resourceType, e.id, err)
 	}
 	return nil
 }
 
-func (s *snapshot) decode(md *cosiv1alpha1.Metadata, spec []byte, gone bool) error {
+func (s *snapshot) decode(e event) error {
+	gone, spec := e.typ == eventDestroyed, e.spec
 	switch {
-	case is(md, runtimeNamespace, platformMetadataType):
+	case e.is(runtimeNamespace, platformMetadataType):
 		s.f.Metadata = nil
 		if !gone {
 			p, err := decodePlatform(spec)
@@ -334,7 +330,7 @@ func (s *snapshot) decode(md *cosiv1alpha1.Metadata, spec []byte, gone bool) err
 			}
 			s.f.Metadata = &p
 		}
-	case is(md, hardwareNamespace, systemInformationType):
+	case e.is(hardwareNamespace, systemInformationType):
 		s.f.System = nil
 		if !gone {
 			sys, err := decodeSystem(spec)
@@ -343,7 +339,7 @@ func (s *snapshot) decode(md *cosiv1alpha1.Metadata, spec []byte, gone bool) err
 			}
 			s.f.System = &sys
 		}
-	case is(md, k8sNamespace, nodenameType):
+	case e.is(k8sNamespace, nodenameType):
 		s.f.Nodename = ""
 		if !gone {
 			name, err := decodeNodename(spec)
@@ -352,7 +348,7 @@ func (s *snapshot) decode(md *cosiv1alpha1.Metadata, spec []byte, gone bool) err
 			}
 			s.f.Nodename = name
 		}
-	case is(md, k8sNamespace, nodeIPType) && md.GetId() == kubeletID:
+	case e.is(k8sNamespace, nodeIPType) && e.id == kubeletID:
 		s.f.NodeIPs = nil
 		if !gone {
 			ips, err := decodeNodeIPs(spec)
@@ -361,7 +357,7 @@ func (s *snapshot) decode(md *cosiv1alpha1.Metadata, spec []byte, gone bool) err
 			}
 			s.f.NodeIPs = ips
 		}
-	case is(md, k8sNamespace, nodeIPConfigType) && md.GetId() == kubeletID:
+	case e.is(k8sNamespace, nodeIPConfigType) && e.id == kubeletID:
 		s.f.VIPs = nil
 		if !gone {
 			subnets, err := decodeExcludeSubnets(spec)
@@ -370,23 +366,23 @@ func (s *snapshot) decode(md *cosiv1alpha1.Metadata, spec []byte, gone bool) err
 			}
 			s.f.VIPs = vips(subnets)
 		}
-	case is(md, networkNamespace, addressStatusType):
-		delete(s.external, md.GetId())
+	case e.is(networkNamespace, addressStatusType):
+		delete(s.external, e.id)
 		if !gone {
 			ip, ok, err := externalAddress(spec)
 			if err != nil {
 				return err
 			}
 			if ok {
-				s.external[md.GetId()] = ip
+				s.external[e.id] = ip
 			}
 		}
 	}
 	return nil
 }
 
-func is(md *cosiv1alpha1.Metadata, namespace, typ string) bool {
-	return md.GetNamespace() == namespace && md.GetType() == typ
+func (e event) is(namespace, typ string) bool {
+	return e.namespace == namespace && e.resourceType == typ
 }
 
 // vips are the bare addresses among NodeIPConfig's ExcludeSubnets: Talos

@@ -243,6 +243,14 @@ func (f field) message() ([]byte, error) {
 	return f.raw, f.want(protowire.BytesType, "a message")
 }
 
+func (f field) uint64(dst *uint64) error {
+	if err := f.want(protowire.VarintType, "a varint"); err != nil {
+		return err
+	}
+	*dst = f.val
+	return nil
+}
+
 func (f field) bool(dst *bool) error {
 	if err := f.want(protowire.VarintType, "a bool"); err != nil {
 		return err

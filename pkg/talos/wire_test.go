@@ -17,6 +17,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/facts"
 )
 
@@ -47,6 +49,34 @@ func TestWireNamesAreMachinerys(t *testing.T) {
 	}
 }
 
+// The reader's COSI watch must stay COSI's.
+func TestWatchIsCOSIs(t *testing.T) {
+	if watchMethod != cosiv1alpha1.State_Watch_FullMethodName {
+		t.Errorf("the reader calls %s, COSI serves %s", watchMethod, cosiv1alpha1.State_Watch_FullMethodName)
+	}
+	for ours, cosis := range map[eventType]cosiv1alpha1.EventType{
+		eventCreated: cosiv1alpha1.EventType_CREATED, eventUpdated: cosiv1alpha1.EventType_UPDATED,
+		eventDestroyed: cosiv1alpha1.EventType_DESTROYED, eventBootstrapped: cosiv1alpha1.EventType_BOOTSTRAPPED,
+		eventErrored: cosiv1alpha1.EventType_ERRORED, eventNoop: cosiv1alpha1.EventType_NOOP,
+	} {
+		if uint64(ours) != uint64(cosis) {
+			t.Errorf("the reader numbers %s %d, COSI %d", cosis, ours, cosis)
+		}
+	}
+	var req cosiv1alpha1.WatchRequest
+	if err := proto.Unmarshal(watchRequest(kind{k8sNamespace, nodenameType}), &req); err != nil {
+		t.Fatal(err)
+	}
+	want := &cosiv1alpha1.WatchRequest{
+		Namespace: k8sNamespace, Type: nodenameType,
+		Options:    &cosiv1alpha1.WatchOptions{BootstrapContents: true},
+		ApiVersion: 1,
+	}
+	if !proto.Equal(&req, want) {
+		t.Errorf("the reader's WatchRequest reads as\n%v\nwant\n%v", &req, want)
+	}
+}
+
 // wire is a machinery resource as machined sends it.
 func wire(t testing.TB, r resource.Resource) *cosiv1alpha1.Resource {
 	t.Helper()
@@ -59,6 +89,37 @@ func wire(t testing.TB, r resource.Resource) *cosiv1alpha1.Resource {
 		t.Fatal(err)
 	}
 	return w
+}
+
+// response is a WatchResponse of events of typ for machinery resources,
+// encoded by COSI's generated code, as machined sends it.
+func response(t testing.TB, typ cosiv1alpha1.EventType, rs ...resource.Resource) []byte {
+	t.Helper()
+	var msg cosiv1alpha1.WatchResponse
+	for _, r := range rs {
+		w := wire(t, r)
+		w.Metadata.Labels = map[string]string{"a": "b"} // fields the reader skips
+		msg.Event = append(msg.Event, &cosiv1alpha1.Event{EventType: typ, Resource: w, Old: w, Bookmark: []byte("b")})
+	}
+	b, err := proto.Marshal(&msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// applyResponse applies a WatchResponse's events to s.
+func applyResponse(t testing.TB, s *snapshot, msg []byte) {
+	t.Helper()
+	evs, err := watchResponse(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		if err := s.apply(e, new(int)); err != nil {
+			t.Fatalf("%s %s: %v", e.resourceType, e.id, err)
+		}
+	}
 }
 
 // filled is a T with every field set, each to a value of its own, so that a
@@ -102,11 +163,7 @@ func TestDecodesMachinerysWireForm(t *testing.T) {
 	ipConfig.TypedSpec().ExcludeSubnets = []string{"10.244.0.0/16", "203.0.113.100", "2001:db8::100"}
 
 	s := newSnapshot()
-	for _, r := range []resource.Resource{pm, si, nn, nodeIP, ipConfig} {
-		if err := s.apply(event{Event: &cosiv1alpha1.Event{EventType: cosiv1alpha1.EventType_CREATED, Resource: wire(t, r)}}, new(int)); err != nil {
-			t.Fatalf("%s: %v", r.Metadata().Type(), err)
-		}
-	}
+	applyResponse(t, s, response(t, cosiv1alpha1.EventType_CREATED, pm, si, nn, nodeIP, ipConfig))
 	got := s.facts()
 	if !reflect.DeepEqual(got.Metadata, &platform) {
 		t.Errorf("PlatformMetadata read as\n%+v\nwant\n%+v", got.Metadata, platform)
@@ -125,13 +182,41 @@ func TestDecodesMachinerysWireForm(t *testing.T) {
 	}
 
 	// Gone, each is forgotten.
-	for _, r := range []resource.Resource{pm, si, nn, nodeIP, ipConfig} {
-		if err := s.apply(event{Event: &cosiv1alpha1.Event{EventType: cosiv1alpha1.EventType_DESTROYED, Resource: wire(t, r)}}, new(int)); err != nil {
-			t.Fatalf("%s destroyed: %v", r.Metadata().Type(), err)
-		}
-	}
+	applyResponse(t, s, response(t, cosiv1alpha1.EventType_DESTROYED, pm, si, nn, nodeIP, ipConfig))
 	if got := s.facts(); !got.Equal(facts.Talos{}) {
 		t.Errorf("after every resource was destroyed: %+v", got)
+	}
+}
+
+// Bootstrapped counts a kind as read; an Errored event's error, or a
+// stand-in for none, ends the session; Noop does nothing.
+func TestWatchEvents(t *testing.T) {
+	boom := "boom"
+	msg, err := proto.Marshal(&cosiv1alpha1.WatchResponse{Event: []*cosiv1alpha1.Event{
+		{EventType: cosiv1alpha1.EventType_BOOTSTRAPPED},
+		{EventType: cosiv1alpha1.EventType_NOOP},
+		{EventType: cosiv1alpha1.EventType_ERRORED, Error: &boom},
+		{EventType: cosiv1alpha1.EventType_ERRORED},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := watchResponse(msg)
+	if err != nil || len(evs) != 4 {
+		t.Fatalf("%d events, %v", len(evs), err)
+	}
+	s, bootstrapped := newSnapshot(), 0
+	for i, want := range []string{"", "", "boom", "watch failed"} {
+		err := s.apply(evs[i], &bootstrapped)
+		if (err == nil) != (want == "") || err != nil && err.Error() != want {
+			t.Errorf("event %d: %v, want %q", i, err, want)
+		}
+	}
+	if bootstrapped != 1 {
+		t.Errorf("%d kinds bootstrapped, want 1", bootstrapped)
+	}
+	if _, err := watchResponse(msg[:len(msg)-1]); err == nil {
+		t.Error("a truncated WatchResponse decoded")
 	}
 }
 
@@ -142,11 +227,7 @@ func TestReadsOnlyTheKubeletsNodeIPs(t *testing.T) {
 	ipConfig := k8s.NewNodeIPConfig(k8s.NamespaceName, "etcd")
 	ipConfig.TypedSpec().ExcludeSubnets = []string{"203.0.113.100"}
 	s := newSnapshot()
-	for _, r := range []resource.Resource{nodeIP, ipConfig} {
-		if err := s.apply(event{Event: &cosiv1alpha1.Event{EventType: cosiv1alpha1.EventType_CREATED, Resource: wire(t, r)}}, new(int)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	applyResponse(t, s, response(t, cosiv1alpha1.EventType_CREATED, nodeIP, ipConfig))
 	if got := s.facts(); got.NodeIPs != nil || got.VIPs != nil {
 		t.Errorf("another NodeIP or NodeIPConfig than the kubelet's read: %+v", got)
 	}
@@ -198,11 +279,8 @@ func TestMalformedSpecs(t *testing.T) {
 		t.Errorf("an external address of 2 bytes: %v", err)
 	}
 	s := newSnapshot()
-	bad := &cosiv1alpha1.Resource{
-		Metadata: &cosiv1alpha1.Metadata{Namespace: runtimeNamespace, Type: platformMetadataType, Id: runtime.PlatformMetadataID},
-		Spec:     &cosiv1alpha1.Spec{ProtoSpec: []byte{0x0a, 0x05}},
-	}
-	err := s.apply(event{Event: &cosiv1alpha1.Event{EventType: cosiv1alpha1.EventType_UPDATED, Resource: bad}}, new(int))
+	bad := event{typ: eventUpdated, namespace: runtimeNamespace, resourceType: platformMetadataType, id: runtime.PlatformMetadataID, spec: []byte{0x0a, 0x05}}
+	err := s.apply(bad, new(int))
 	if err == nil || !strings.Contains(err.Error(), "decoding PlatformMetadatas.talos.dev platformmetadata: field 1: unexpected EOF") {
 		t.Errorf("a malformed PlatformMetadata event: %v", err)
 	}
@@ -211,8 +289,8 @@ func TestMalformedSpecs(t *testing.T) {
 	}
 }
 
-// FuzzDecoders: whatever machined sends, the decoders return an error or a
-// value, and never panic.
+// FuzzDecoders: whatever machined sends, a spec or a WatchResponse, the
+// decoders return an error or a value, and never panic.
 func FuzzDecoders(f *testing.F) {
 	pm := runtime.NewPlatformMetadataSpec(runtime.NamespaceName, runtime.PlatformMetadataID)
 	*pm.TypedSpec() = runtime.PlatformMetadataSpec(filled[facts.Platform](f))
@@ -222,6 +300,7 @@ func FuzzDecoders(f *testing.F) {
 	as.TypedSpec().LinkName, as.TypedSpec().Address = ExternalLink, netip.MustParsePrefix("203.0.113.5/32")
 	for _, r := range []resource.Resource{pm, nodeIP, as} {
 		f.Add(wire(f, r).GetSpec().GetProtoSpec())
+		f.Add(response(f, cosiv1alpha1.EventType_UPDATED, r))
 	}
 	f.Add([]byte{0x0a, 0x05, 'm'})
 	f.Add([]byte{0x5a, 0x03, 0x0a, 0x05, 'k'})
@@ -231,6 +310,12 @@ func FuzzDecoders(f *testing.F) {
 		_, _ = decodeNodename(spec)
 		_, _ = decodeNodeIPs(spec)
 		_, _ = decodeExcludeSubnets(spec)
+		if evs, err := watchResponse(spec); err == nil {
+			s := newSnapshot()
+			for _, e := range evs {
+				_ = s.apply(e, new(int))
+			}
+		}
 		if ip, ok, err := externalAddress(spec); ok && (err != nil || !ip.IsValid()) {
 			t.Errorf("external address %v with error %v", ip, err)
 		}
