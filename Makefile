@@ -54,6 +54,7 @@ fuzz: ## run every fuzz target from its seed corpus, ~10 s of inputs each (FUZZT
 	$(GO) test -run '^$$' -fuzz '^FuzzGrantOwnership$$' -fuzztime $(or $(FUZZTIME),17000x) ./coordinator/finalize
 	$(GO) test -run '^$$' -fuzz '^FuzzPrefixOwnership$$' -fuzztime $(or $(FUZZTIME),25000x) ./coordinator/records
 	$(GO) test -run '^$$' -fuzz '^FuzzNodeText$$' -fuzztime $(or $(FUZZTIME),190000x) ./pkg/contract
+	$(GO) test -run '^$$' -fuzz '^FuzzDecoders$$' -fuzztime $(or $(FUZZTIME),10000x) ./pkg/talos
 
 bench-units: kube-tools ## component benchmarks that print figures: allocator, agent binary size and RSS, coordinator memory per Node and per NodeRecord
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/ipam
