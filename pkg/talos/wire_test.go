@@ -261,8 +261,10 @@ func TestMalformedSpecs(t *testing.T) {
 		{"a bool where a string is", []byte{0x08, 0x01}, "field 1: wire type 0, want a string"},
 		{"a string where a bool is", []byte{0x42, 0x01, 'x'}, "field 8: wire type 2, want a bool"},
 		{"a truncated tag map entry", []byte{0x5a, 0x03, 0x0a, 0x05, 'k'}, "field 11: field 1: unexpected EOF"},
-		{"field number 0", []byte{0x02, 0x00}, "field tag: proto: invalid field number"},
-		{"an overlong varint", []byte{0x40, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, "field 8: proto: variable length integer overflow"},
+		// protowire's own words are not matched: protobuf varies their
+		// spaces on purpose, so that nobody depends on them.
+		{"field number 0", []byte{0x02, 0x00}, "field tag: "},
+		{"an overlong varint", []byte{0x40, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, "field 8: "},
 	} {
 		_, err := decodePlatform(tc.spec)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
