@@ -57,7 +57,7 @@ func TestOwnWriteIsReadWhileTheInformerCatchesUp(t *testing.T) {
 		{"updated", &Record{Name: "n", ResourceVersion: "7", Spec: Spec{NodeUID: "old"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			inner := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+			inner := cache.NewIndexer(cache.MetaNamespaceKeyFunc, (&Store{}).indexers())
 			if tc.before != nil {
 				u, err := tc.before.ToUnstructured()
 				if err != nil {
@@ -106,6 +106,23 @@ func TestOwnWriteIsReadWhileTheInformerCatchesUp(t *testing.T) {
 	}
 }
 
+// A record this replica created is read back, by name and by each of its
+// keys, however often, until the informer has it: every sync of its Node
+// and of Nodes near it reads it, and one that found nothing would create
+// it again (AlreadyExists) or claim its addresses for another Node.
+func TestACreatedRecordIsReadUntilTheInformerHasIt(t *testing.T) {
+	s := storeWith(t, cachedAt(t, "other", "5", "u", "10.1.0.1"))
+	s.wrote(cachedAt(t, "n", "9", "u", "10.2.1.7").Record.withVersion("9"))
+	for i := range 3 {
+		if got, _ := s.Get("n"); got == nil || got.Spec.NodeUID != "u" {
+			t.Fatalf("read %d: Get = %+v, want the created record", i+1, got)
+		}
+		if got := s.Owner(netip.MustParseAddr("10.2.1.7")); got != "n" {
+			t.Fatalf("read %d: Owner(10.2.1.7) = %q, want n", i+1, got)
+		}
+	}
+}
+
 // cachedAt is rec as the informer would hold it at resource version rv.
 func cachedAt(t testing.TB, name, rv, uid string, claims ...string) *Cached {
 	t.Helper()
@@ -124,7 +141,8 @@ func cachedAt(t testing.TB, name, rv, uid string, claims ...string) *Cached {
 
 func storeWith(t testing.TB, objs ...*Cached) *Store {
 	t.Helper()
-	s := &Store{informer: cache.NewSharedIndexInformer(nil, &Cached{}, 0, cache.Indexers{byClaim: claimIndex})}
+	s := &Store{}
+	s.informer = cache.NewSharedIndexInformer(nil, &Cached{}, 0, s.indexers())
 	s.own = overlay(s.informer.GetIndexer())
 	for _, o := range objs {
 		if err := s.informer.GetIndexer().Add(o); err != nil {
@@ -289,7 +307,7 @@ func TestServingNamesWhateverTheirCase(t *testing.T) {
 	withSANs := func(name, rv string, sans ...string) *Cached {
 		c := cachedAt(t, name, rv, "u")
 		c.Record.Spec.Serving = &Serving{CSR: "csr-" + name, SANs: sans, ValidUntil: time.Now().Add(time.Hour)}
-		return c
+		return withKeys(c) // its keys again, with the names
 	}
 	s := &Store{}
 	s.informer = cache.NewSharedIndexInformer(nil, &Cached{}, 0, s.indexers())
@@ -312,7 +330,7 @@ func TestServingNamesWhateverTheirCase(t *testing.T) {
 // The store's two sides as the tests drive them: Put's record of its own
 // write, and the informer's handlers.
 func (s *Store) wrote(r *Record) {
-	s.own.Mutation(&Cached{ObjectMeta: metav1.ObjectMeta{Name: r.Name, ResourceVersion: r.ResourceVersion, UID: r.UID}, Record: r})
+	s.own.Mutation(withKeys(&Cached{ObjectMeta: metav1.ObjectMeta{Name: r.Name, ResourceVersion: r.ResourceVersion, UID: r.UID}, Record: r}))
 }
 
 func (s *Store) keep(r *Record) { s.wrote(r) }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 )
 
 const (
+	byName  = "byName" // the record's own name: Get reads through it
 	byClaim = "byClaim"
 	// byServingName: the lower-cased DNS names of the serving certificate
 	// a record names, for ServingHolders.
@@ -59,6 +61,8 @@ type Cached struct {
 	// API server accepted) keeps holding them until it is fixed: it
 	// never frees them for another Node.
 	Holds *Spec
+	// keys are its keys in each index, taken once (withKeys).
+	keys map[string][]string
 }
 
 // GetObjectKind: a Cached object is never encoded.
@@ -66,7 +70,7 @@ func (c *Cached) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKi
 
 // DeepCopyObject copies the record too.
 func (c *Cached) DeepCopyObject() runtime.Object {
-	out := &Cached{ObjectMeta: *c.ObjectMeta.DeepCopy(), Err: c.Err}
+	out := &Cached{ObjectMeta: *c.ObjectMeta.DeepCopy(), Err: c.Err, keys: c.keys}
 	if c.Record != nil {
 		out.Record = clone(c.Record)
 	}
@@ -86,7 +90,19 @@ func cached(obj any) (any, error) {
 	if c.Record, c.Err = FromUnstructured(u); c.Err != nil {
 		c.Holds = holds(u)
 	}
-	return c, nil
+	return withKeys(c), nil
+}
+
+// withKeys takes c's index keys, once: an index read of the store's own
+// writes looks at every one of them (cache.MutationCache's IncludeAdds).
+func withKeys(c *Cached) *Cached {
+	c.keys = map[string][]string{byName: {c.Name}}
+	if sp := held(c); sp != nil {
+		for name, f := range indexOf {
+			c.keys[name] = f(sp)
+		}
+	}
+	return c
 }
 
 // holds reads what an unreadable record holds: every string spec.addresses[].ip
@@ -132,9 +148,6 @@ func claimKey(ip string) string {
 	}
 	return ip
 }
-
-// claimIndex keys a record by each address it claims (Claimed).
-func claimIndex(obj any) ([]string, error) { return Claimed(obj), nil }
 
 // held is what an informer object (or its tombstone) holds: its record's
 // spec, or what an unreadable one still names (Holds); nil when neither.
@@ -200,38 +213,63 @@ func NewStore(client dynamic.Interface) *Store {
 	return s
 }
 
-// indexers are the record informer's indexes: claimed addresses, the
-// serving certificate's DNS names (servingDNS), and the /64s held.
+// indexOf computes a record's keys in each index from what it holds:
+// its claimed addresses, its serving certificate's DNS names (servingDNS),
+// the /64s of its IPv6 claims and carved prefix.
+var indexOf = map[string]func(*Spec) []string{
+	byClaim: func(sp *Spec) []string {
+		out := make([]string, 0, len(sp.Addresses))
+		for _, a := range sp.Addresses {
+			out = append(out, claimKey(a.IP))
+		}
+		return out
+	},
+	byServingName: func(sp *Spec) []string {
+		var keys []string
+		if sp.Serving != nil {
+			for _, san := range sp.Serving.SANs {
+				if name, ok := servingDNS(san); ok && !slices.Contains(keys, name) {
+					keys = append(keys, name)
+				}
+			}
+		}
+		return keys
+	},
+	by64: func(sp *Spec) []string {
+		var keys []string
+		for _, h := range sp.holdings("") {
+			a := h.Addr
+			if h.Prefix.IsValid() {
+				a = h.Prefix.Addr()
+			}
+			if k := key64(a); a.Is6() && !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+		return keys
+	},
+}
+
+// indexers are the record informer's indexes, each reading the keys an
+// object took once (withKeys), or computing them for one that took none.
 func (s *Store) indexers() cache.Indexers {
-	return cache.Indexers{
-		byClaim: claimIndex,
-		byServingName: func(obj any) ([]string, error) {
-			var keys []string
-			if sp := held(obj); sp != nil && sp.Serving != nil {
-				for _, san := range sp.Serving.SANs {
-					if name, ok := servingDNS(san); ok && !slices.Contains(keys, name) {
-						keys = append(keys, name)
-					}
-				}
+	out := cache.Indexers{}
+	for _, name := range []string{byName, byClaim, byServingName, by64} {
+		out[name] = func(obj any) ([]string, error) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
 			}
-			return keys, nil
-		},
-		by64: func(obj any) ([]string, error) {
-			var keys []string
-			if sp := held(obj); sp != nil {
-				for _, h := range sp.holdings("") {
-					a := h.Addr
-					if h.Prefix.IsValid() {
-						a = h.Prefix.Addr()
-					}
-					if k := key64(a); a.Is6() && !slices.Contains(keys, k) {
-						keys = append(keys, k)
-					}
-				}
+			c, ok := obj.(*Cached)
+			if !ok {
+				return nil, nil
 			}
-			return keys, nil
-		},
+			if c.keys == nil {
+				c = withKeys(&Cached{ObjectMeta: c.ObjectMeta, Record: c.Record, Holds: c.Holds})
+			}
+			return c.keys[name], nil
+		}
 	}
+	return out
 }
 
 // Informer is the NodeRecord informer (start it, and wait for its sync).
@@ -240,11 +278,12 @@ func (s *Store) Informer() cache.SharedIndexInformer { return s.informer }
 // Get returns the Node's record, or nil when there is none (or it cannot be
 // read, which a sync reports as an error).
 func (s *Store) Get(name string) (*Record, error) {
-	obj, exists, err := s.own.GetByKey(name)
-	if err != nil {
-		return nil, err
-	}
-	if !exists {
+	// By the name's index, not GetByKey: client-go's GetByKey drops a
+	// record created here from its cache on the first read, before the
+	// informer has it.
+	var obj any
+	s.each(byName, name, func(c *Cached) { obj = c })
+	if obj == nil {
 		return nil, nil
 	}
 	r, err := Decoded(obj)
@@ -267,7 +306,7 @@ func (s *Store) Owner(ip netip.Addr) string {
 			}
 		}
 	}
-	s.each(byClaim, key, consider)
+	s.eachHeld(byClaim, key, consider)
 	return best
 }
 
@@ -276,7 +315,7 @@ func (s *Store) Owner(ip netip.Addr) string {
 // approved or not: the caller decides.
 func (s *Store) ServingHolders(dns string) []string {
 	var out []string
-	s.each(byServingName, strings.ToLower(dns), func(name string, spec *Spec) {
+	s.eachHeld(byServingName, strings.ToLower(dns), func(name string, spec *Spec) {
 		if spec.Serving.NamesDNS(dns) && !slices.Contains(out, name) {
 			out = append(out, name)
 		}
@@ -287,7 +326,7 @@ func (s *Store) ServingHolders(dns string) []string {
 
 // each calls f with every record the index holds under key, this
 // replica's own writes the informer has not delivered yet included.
-func (s *Store) each(index, key string, f func(name string, spec *Spec)) {
+func (s *Store) each(index, key string, f func(c *Cached)) {
 	objs, _ := s.own.ByIndex(index, key)
 	for _, o := range objs {
 		c, ok := o.(*Cached)
@@ -295,17 +334,32 @@ func (s *Store) each(index, key string, f func(name string, spec *Spec)) {
 			continue
 		}
 		// An own write shown under its keys may be older than the
-		// informer's version (an admin's, whose handler has not run yet):
-		// the newest counts, and f checks it is still under key.
-		if newest, ok, _ := s.own.GetByKey(c.Name); ok {
-			if n, ok := newest.(*Cached); ok {
-				c = n
+		// informer's version, which is not (an admin's, whose handler has
+		// not run yet): the newest counts, and the caller checks it.
+		if cur, ok, _ := s.informer.GetIndexer().GetByKey(c.Name); ok {
+			if cc, ok := cur.(*Cached); ok && cc != c && !newer(c.ResourceVersion, cc.ResourceVersion) {
+				c = cc
 			}
 		}
+		f(c)
+	}
+}
+
+// newer reports whether resource version a is newer than b (etcd's are
+// integers; when either is not, a's write wins).
+func newer(a, b string) bool {
+	x, errA := strconv.ParseUint(a, 10, 64)
+	y, errB := strconv.ParseUint(b, 10, 64)
+	return errA != nil || errB != nil || x > y
+}
+
+// eachHeld calls f with what every record under key holds.
+func (s *Store) eachHeld(index, key string, f func(name string, spec *Spec)) {
+	s.each(index, key, func(c *Cached) {
 		if sp := held(c); sp != nil {
 			f(c.Name, sp)
 		}
-	}
+	})
 }
 
 // Near returns what every record holds in the /64s around p (a node prefix
@@ -314,7 +368,7 @@ func (s *Store) each(index, key string, f func(name string, spec *Spec)) {
 func (s *Store) Near(p netip.Prefix) []Holding {
 	key := key64(p.Addr())
 	var out []Holding
-	s.each(by64, key, func(name string, spec *Spec) { out = append(out, spec.holdings(name)...) })
+	s.eachHeld(by64, key, func(name string, spec *Spec) { out = append(out, spec.holdings(name)...) })
 	return slices.DeleteFunc(out, func(h Holding) bool {
 		a := h.Addr
 		if h.Prefix.IsValid() {
@@ -370,7 +424,7 @@ func (s *Store) Put(ctx context.Context, r *Record) (*Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.own.Mutation(&Cached{ObjectMeta: metav1.ObjectMeta{Name: rec.Name, ResourceVersion: rec.ResourceVersion, UID: rec.UID}, Record: rec})
+	s.own.Mutation(withKeys(&Cached{ObjectMeta: metav1.ObjectMeta{Name: rec.Name, ResourceVersion: rec.ResourceVersion, UID: rec.UID}, Record: rec}))
 	return clone(rec), nil
 }
 

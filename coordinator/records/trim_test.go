@@ -115,7 +115,8 @@ func TestClaimsInAnotherSpellingHold(t *testing.T) {
 			if got := Claimed(obj); len(got) != 1 || got[0] != want {
 				t.Errorf("%s since %s: Claimed = %v, want [%s]", spelled, since, got, want)
 			}
-			s := &Store{informer: cache.NewSharedIndexInformer(nil, &Cached{}, 0, cache.Indexers{byClaim: claimIndex})}
+			s := &Store{}
+			s.informer = cache.NewSharedIndexInformer(nil, &Cached{}, 0, s.indexers())
 			s.own = overlay(s.informer.GetIndexer())
 			if err := s.informer.GetIndexer().Add(obj); err != nil {
 				t.Fatal(err)
