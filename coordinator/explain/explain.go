@@ -273,20 +273,6 @@ func camelCase(spec any) (map[string]any, error) {
 	return m, yaml.Unmarshal(b, &m)
 }
 
-// ReadPlatformMetadata accepts `talosctl get platformmetadata -o yaml`
-// output (a resource with node, metadata and spec) or a bare spec. It is
-// decoded as Talos's own type, whose YAML keys are the ones talosctl prints.
-func ReadPlatformMetadata(data []byte) (facts.Platform, error) {
-	var spec runtime.PlatformMetadataSpec
-	if err := readSpec(data, &spec); err != nil {
-		return facts.Platform(spec), fmt.Errorf("platform metadata: %w", err)
-	}
-	if spec.Platform == "" {
-		return facts.Platform(spec), errors.New("platform metadata: no platform (is this `talosctl get platformmetadata -o yaml` output?)")
-	}
-	return facts.Platform(spec), nil
-}
-
 // Node is one node's platform metadata as read from a file.
 type Node struct {
 	// Node is talosctl's node address ("node:" in its output), if any.
@@ -295,36 +281,19 @@ type Node struct {
 }
 
 // ReadNodes reads every document: `talosctl -n a,b get platformmetadata -o
-// yaml` prints one per node. Each must have a platform.
+// yaml` prints one per node. Each must have a platform. They are decoded as
+// Talos's own type, whose YAML keys are the ones talosctl prints.
 func ReadNodes(data []byte) ([]Node, error) {
+	docs, err := readDocs[runtime.PlatformMetadataSpec](data, "platform metadata")
+	if err != nil {
+		return nil, err
+	}
 	var nodes []Node
-	i := 0
-	for doc, err := range yamlstrict.Documents(data) {
-		if err != nil {
-			return nil, fmt.Errorf("platform metadata: %w", err)
+	for _, d := range docs {
+		if d.spec.Platform == "" {
+			return nil, fmt.Errorf("platform metadata, %s: no platform (is this `talosctl get platformmetadata -o yaml` output?)", d.where)
 		}
-		i++
-		if len(doc.Content) == 0 {
-			continue
-		}
-		root := doc.Content[0]
-		n := Node{}
-		if v := value(root, "node"); v != nil {
-			n.Node = v.Value
-		}
-		where := fmt.Sprintf("document %d", i)
-		if n.Node != "" {
-			where += " (node " + n.Node + ")"
-		}
-		var spec runtime.PlatformMetadataSpec
-		if err := decodeSpec(root, &spec); err != nil {
-			return nil, fmt.Errorf("platform metadata, %s: %w", where, err)
-		}
-		if spec.Platform == "" {
-			return nil, fmt.Errorf("platform metadata, %s: no platform (is this `talosctl get platformmetadata -o yaml` output?)", where)
-		}
-		n.Metadata = facts.Platform(spec)
-		nodes = append(nodes, n)
+		nodes = append(nodes, Node{Node: d.node, Metadata: facts.Platform(d.spec)})
 	}
 	if len(nodes) == 0 {
 		return nil, errors.New("platform metadata: empty file")
@@ -335,54 +304,47 @@ func ReadNodes(data []byte) ([]Node, error) {
 // ReadSystemInformationNodes reads every document of `talosctl get
 // systeminformation -o yaml`, by talosctl's node address ("" for a bare spec).
 func ReadSystemInformationNodes(data []byte) (map[string]facts.System, error) {
+	docs, err := readDocs[hardware.SystemInformationSpec](data, "system information")
 	out := map[string]facts.System{}
+	for _, d := range docs {
+		out[d.node] = facts.System(d.spec)
+	}
+	return out, err
+}
+
+// doc is one document of talosctl's output: the node it names, where it
+// is in the file (for errors), its spec.
+type doc[T any] struct {
+	node, where string
+	spec        T
+}
+
+// readDocs decodes every non-empty YAML document of data as a T, strictly:
+// a key the spec does not have would otherwise be dropped, and a selector
+// on it match nothing.
+func readDocs[T any](data []byte, what string) ([]doc[T], error) {
+	var out []doc[T]
 	i := 0
-	for doc, err := range yamlstrict.Documents(data) {
+	for d, err := range yamlstrict.Documents(data) {
 		if err != nil {
-			return nil, fmt.Errorf("system information: %w", err)
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 		i++
-		if len(doc.Content) == 0 {
+		if len(d.Content) == 0 {
 			continue
 		}
-		root := doc.Content[0]
-		node := ""
+		root := d.Content[0]
+		one := doc[T]{where: fmt.Sprintf("document %d", i)}
 		if v := value(root, "node"); v != nil {
-			node = v.Value
+			one.node = v.Value
+			one.where += " (node " + one.node + ")"
 		}
-		var spec hardware.SystemInformationSpec
-		if err := decodeSpec(root, &spec); err != nil {
-			return nil, fmt.Errorf("system information, document %d: %w", i, err)
+		if err := decodeSpec(root, &one.spec); err != nil {
+			return nil, fmt.Errorf("%s, %s: %w", what, one.where, err)
 		}
-		out[node] = facts.System(spec)
+		out = append(out, one)
 	}
 	return out, nil
-}
-
-// ReadSystemInformation accepts `talosctl get systeminformation -o yaml`
-// output or a bare spec.
-func ReadSystemInformation(data []byte) (facts.System, error) {
-	var spec hardware.SystemInformationSpec
-	if err := readSpec(data, &spec); err != nil {
-		return facts.System(spec), fmt.Errorf("system information: %w", err)
-	}
-	return facts.System(spec), nil
-}
-
-// readSpec takes the first YAML document; a resource's spec is under
-// `spec:` next to `metadata:`. Decoding is strict: a key the spec does not
-// have would otherwise be dropped, and a selector on it match nothing.
-func readSpec(data []byte, into any) error {
-	for doc, err := range yamlstrict.Documents(data) {
-		if err != nil {
-			return err
-		}
-		if len(doc.Content) == 0 {
-			break
-		}
-		return decodeSpec(doc.Content[0], into)
-	}
-	return errors.New("empty file")
 }
 
 // decodeSpec decodes a resource's spec (or a bare spec) strictly.

@@ -114,7 +114,7 @@ func TestJSONShape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, err := ReadPlatformMetadata(md)
+	spec, err := PlatformOf(md)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestReadSpecs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		spec, err := ReadPlatformMetadata(data)
+		spec, err := PlatformOf(data)
 		if err != nil || spec.Platform != tc.platform || spec.Hostname != tc.hostname {
 			t.Errorf("%s: %+v (%v)", tc.file, spec, err)
 		}
@@ -178,14 +178,14 @@ func TestReadSpecs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	si, err := ReadSystemInformation(data)
+	si, err := SystemOf(data)
 	if err != nil || si.Manufacturer != "Supermicro" || si.SerialNumber != "S123" {
 		t.Errorf("system information: %+v (%v)", si, err)
 	}
 
 	for _, bad := range []string{"", "spec: [", "hostname: x\n", "- a\n- b\n"} {
-		if _, err := ReadPlatformMetadata([]byte(bad)); err == nil {
-			t.Errorf("ReadPlatformMetadata(%q) accepted", bad)
+		if _, err := PlatformOf([]byte(bad)); err == nil {
+			t.Errorf("PlatformOf(%q) accepted", bad)
 		}
 	}
 }
@@ -224,8 +224,8 @@ func TestReadSpecsRefuseUnknownKeys(t *testing.T) {
 	}
 }
 
-func readSI(b []byte) error { _, err := ReadSystemInformation(b); return err }
-func readMD(b []byte) error { _, err := ReadPlatformMetadata(b); return err }
+func readSI(b []byte) error { _, err := SystemOf(b); return err }
+func readMD(b []byte) error { _, err := PlatformOf(b); return err }
 
 func TestTable(t *testing.T) {
 	var buf bytes.Buffer

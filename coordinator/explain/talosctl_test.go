@@ -99,13 +99,13 @@ func TestTalosctlYAMLIsWhatTheAgentReads(t *testing.T) {
 		t.Errorf("talosctl's systeminformation YAML spells serialNumber")
 	}
 
-	fromYAML, err := explain.ReadPlatformMetadata(mdYAML)
+	fromYAML, err := explain.PlatformOf(mdYAML)
 	if err != nil {
-		t.Fatalf("ReadPlatformMetadata(talosctl's YAML): %v", err)
+		t.Fatalf("PlatformOf(talosctl's YAML): %v", err)
 	}
-	sysFromYAML, err := explain.ReadSystemInformation(siYAML)
+	sysFromYAML, err := explain.SystemOf(siYAML)
 	if err != nil {
-		t.Fatalf("ReadSystemInformation(talosctl's YAML): %v", err)
+		t.Fatalf("SystemOf(talosctl's YAML): %v", err)
 	}
 
 	// Field for field, both sides, and both equal to what was set.
@@ -120,12 +120,12 @@ func TestTalosctlYAMLIsWhatTheAgentReads(t *testing.T) {
 	if bytes.Equal(wrong, siYAML) {
 		t.Fatal("nothing to rename")
 	}
-	_, err = explain.ReadSystemInformation(wrong)
+	_, err = explain.SystemOf(wrong)
 	if err == nil {
-		t.Fatal("ReadSystemInformation accepted serialNumber")
+		t.Fatal("SystemOf accepted serialNumber")
 	}
 	if !strings.Contains(err.Error(), `unknown key "serialNumber"`) || !strings.Contains(err.Error(), `the nearest known key is "serialnumber"`) {
-		t.Fatalf("ReadSystemInformation(serialNumber): %v; want it to name the nearest key serialnumber", err)
+		t.Fatalf("SystemOf(serialNumber): %v; want it to name the nearest key serialnumber", err)
 	}
 }
 
