@@ -57,14 +57,19 @@ func TestAnOwnWriteAheadOfTheWatchClaimsNothing(t *testing.T) {
 	waitFor(t, 20*time.Second, "the coordinator's patch of ahead-b from its lagging store", func() bool {
 		return len(coordinatorWrites(t, "nodes", "ahead-b")) > since
 	})
+	// Every sync of ahead-b from here on, the one the refused patch's
+	// retry makes and the one the CSR's deletion makes, reads the held
+	// store: wait for one that begins after the deletion.
 	if err := admin().CertificatesV1().CertificateSigningRequests().Delete(t.Context(), "ahead-b-serving", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if slices.Contains(recordedClaims(t, "ahead-b"), shared) {
-			t.Errorf("ahead-b's record claims %s while the coordinator's watch had not delivered ahead-a, which listed it first", shared)
-			break
-		}
+	begun, _ := c.Syncs("ahead-b")
+	waitFor(t, 20*time.Second, "a sync of ahead-b begun after the CSR's deletion", func() bool {
+		_, finished := c.Syncs("ahead-b")
+		return finished > begun
+	})
+	if slices.Contains(recordedClaims(t, "ahead-b"), shared) {
+		t.Errorf("ahead-b's record claims %s while the coordinator's watch had not delivered ahead-a, which listed it first", shared)
 	}
 	for _, w := range coordinatorWrites(t, "nodes", "ahead-b")[since:] {
 		if w.ResponseStatus.Code != http.StatusConflict {

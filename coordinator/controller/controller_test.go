@@ -128,6 +128,27 @@ func (r *running) syncedNow(t testing.TB, name string) {
 	})
 }
 
+// resynced has the coordinator sync every Node once more and waits until
+// each sync begun since has finished, whatever its outcome.
+func (r *running) resynced(t testing.TB) {
+	t.Helper()
+	all, err := admin().CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	begun := map[string]int{}
+	for _, n := range all.Items {
+		begun[n.Name], _ = r.Syncs(n.Name)
+	}
+	controller.Resync(r.Coordinator)
+	for name, b := range begun {
+		waitFor(t, 15*time.Second, name+" synced again", func() bool {
+			_, finished := r.Syncs(name)
+			return finished > b
+		})
+	}
+}
+
 func startCoordinator(t *testing.T, id, settings string) *running {
 	t.Helper()
 	return startCoordinatorAs(t, id, settings, coordinatorIdentity(t))
@@ -1081,14 +1102,9 @@ csr: {minAddressAge: 1s, initWait: 0s}
 		}
 		return out
 	}
+	// Once each has synced again, whatever it takes is written.
+	c.resynced(t)
 	prev := held()
-	waitFor(t, 10*time.Second, "earlier nodes settled", func() bool {
-		time.Sleep(500 * time.Millisecond)
-		cur := held()
-		same := len(cur) == len(prev)
-		prev = cur
-		return same
-	})
 	next := ""
 	for i := 0; next == ""; i++ {
 		if seg := fmt.Sprintf("10.250.%d.0/24", i); !prev[seg] {

@@ -31,6 +31,7 @@ import (
 // then the one patch. The agent's annotations are requests the policy
 // bounds.
 func (c *Coordinator) syncNode(ctx context.Context, name string) error {
+	defer c.nodeStatus.count(name)()
 	node, err := c.node(name)
 	if apierrors.IsNotFound(err) {
 		_, csrErr := c.syncCSRs(ctx, name, nil)
@@ -596,12 +597,13 @@ type nodeStatus struct {
 	mu        sync.Mutex
 	waiting   map[string]string
 	done      map[string]string // the resourceVersion each Node's last sync succeeded at
+	syncs     map[string]*syncs
 	unadopted map[string]bool
 	said      map[string]string // what sayWaiting last said a Node waits for
 }
 
 func newNodeStatus(m *Metrics, log *slog.Logger) *nodeStatus {
-	return &nodeStatus{m: m, log: log, waiting: map[string]string{}, done: map[string]string{}, unadopted: map[string]bool{}, said: map[string]string{}}
+	return &nodeStatus{m: m, log: log, waiting: map[string]string{}, done: map[string]string{}, syncs: map[string]*syncs{}, unadopted: map[string]bool{}, said: map[string]string{}}
 }
 
 // notAdopted counts the initialized Nodes without a record that the
@@ -704,9 +706,53 @@ func (s *nodeStatus) synced(name, resourceVersion string) {
 	defer s.mu.Unlock()
 	if resourceVersion == "" {
 		delete(s.done, name)
+		if n := s.syncs[name]; n != nil {
+			n.gone = true
+		}
 	} else {
 		s.done[name] = resourceVersion
 	}
+}
+
+// syncs counts a Node's syncs, begun and finished, succeeded or not: a
+// workqueue runs one key's syncs one after another, so a sync begun after
+// a count of begun ones has finished once finished exceeds it.
+type syncs struct {
+	begun, finished int
+	gone            bool // the Node is gone: forgotten as its sync finishes
+}
+
+// count counts a sync of Node name as begun; the func it returns, as
+// finished.
+func (s *nodeStatus) count(name string) func() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.syncs[name]
+	if n == nil {
+		n = &syncs{}
+		s.syncs[name] = n
+	}
+	n.begun++
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		n.finished = n.begun
+		if n.gone {
+			delete(s.syncs, name)
+		}
+	}
+}
+
+// Syncs is how many syncs of Node name have begun and finished (while
+// the Node is there): a test or health check waiting for a sync that
+// begins after now waits for finished to exceed begun as read now.
+func (c *Coordinator) Syncs(name string) (begun, finished int) {
+	c.nodeStatus.mu.Lock()
+	defer c.nodeStatus.mu.Unlock()
+	if n := c.nodeStatus.syncs[name]; n != nil {
+		return n.begun, n.finished
+	}
+	return 0, 0
 }
 
 // SyncedAt is the resourceVersion of Node name when the coordinator last
