@@ -1,7 +1,6 @@
-// Command nodeinit-coordinator is the cluster-side half of talos-nodeinit:
-// a leader-elected Deployment that allocates pod CIDRs, grants the labels
-// and taints nodes may not set themselves, removes the uninitialized taint,
-// and approves or denies kubelet serving CSRs.
+// Command nodeinit-coordinator is the cluster-side half of talos-nodeinit: a leader-elected
+// Deployment that allocates pod CIDRs, grants the labels and taints nodes may not set
+// themselves, removes the uninitialized taint, and approves or denies kubelet serving CSRs.
 package main
 
 import (
@@ -196,9 +195,8 @@ func runCoordinator(args []string, stdout, stderr io.Writer) int {
 			log.Error("cannot serve secure metrics", "err", err)
 			return 1
 		}
-		// The guard's reviews get a client and a rate limit of their own (as
-		// k8s.io/apiserver's delegated authentication, QPS 200 / burst 400):
-		// made-up tokens must never delay the Lease renewals or the syncs.
+		// The guard's reviews get their own client and rate limit, as k8s.io/apiserver's delegated
+		// authentication does (QPS 200, burst 400): made-up tokens never delay Lease renewals or syncs.
 		authCfg := rest.CopyConfig(restCfg)
 		authCfg.QPS, authCfg.Burst = 200, 400
 		authClient, err := kubernetes.NewForConfig(apiclient.Builtin(authCfg))
@@ -251,9 +249,8 @@ type runFlags struct {
 	certFile, keyFile                         string
 }
 
-// checkRunFlags refuses values the process would only fail on later (or
-// never notice): client-go's leader-election rules (NewLeaderElector), a
-// client that may not send, no workers, an address that cannot be bound.
+// checkRunFlags refuses values the process would only fail on later, or never notice: client-go's
+// leader-election rules, a client that may not send, no workers, an address that cannot be bound.
 func checkRunFlags(f runFlags) error {
 	var errs []error
 	if f.nodeWorkers < 1 {

@@ -1,8 +1,6 @@
-// Package approval is the coordinator's decision on one kubelet serving CSR,
-// as a pure function: static checks against facts nodes cannot forge
-// (pkg/csrcheck), the renewal rule and the flood guard, then the node
-// agent's attestation, signed by the agent key the coordinator enrolled,
-// with a timeout policy for nodes that never attest.
+// Package approval decides one kubelet serving CSR as a pure function: static checks against
+// facts nodes cannot forge (pkg/csrcheck), the renewal rule, the flood guard, then the
+// attestation signed by the enrolled agent key, with a timeout policy for nodes that never attest.
 package approval
 
 import (
@@ -26,14 +24,11 @@ const (
 	Retry Action = "Retry"
 	// RequestReview writes nodeinit.io/csr-review: <csr> on the Node.
 	RequestReview Action = "RequestReview"
-	// Wait requeues after Decision.After (the attestation may still come,
-	// the node's own address may become stable). A CSR that waits keeps its
-	// review (WantOf): every wait is for the attestation, now or once the
-	// addresses settle.
+	// Wait requeues after Decision.After, for the attestation or for the node's addresses to
+	// settle; either way the CSR keeps its review (WantOf).
 	Wait Action = "Wait"
-	// Hold leaves the CSR pending with an Event until something changes
-	// (an admin re-enrols a key, the flood subsides, a claim is released);
-	// After, when set, rechecks then.
+	// Hold leaves the CSR pending with an Event until something changes (a key is re-enrolled,
+	// the flood subsides, a claim is released); After, when set, rechecks then.
 	Hold Action = "Hold"
 	// TimedOut leaves the CSR pending and says so with an Event.
 	TimedOut Action = "TimedOut"
@@ -43,9 +38,8 @@ const (
 type Input struct {
 	CSR     csrcheck.Request
 	Created time.Time
-	// ReviewRequested is when the coordinator asked the node's agent to
-	// attest this CSR (zero: not yet). The attestation timeout counts from
-	// it, so a CSR first seen late is still reviewed.
+	// ReviewRequested is when the agent was asked to attest this CSR (zero: not yet); the
+	// timeout counts from it, so a CSR first seen late is still reviewed.
 	ReviewRequested time.Time
 	// Node is nil when the requesting Node is not in the cache.
 	Node   *csrcheck.Node
@@ -56,57 +50,47 @@ type Input struct {
 	Timeout             time.Duration
 	OnTimeout           config.TimeoutAction
 
-	// Review is the Node's nodeinit.io/csr-review; ReviewBusy says it names
-	// another CSR of this node that is still pending; ReviewAgain that it
-	// asks for this very request by its digest: the ask again is written
-	// (until it is, a timeout asks again, not out).
+	// Review is the Node's nodeinit.io/csr-review; ReviewBusy: it names another pending CSR of
+	// this node; ReviewAgain: it asks again for this very request by its digest (until it does,
+	// a timeout asks again rather than timing out).
 	Review      string
 	ReviewBusy  bool
 	ReviewAgain bool
 	// Attestation is the Node's nodeinit.io/csr-attestation, nil if absent or unreadable.
 	Attestation *contract.Attestation
-	// EnrolledKey is the agent key in the Node's record (nil: none), and
-	// PublishedKey the one its agent publishes now (for the re-enrol hint).
+	// EnrolledKey is the agent key in the Node's record (nil: none); PublishedKey the one its
+	// agent publishes now, for the re-enrol hint.
 	EnrolledKey  ed25519.PublicKey
 	PublishedKey string
 
-	// Renewals is the renewal policy; PreviousSANs the SANs of the Node's
-	// last approved certificate while it is valid (nil otherwise).
+	// Renewals is the renewal policy; PreviousSANs the SANs of the Node's last approved
+	// certificate while it is valid (nil otherwise).
 	Renewals     config.RenewalPolicy
 	PreviousSANs []string
 
-	// NotAdopted: the Node was initialized before the coordinator kept
-	// records and adoptExisting is off; the coordinator leaves it alone.
+	// NotAdopted: the Node predates the coordinator's records and adoptExisting is off.
 	NotAdopted bool
 	// RecordUnreadable is why the Node's NodeRecord cannot be read (nil:
 	// it can, or there is none): nothing is decided from it.
 	RecordUnreadable error
-	// RecordOfAnotherObject: the Node's record describes an earlier Node
-	// object of its name (its nodeUID), not yet released by this one's
-	// first sync: nothing is decided from claims that are not this
-	// object's.
+	// RecordOfAnotherObject: the record still describes an earlier Node object of this name
+	// (its nodeUID) until this one's first sync; nothing is decided from another object's claims.
 	RecordOfAnotherObject bool
 
-	// Pending counts pending serving CSRs (each Node at most twice);
-	// MaxPending is the flood guard's limit.
+	// Pending is FloodCount's count of pending serving CSRs; MaxPending the flood guard's limit.
 	Pending, MaxPending int
 	Now                 time.Time
 }
 
-// Decision is the action with its reason (for the condition and the Event)
-// and why, as a Category (for the controller's hand-offs, its Events and
-// metrics).
+// Decision is the action, its Reason (for the condition and Event) and its Category.
 type Decision struct {
 	Action   Action
 	Reason   string
 	Category Category
 	After    time.Duration
-	// SANs are the approved request's SANs (contract.RequestSANs), for the
-	// record: the request is not parsed again to write it.
+	// SANs are the approved request's SANs, for the record, so the request is not parsed again.
 	SANs []string
-	// AskAgain: the review request is an ask again, for this request,
-	// after a timeout without a valid attestation (the category may say
-	// why the attestation there was not valid).
+	// AskAgain: asked again for this request, after a timeout with no valid attestation.
 	AskAgain bool
 }
 
@@ -117,8 +101,7 @@ type Category string
 const (
 	CategoryNotAdopted       Category = "not-adopted"
 	CategoryRecordUnreadable Category = "record-unreadable"
-	// CategoryRecordOfAnotherObject: the record describes an earlier
-	// Node object of the name, not yet released.
+	// CategoryRecordOfAnotherObject: the record describes an earlier, unreleased Node object.
 	CategoryRecordOfAnotherObject Category = "record-of-another-object"
 	CategoryCheck                 Category = "check"
 	CategoryNodeUnknown           Category = "node-unknown"
@@ -147,12 +130,10 @@ func CheckFailed(check string) Category { return Category("check:" + check) }
 // claimRecheck is how often a CSR waiting on an address claim is rechecked.
 const claimRecheck = 5 * time.Second
 
-// recordRecheck is when a CSR held for its Node's unreadable record is
-// looked at again (besides when the record changes).
+// recordRecheck is when a CSR held for an unreadable record is rechecked, besides on change.
 const recordRecheck = 30 * time.Second
 
-// notAdoptedRecheck is how often a CSR of a Node left alone is looked at
-// again (the admin may adopt it).
+// notAdoptedRecheck is how often a CSR of a Node left alone is rechecked: it may be adopted.
 const notAdoptedRecheck = time.Minute
 
 // floodRecheck is how often a CSR held by the flood guard is rechecked.
@@ -162,25 +143,21 @@ const floodRecheck = 30 * time.Second
 func Decide(in Input) Decision {
 	v := csrcheck.Check(in.CSR, in.Node, in.Facts, in.Policy)
 	if v.Decision != csrcheck.Deny && in.NotAdopted && in.Node != nil {
-		// What the checks refuse is still denied; anything else would wait
-		// on addresses never recorded for a Node left alone, in silence.
+		// The checks' denials stand; anything else would wait silently on addresses never recorded.
 		return Decision{Action: Hold, Category: CategoryNotAdopted, After: notAdoptedRecheck,
 			Reason: fmt.Sprintf("Node %s was initialized before nodeinit-coordinator kept records of it, and adoptExisting is off: the coordinator leaves it alone, its serving CSRs too. "+
 				"Set adoptExisting: true in the coordinator's configuration to adopt such Nodes (their next CSR is checked and approved as usual), or approve this one by hand: kubectl certificate approve %s", in.Node.Name, in.CSR.Name)}
 	}
 	if v.Decision != csrcheck.Deny && in.RecordUnreadable != nil && in.Node != nil {
-		// Its claims, enrolled key and last certificate are in it: what
-		// the checks refuse is still denied, nothing else is decided.
+		// Its claims, enrolled key and last certificate are in it: only the checks' denials stand.
 		return Decision{Action: Hold, Category: CategoryRecordUnreadable, After: recordRecheck,
 			Reason: fmt.Sprintf("Node %s's NodeRecord cannot be read (%s), so nothing is approved for it: its claims, enrolled agent key and last certificate are there. "+
 				"Fix the record (kubectl edit noderecord %s); until then it still holds the addresses and prefix it names", in.Node.Name, contract.NodeText(in.RecordUnreadable.Error()), in.Node.Name)}
 	}
 	if v.Decision != csrcheck.Deny && in.RecordOfAnotherObject && in.Node != nil {
-		// The record's claims are the earlier object's: this one's first
-		// sync releases them (nodestate.Decide), then it is decided. Held,
-		// not a wait: a wait would want the agent's review before the
-		// checks that may hold it have run, and the initializing write
-		// records the request under review.
+		// The claims are the earlier object's until this one's first sync releases them. Held,
+		// not a wait: a wait asks for the review, which the initializing write records, before
+		// the checks that may hold the CSR have run.
 		return Decision{Action: Hold, Category: CategoryRecordOfAnotherObject, After: claimRecheck,
 			Reason: fmt.Sprintf("Node %s's NodeRecord still describes an earlier Node object of this name: decided once the coordinator has synced this one", in.Node.Name)}
 	}
@@ -221,17 +198,15 @@ func Decide(in Input) Decision {
 	return d
 }
 
-// decideChecked decides a CSR that passed the static checks; sans are its
-// request's SANs.
+// decideChecked decides a CSR that passed the static checks; sans are its request's SANs.
 func decideChecked(in Input, sans []string) Decision {
 	if in.Renewals == config.RenewSameNames && in.PreviousSANs != nil && !slices.Equal(in.PreviousSANs, sans) {
 		return Decision{Action: Hold, Category: CategoryRenewalNamesChanged,
 			Reason: fmt.Sprintf("the node's current serving certificate names %v and is still valid; this request names %v. "+
 				"Left pending: approve it by hand (kubectl certificate approve %s) if the change is expected", in.PreviousSANs, sans, in.CSR.Name)}
 	}
-	// The flood guard pauses new names and new Nodes only: the renewal of
-	// the certificate the record names (the same SANs, attested below by
-	// the same enrolled key) goes on, whoever floods.
+	// The flood guard pauses new names and new Nodes only: renewing the recorded certificate
+	// (same SANs, attested below by the same enrolled key) goes on, whoever floods.
 	renewal := in.PreviousSANs != nil && slices.Equal(in.PreviousSANs, sans)
 	if in.MaxPending > 0 && in.Pending > in.MaxPending && !renewal {
 		return Decision{Action: Hold, After: floodRecheck, Category: CategoryFloodGuard,
@@ -254,12 +229,10 @@ func decideChecked(in Input, sans []string) Decision {
 		err = a.Verify(csrcheck.NodeName(in.CSR.Username), in.EnrolledKey, sans)
 	}
 	if (a == nil || err != nil) && in.PublishedKey != "" && in.PublishedKey != contract.EncodeAgentKey(in.EnrolledKey) {
-		// Decided from the published key alone: an attestation the
-		// enrolled key did not sign changes no decision, this one included.
-		// The command copies the key from the record, where only the
-		// coordinator writes: nothing in an Event (which any node can
-		// forge) is pasted into the enrolment. The key shown is for
-		// comparing with the agent's log on the node.
+		// Decided from the published key alone: an attestation the enrolled key did not sign
+		// changes nothing. The command copies the key from the record, which only the coordinator
+		// writes, never from an Event (any node can forge one); the key shown is for the admin to
+		// compare with the agent's log.
 		if published, perr := contract.DecodeAgentKey(in.PublishedKey); perr == nil {
 			return Decision{Action: Hold, Category: CategoryAgentKeyChanged,
 				Reason: fmt.Sprintf("the node's agent now publishes key %s, not the enrolled one. If the node was reinstalled, "+
@@ -275,8 +248,7 @@ func decideChecked(in Input, sans []string) Decision {
 			// Whoever wrote it does not hold the agent key: it changes nothing.
 			return decideWithout(in, CategoryAttestationInvalid, fmt.Sprintf("ignored an attestation not signed by the enrolled agent key (%v)", err))
 		case !a.About(in.CSR.Name, in.CSR.PEM):
-			// The kubelet re-created a CSR under the same name: the
-			// attestation is of the old request. Ask again.
+			// The kubelet re-created a CSR under the same name: the attestation is of the old one.
 			d := Decision{Action: RequestReview, Category: CategoryAttestationStale,
 				Reason: fmt.Sprintf("the node's attestation of %s is for another request (sha256 %s, this request is %s); asking the agent again", a.CSR, a.RequestSHA256, contract.RequestDigest(in.CSR.PEM))}
 			if !in.ReviewRequested.IsZero() && in.Now.Sub(in.ReviewRequested) >= in.Timeout {
@@ -292,8 +264,7 @@ func decideChecked(in Input, sans []string) Decision {
 	return decideWithout(in, "", "")
 }
 
-// decideWithout decides a CSR that has no valid attestation yet: ask for
-// one, wait for it, or time out. note, when set, is said along.
+// decideWithout asks for a valid attestation, waits for it or times out; note, if any, leads.
 func decideWithout(in Input, category Category, note string) Decision {
 	with := func(d Decision) Decision {
 		if note != "" {
@@ -303,8 +274,7 @@ func decideWithout(in Input, category Category, note string) Decision {
 		return d
 	}
 	if in.ReviewRequested.IsZero() {
-		// Never asked (or first seen by this replica): the timeout has not
-		// started, whatever the CSR's age.
+		// Never asked (or new to this replica): the timeout has not begun, whatever the CSR's age.
 		return with(Decision{Action: RequestReview, Reason: "static checks passed; asking the node's agent to attest", Category: CategoryReview})
 	}
 	elapsed := in.Now.Sub(in.ReviewRequested)
@@ -314,11 +284,8 @@ func decideWithout(in Input, category Category, note string) Decision {
 				Reason: fmt.Sprintf("no attestation within %v; approved on the static checks alone, as the policy says", in.Timeout)})
 		}
 		if !in.ReviewAgain && in.Review == in.CSR.Name {
-			// The agent may not have answered (down or slow at the ask):
-			// ask once more, for this request, while its review is this
-			// CSR's, before leaving it pending. The ask is on the Node, so
-			// another replica does not ask a third time while it stays
-			// there.
+			// The agent may have been down or slow: ask once more, for this request, while the
+			// review is this CSR's. The ask is on the Node, so no other replica asks a third time.
 			return with(Decision{Action: RequestReview, Category: CategoryAskedAgain, AskAgain: true,
 				Reason: fmt.Sprintf("no valid attestation within %v; asking the node's agent once more, for this request", in.Timeout)})
 		}
@@ -331,14 +298,11 @@ func decideWithout(in Input, category Category, note string) Decision {
 	return with(Decision{Action: Wait, After: in.Timeout - elapsed, Reason: "waiting for the node's attestation", Category: CategoryWaiting})
 }
 
-// EnrolCommand is the one command that enrols key, which a node's record
-// holds pending: a JSON patch that tests spec.pendingAgentKey is still key,
-// then copies it (only the coordinator writes it) to spec.agentKey.
-// Whoever holds the node's credential can publish another key, which the
-// coordinator then records as pending in its place between the admin's
-// check of key against the agent's log and the command: the test makes
-// the command fail then, instead of enrolling that key. Without a
-// readable key, the command asks for the one the agent logs.
+// EnrolCommand is the one command that enrols key, pending in the node's record: a JSON patch
+// that tests spec.pendingAgentKey is still key, then copies it (only the coordinator writes
+// it) to spec.agentKey. The test fails the command if another key, published by whoever holds
+// the node's credential, became pending after the admin checked key against the agent's log.
+// Without a readable key, the command asks for the one the agent logs.
 func EnrolCommand(node, key string) string {
 	value := "<public-key the agent logs>"
 	if pub, err := contract.DecodeAgentKey(key); err == nil {
@@ -347,23 +311,17 @@ func EnrolCommand(node, key string) string {
 	return fmt.Sprintf(`kubectl patch noderecord %s --type=json -p '[{"op":"test","path":"/spec/pendingAgentKey","value":"%s"},{"op":"copy","from":"/spec/pendingAgentKey","path":"/spec/agentKey"}]'`, node, value)
 }
 
-// FloodLimit is the flood guard's limit for csr.maxPending; 0: no guard.
-// The default (0) sets none. FloodCount counts only requesters with a
-// Node, each at most twice, so a limit that grows with the Nodes (as
-// OpenShift's machines + 100 does, and this guard's Nodes + 100 did) is
-// crossed by Nodes alone: registering Nodes (the bootstrap token every
-// Talos worker carries mints them), or kubelets that keep an older
-// request pending beside a new one, would pause approval for everyone.
-// Each CSR is still checked on its own; an admin who wants a pause above
-// some number sets it.
+// FloodLimit is the flood guard's limit for csr.maxPending; 0, the default, means no guard.
+// FloodCount counts each Node up to twice, so a limit that grows with the Nodes (as
+// OpenShift's machines + 100) is crossed by Nodes alone: registering Nodes (the bootstrap
+// token every Talos worker carries mints them), or kubelets keeping an older request beside a
+// new one, would pause approval for everyone. Each CSR is still checked on its own.
 func FloodLimit(maxPending int) int { return max(maxPending, 0) }
 
-// FloodCount is what csr.maxPending limits, from the pending serving CSRs
-// of each requester (by node name): only requesters with a Node count, each
-// at most twice, so one node filing in a loop cannot pause approval for
-// everyone. An identity without a Node (one minted with the bootstrap
-// token) never counts: its CSRs are never approved anyway (Decide retries
-// them until its Node exists), and many such names cost an attacker nothing.
+// FloodCount is what csr.maxPending limits: the pending serving CSRs of requesters with a
+// Node, each counted at most twice, so one node filing in a loop cannot pause approval for
+// everyone. Identities without a Node (minted with the bootstrap token) cost an attacker
+// nothing and are never approved anyway (Decide retries them until the Node exists).
 func FloodCount(pending map[string]int, hasNode func(name string) bool) int {
 	n := 0
 	for name, c := range pending {

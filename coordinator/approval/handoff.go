@@ -6,20 +6,14 @@ import (
 	"time"
 )
 
-// Want is what one pending CSR's last decision says about its review: the
-// typed hand-off from the CSR reconciler to the Node's sync, the one writer
-// of nodeinit.io/csr-review.
+// Want is what a pending CSR's last decision says about its review: the hand-off from the
+// CSR reconciler to the Node's sync, the one writer of nodeinit.io/csr-review.
 type Want struct {
 	CSR     string
 	Created time.Time
-	// Review: the decision asks for the agent's attestation
-	// (RequestReview), or waits, which is always with the review asked or
-	// about to be (for the attestation, or for addresses to settle: the
-	// attestation is then ready when they are). Decided from the action
-	// alone, never the category, which also says what was ignored on the
-	// way (an attestation not signed by the enrolled key changes no
-	// hand-off). Whether the ask is a first one or an ask again is decided
-	// when it is written, from the Node's attestation.
+	// Review: the decision asks for the attestation or waits, always with the review asked or
+	// about to be. Decided from the action, never the category: an attestation the enrolled key
+	// did not sign changes no hand-off. First ask or ask again is decided when written.
 	Review bool
 }
 
@@ -29,12 +23,10 @@ func WantOf(csr string, created time.Time, d Decision) Want {
 		Review: d.Action == RequestReview || d.Action == Wait}
 }
 
-// Handoff names the CSR a Node's csr-review should name now, "" when none,
-// from the wants of the Node's pending CSRs and the CSR its annotation
-// names (current). The CSR under review stays under review while it wants
-// it; only then does the newest other one (by creation, then name: every
-// sync agrees) get its turn, and only if it wants it and, while the one
-// under review is pending, is newer than it.
+// Handoff names the CSR the Node's csr-review should name now ("" when none), from the wants
+// of its pending CSRs and the one it names now (current). The CSR under review keeps it while
+// it wants it; only then does the newest other one (by creation, then name, so every sync
+// agrees) get its turn, if it wants it and, while current is pending, is newer than it.
 func Handoff(current string, wants []Want) string {
 	wants = slices.Clone(wants)
 	slices.SortFunc(wants, func(a, b Want) int {

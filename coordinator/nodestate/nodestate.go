@@ -1,11 +1,7 @@
-// Package nodestate decides, for one Node, everything the coordinator wants
-// it to be: what initialization waits for, the addresses recorded as its
-// own, the pod CIDR request and the node prefix it carves from, the labels
-// and taints granted, the one initializing patch, and the next NodeRecord.
-// Decide is a pure function of the Node, its record, the configuration and
-// facts the controller gathers from its caches; the controller writes its
-// answer. The one stateful step, the allocator's answer to Desired.Allocate,
-// comes back in as Input.Allocated.
+// Package nodestate decides everything the coordinator wants one Node to be: what
+// initialization waits for, its claimed addresses, the pod CIDR request and node prefix, the
+// granted labels and taints, the initializing patch and the next NodeRecord. Decide is pure;
+// the one stateful step, the allocator's answer to Desired.Allocate, comes back as Input.Allocated.
 package nodestate
 
 import (
@@ -49,15 +45,12 @@ func NewSettings(cfg *config.Config) (Settings, error) {
 	return s, nil
 }
 
-// Review is the serving CSR the CSR reconciler hands to this Node's agent
-// (approval.Handoff), "" when none.
+// Review is the serving CSR handed to this Node's agent (approval.Handoff); empty when none.
 type Review struct {
-	// Ask is what csr-review says: the CSR, and the digest of its request
-	// when the Node's attestation is of an earlier request under the same
-	// name (the review asks again; the agent alone writes attestations).
+	// Ask is what csr-review says: the CSR, with its request's digest when the Node's attestation
+	// is of an earlier request of that name (asking again; only the agent writes attestations).
 	Ask contract.Review
-	// Serving is what the record keeps of CSR (its SANs, how long its
-	// certificate would be valid), for a review asked at initialization.
+	// Serving is what the record keeps of the CSR (SANs, validity), for a review at initialization.
 	Serving *records.Serving
 }
 
@@ -76,33 +69,25 @@ type Input struct {
 	Record *records.Record
 	// Reserved are the ranges the Node may never claim.
 	Reserved []csrcheck.Reserved
-	// Others maps each of the Node's addresses that another Node holds
-	// (by its record, or by listing it first) to that Node.
+	// Others maps each address of the Node that another Node holds (by record or by listing first).
 	Others map[netip.Addr]string
-	// FirstSeen is when the coordinator first saw this Node object list
-	// each of its addresses, listed continuously since: a new claim dates
-	// from then.
+	// FirstSeen is since when the coordinator has seen this Node object list each address
+	// continuously: a new claim dates from then.
 	FirstSeen map[netip.Addr]time.Time
-	// Near is what other records hold around a prefix (records.Store.Near),
-	// and Listed the addresses other Nodes list inside it, each since the
-	// coordinator first saw it listed (zero: not known, the earliest).
+	// Near is what other records hold around a prefix (records.Store.Near); Listed the addresses
+	// other Nodes list inside it, each since first seen (zero: not known, the earliest).
 	Near, Listed func(netip.Prefix) []records.Holding
 	// HasV4, HasV6: the allocator hands out segments of that family.
 	HasV4, HasV6 bool
 	Review       Review
-	// ServingCSRs: the cluster's kubelets ask for serving certificates (the
-	// coordinator has decided a serving CSR of a requester with a Node, or
-	// one of its NodeRecords names a serving certificate still valid).
-	// Asked: this Node's kubelet has a serving CSR, made since the Node's
-	// creation, the CSR reconciler has decided at least once (Review names
-	// it when it wants a review).
+	// ServingCSRs: the cluster's kubelets ask for serving certificates (a serving CSR of a Node
+	// was decided, or a NodeRecord names a valid one). Asked: this Node's kubelet has a serving
+	// CSR, made since the Node's creation, that the CSR reconciler has decided at least once.
 	ServingCSRs, Asked bool
-	// Allocated is the allocator's answer to Desired.Allocate of an earlier
-	// Decide on the same input.
+	// Allocated is the allocator's answer to an earlier Decide's Desired.Allocate, same input.
 	Allocated []netip.Prefix
-	// RefusedProviderID is a providerID the API server refused in an
-	// earlier patch of this Node object (an admin's admission policy):
-	// while the report asks for that one, the patch leaves it out.
+	// RefusedProviderID is a providerID the API server refused in an earlier patch of this Node
+	// object (an admin's admission policy); the patch leaves it out while the report asks for it.
 	RefusedProviderID RefusedProviderID
 	Now               time.Time
 }
@@ -120,46 +105,38 @@ type Desired struct {
 	// NotAdopted: an initialized Node without a record, left alone
 	// (adoptExisting off). Adopting: it is adopted by this sync.
 	NotAdopted, Adopting bool
-	// Waiting lists what initialization still waits for: nothing is
-	// written while it is not empty. RecheckAfter: it waits for the
-	// kubelet's serving CSR, until this long from now at most.
+	// Waiting lists what initialization waits for; nothing is written while it is not empty.
+	// RecheckAfter: it waits for the kubelet's serving CSR, at most this long from now.
 	Waiting      []string
 	RecheckAfter time.Duration
 
-	// Claims are the addresses recorded as the Node's; Refused the ones
-	// the claim policy refuses; Contested those another Node holds
-	// ("ip: Node x"), and RecheckClaims says to look again later.
+	// Claims are the addresses recorded as the Node's; Refused those the claim policy refuses;
+	// Contested those another Node holds ("ip: Node x"); RecheckClaims: look again later.
 	Claims        []records.Claim
 	Refused       []string
 	Contested     string
 	RecheckClaims bool
 
-	// Request is the pod CIDR request; Allocate, when set, asks the
-	// controller for the allocator's answer (Input.Allocated) before the
-	// rest can be decided. PrefixHolder is the other Node holding the node
-	// prefix the request would have carved from ("" when none), and
-	// PrefixRefused why this Node is not entitled to it at all.
+	// Request is the pod CIDR request; Allocate asks the controller for the allocator's answer
+	// (Input.Allocated) before the rest can be decided. PrefixHolder is the other Node holding
+	// the node prefix the request would carve from, PrefixRefused why this Node may not use it.
 	Request       ipam.Request
 	Allocate      bool
 	PrefixHolder  string
 	PrefixRefused string
 	PrefixSet     netip.Prefix
 
-	// Record is the record to write before the Node (nil: unchanged),
-	// After what it says once Patch applied (nil: the same as Record), and
-	// Unpatched what it says once Patch failed (nil: the same as Record):
-	// no grant the patch would have added.
+	// Record is the record to write before the Node (nil: unchanged); After and Unpatched what
+	// it says once Patch applied or failed (nil: as Record), Unpatched without the patch's grants.
 	Record, After, Unpatched *records.Spec
 	// Patch is the one merge patch for the Node (nil: nothing to write).
 	Patch []byte
 	Plan  finalize.Plan
-	// Initialize: the patch removes the uninitialized taint. CIDRs are the
-	// pod CIDRs it sets.
+	// Initialize: the patch removes the uninitialized taint; CIDRs are the pod CIDRs it sets.
 	Initialize bool
 	CIDRs      []netip.Prefix
-	// Enrolled: the record enrols the agent's key on first use.
-	// PendingKey: the record holds a newly published key no first use
-	// allows.
+	// Enrolled: the record enrols the agent's key on first use; PendingKey: it holds a newly
+	// published key that no first use allows.
 	Enrolled, PendingKey bool
 }
 
@@ -171,19 +148,16 @@ func Decide(s Settings, in Input) (Desired, error) {
 	rep := finalize.Read(node)
 	refusedID := ""
 	if r := in.RefusedProviderID; r.ID != "" && rep.Metadata != nil && rep.Metadata.SetProviderID == r.ID {
-		// Refused alone, as a value CheckProviderID refuses: the rest of the
-		// join goes on (with requireProviderID, it waits for one set by
-		// whoever the policy allows).
+		// Only the providerID is dropped, as a value CheckProviderID refuses; the join goes on
+		// (with requireProviderID it waits for one set by whoever the policy allows).
 		md := *rep.Metadata
 		md.SetProviderID = ""
 		rep.Metadata = &md
 		refusedID = fmt.Sprintf("providerID %q: the API server refused it (%s)", r.ID, r.Reason)
 	}
-	// A record describes one Node object (NodeUID). The first sync of
-	// another object of its name releases what it held for the old one,
-	// as that object's deletion does (records.Released), whatever this
-	// one is waiting for: the old claims are nobody's now, and must not
-	// hold other Nodes' addresses in the name of an object that is gone.
+	// A record describes one Node object (NodeUID). The first sync of another object of its name
+	// releases the old one's holdings, as its deletion does, whatever this one waits for: claims
+	// of an object that is gone must not hold other Nodes' addresses.
 	stale := StaleRecord(node, rec)
 	if len(rep.Problems) > 0 {
 		d.Malformed = rep.Problems
@@ -218,9 +192,8 @@ func Decide(s Settings, in Input) (Desired, error) {
 	if rec != nil {
 		prev = rec.Spec
 		if prev.NodeUID != "" && prev.NodeUID != string(node.UID) {
-			// The Node was re-created: what was recorded for the old object
-			// (grants, claims) is gone with it. What belongs to the machine
-			// and the name stays (records.Survives).
+			// The Node was re-created: the old object's grants and claims went with it; what
+			// belongs to the machine and the name stays (records.Survives).
 			prev = records.Survives(prev)
 		}
 	}
@@ -304,22 +277,19 @@ func Decide(s Settings, in Input) (Desired, error) {
 	}
 	d.PendingKey = next.PendingAgentKey != "" && next.PendingAgentKey != prev.PendingAgentKey
 	if review.Ask.CSR != "" && d.Initialize && (prev.Serving == nil || in.Now.After(prev.Serving.ValidUntil)) {
-		// Recorded with the initializing write, so the approval costs none;
-		// never over a valid certificate of an earlier object of this name,
-		// which the renewal rule compares the request with.
+		// Recorded with the initializing write, so the approval costs none; never over a valid
+		// certificate of an earlier object of this name, which the renewal rule compares with.
 		next.Serving = review.Serving
 	}
 	if rec == nil || !next.Equal(rec.Spec) {
 		d.Record = &next
 	}
-	// Once the patch applied, the values it rewrote or removed are no
-	// longer the coordinator's: an admin who sets one again is never
-	// overridden. Only such a patch costs this second write.
+	// Once the patch applied, the values it rewrote or removed are no longer the coordinator's,
+	// so an admin who sets one again is never overridden. Only such a patch costs this write.
 	if d.Patch != nil {
 		d.After = granting(next, d.Plan.Owns)
-		// A grant is recorded before the patch that writes it: should the
-		// patch fail, the record lets it go again, so a value someone else
-		// sets meanwhile is never taken for the coordinator's (class 5).
+		// A grant is recorded before the patch that writes it; should the patch fail, the record
+		// lets it go, so a value someone else sets meanwhile is never taken for ours (class 5).
 		d.Unpatched = granting(next, d.Plan.Unpatched)
 	}
 	return d, nil
@@ -334,17 +304,12 @@ func granting(next records.Spec, g finalize.Grants) *records.Spec {
 	return &next
 }
 
-// csrWait is how much longer initialization waits for the kubelet's
-// serving CSR, so that the initializing patch asks for its review and the
-// record names its certificate in the same write (two writes fewer than
-// asking after, and an earlier certificate). It waits only in a cluster
-// whose kubelets ask for serving certificates, while this Node's has not,
-// and never for a Node whose record holds a valid certificate of its name:
-// its kubelet has one and does not ask. It waits until wait after the
-// Node's registration: its creation on the API server's clock, or the
-// coordinator's first sight of one of its addresses on its own clock,
-// whichever is earlier, so a clock behind the API server's never makes
-// the wait longer (a kubelet registers with its addresses).
+// csrWait is how much longer initialization waits for the kubelet's serving CSR, so the
+// initializing patch asks for its review and the record names its certificate in one write.
+// It waits only while the cluster's kubelets ask for serving certificates, this one has not,
+// and no valid certificate of the name is recorded (then the kubelet does not ask). It counts
+// from the earlier of the Node's creation and the first sight of one of its addresses, so a
+// clock behind the API server's never makes it longer.
 func csrWait(wait time.Duration, in Input, prev records.Spec) time.Duration {
 	if wait <= 0 || !in.ServingCSRs || in.Asked || in.Review.Ask.CSR != "" ||
 		prev.Serving != nil && in.Now.Before(prev.Serving.ValidUntil) {
@@ -359,10 +324,9 @@ func csrWait(wait time.Duration, in Input, prev records.Spec) time.Duration {
 	return min(start.Add(wait).Sub(in.Now), wait)
 }
 
-// nodePrefix decides whether the Node may carve its IPv6 pod segment from
-// the node prefix the request names (records.NodePrefix) and returns the
-// prefix its record holds after this sync. A prefix another Node holds is
-// taken out of the request (the IPv6 pool serves, when there is one).
+// nodePrefix decides whether the Node may carve its IPv6 pod segment from the request's node
+// prefix (records.NodePrefix) and returns the prefix its record holds after this sync. A
+// prefix another Node holds is taken out of the request: the IPv6 pool serves, if any.
 func (d *Desired) nodePrefix(s Settings, in Input, name, held string, existing []netip.Prefix) string {
 	if !d.Request.IPv6Prefix.IsValid() {
 		return held
@@ -395,11 +359,9 @@ func (d *Desired) nodePrefix(s Settings, in Input, name, held string, existing [
 	return prefix
 }
 
-// avoidRanges are the parts of the node prefix req carves from that the
-// inventory binds to other Nodes (records.BoundElsewhere). The pools are
-// left out: no Node address may lie in a pool (csrcheck.Certifiable), so a
-// binding over one protects nothing there, and avoiding it would empty the
-// pool for every Node it does not name.
+// avoidRanges are the parts of req's node prefix the inventory binds to other Nodes. Pools
+// are left out: no Node address may lie in one (csrcheck.Certifiable), so a binding there
+// protects nothing, and avoiding it would empty the pool for every Node it does not name.
 func avoidRanges(s Settings, node string, req ipam.Request) []netip.Prefix {
 	if len(s.Inventory) == 0 || !req.IPv6Prefix.IsValid() {
 		return nil
@@ -411,13 +373,9 @@ func avoidRanges(s Settings, node string, req ipam.Request) []netip.Prefix {
 	return records.BoundElsewhere(s.Inventory, node, set)
 }
 
-// releaseWithdrawn is rec without the addresses node no longer lists, and
-// nothing else changed; nil when that changes nothing.
-// StaleRecord is rec released (records.Released) when it describes
-// another Node object than node and still holds more than that; nil
-// otherwise. A record without a NodeUID describes whichever Node has the
-// name. Decide writes it at the node's first sync; until then no CSR of
-// the node is decided from the record (approval.Input.RecordOfAnotherObject).
+// StaleRecord is rec released (records.Released) when it describes another Node object than
+// node and still holds more than that; nil otherwise. A record without a NodeUID describes
+// any Node of the name. Until Decide writes it, no CSR of the node is decided from the record.
 func StaleRecord(node *corev1.Node, rec *records.Record) *records.Spec {
 	if rec == nil || rec.Spec.NodeUID == "" || rec.Spec.NodeUID == string(node.UID) {
 		return nil
@@ -429,6 +387,7 @@ func StaleRecord(node *corev1.Node, rec *records.Record) *records.Spec {
 	return &kept
 }
 
+// releaseWithdrawn is rec without the addresses node no longer lists; nil if that changes nothing.
 func releaseWithdrawn(node *corev1.Node, rec *records.Record, max int) *records.Spec {
 	if rec == nil || rec.Spec.NodeUID != string(node.UID) {
 		return nil
@@ -446,8 +405,7 @@ func releaseWithdrawn(node *corev1.Node, rec *records.Record, max int) *records.
 	return &next
 }
 
-// contestedBy lists the addresses another Node holds ("ip: Node x"),
-// sorted, "" when none.
+// contestedBy lists the addresses another Node holds ("ip: Node x"), sorted; "" when none.
 func contestedBy(others map[netip.Addr]string, claims []records.Claim) string {
 	var out []string
 	for ip, owner := range others {
@@ -459,9 +417,8 @@ func contestedBy(others map[netip.Addr]string, claims []records.Claim) string {
 	return strings.Join(out, ", ")
 }
 
-// Addresses are a Node's InternalIP and ExternalIP addresses in order, at
-// most max of them: what a hostile report can make the coordinator hold is
-// bounded.
+// Addresses are a Node's InternalIP and ExternalIP addresses in order, at most max of them,
+// so what a hostile report can make the coordinator hold is bounded.
 func Addresses(node *corev1.Node, max int) []netip.Addr {
 	var out []netip.Addr
 	for _, ip := range csrcheck.NodeIPs(csrcheck.Node{Name: node.Name, Addresses: node.Status.Addresses}) {
@@ -475,11 +432,9 @@ func Addresses(node *corev1.Node, max int) []netip.Addr {
 	return out
 }
 
-// AddressInOwnPodCIDR returns one of a Node's addresses (Addresses) that
-// lies inside one of its pod CIDRs, and that CIDR. Allocation avoids them,
-// but a Node given its CIDRs before (or by another writer) may have one:
-// its kubelet's serving CSRs naming it are refused (a pod's address), and
-// pod CIDRs never change.
+// AddressInOwnPodCIDR returns a Node address inside one of its pod CIDRs, and that CIDR.
+// Allocation avoids this, but CIDRs given earlier or by another writer may not: serving CSRs
+// naming such an address (a pod's) are refused, as pod CIDRs never change.
 func AddressInOwnPodCIDR(cidrs []netip.Prefix, addrs []netip.Addr) (netip.Addr, netip.Prefix, bool) {
 	for _, ip := range addrs {
 		for _, c := range cidrs {

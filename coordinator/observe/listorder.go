@@ -13,32 +13,21 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// ListOrder tells which of the Node informer's events come from a list
-// rather than from its watch. A watch delivers changes in the order the API
-// server committed them; a list (the informer's first, or the one it makes
-// when a watch cannot resume after a gap: an API server restart, a
-// partition) delivers what changed meanwhile in an order that says nothing
-// about which Node began to list an address first.
+// ListOrder tells which of the Node informer's events come from a list rather than its watch:
+// a watch delivers changes in commit order; a list (the first, or a relist after a gap such as
+// an API server restart) in an order that says nothing about who listed an address first.
 //
-// One list is one informer list: every page of a paginated LIST (the
-// pages after the first carry a continue token), or the initial events of
-// a watch-list stream (client-go's WatchListClient) up to the bookmark that
-// ends them. It wraps the informer's ListerWatcher and notes the object,
-// resource version and list of each object a list returns, unless the
-// informer's store holds that version already or the watch delivered it
-// (a version the watch delivered is the watch's, even when the informer
-// hands it over after the list returned it). The handler then asks which
-// list, if any, returned the object it got (take). A list that never
-// completes (a failed page, a stream cut before its bookmark) is dropped
-// when the next begins: the informer hands over nothing of it.
+// One list is every page of a paginated LIST, or a watch-list stream's initial events up to
+// their bookmark. It wraps the informer's ListerWatcher and notes each object a list returns,
+// unless the store holds that version already or the watch delivered it (then it is the
+// watch's, even if handed over after the list). The handler asks which list returned an
+// object (Take). A list that never completes is dropped when the next begins: none is handed over.
 type ListOrder struct {
 	inner cache.ListerWatcherWithContext
-	// stored is the resource version the informer's store holds for a
-	// Node ("" when none); set once the informer exists.
+	// stored is the version the informer's store holds of a Node ("": none); nil until StoreOf.
 	stored func(name string) string
-	// listed is told of each object noted, when noted: before the informer
-	// hands over any object of that list (the observer's pend); dropped of
-	// a list that never completed.
+	// listed is told of each object noted, before the informer hands over any of its list (the
+	// observer's Pend); dropped, of each list that never completed.
 	listed  func(obj runtime.Object, list uint32)
 	dropped func(list uint32)
 
@@ -65,7 +54,7 @@ func NewListOrder(inner cache.ListerWatcherWithContext, listed func(runtime.Obje
 	return &ListOrder{inner: inner, listed: listed, dropped: dropped, items: map[string][]fromList{}, watched: map[string]seenVersion{}}
 }
 
-// storeOf makes stored read the informer's store.
+// StoreOf makes stored read the informer's store.
 func (l *ListOrder) StoreOf(s cache.Store) {
 	l.stored = func(name string) string {
 		obj, ok, _ := s.GetByKey(name)
@@ -125,7 +114,7 @@ func (l *ListOrder) complete(list uint32) {
 	}
 }
 
-// firstList is the list that populated the informer (1 until one has).
+// FirstList is the list that populated the informer (1 until one has).
 func (l *ListOrder) FirstList() uint32 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -135,10 +124,8 @@ func (l *ListOrder) FirstList() uint32 {
 	return l.first
 }
 
-// note notes what list returned, and tells the observer, all under l.mu:
-// a version the informer's store holds, or the watch delivered, is not the
-// list's; nor is anything of a list no longer open (a stream's pass-through
-// stopping late).
+// note notes what list returned and tells the observer, under l.mu; a version the store holds
+// or the watch delivered is not the list's, nor is anything of a list no longer open.
 func (l *ListOrder) note(list uint32, obj runtime.Object) {
 	m, err := meta.Accessor(obj)
 	if err != nil {
@@ -173,8 +160,7 @@ func (l *ListOrder) sawWatch(obj runtime.Object, delivered bool) {
 	}
 }
 
-// take says which list returned this version of the Node (0: the watch
-// delivered it), and forgets it.
+// Take says which list returned this version of the Node (0: the watch did), and forgets it.
 func (l *ListOrder) Take(name, rv string) uint32 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -201,8 +187,7 @@ func (l *ListOrder) Take(name, rv string) uint32 {
 	return list
 }
 
-// forget drops what was noted of a deleted Node object (uid; "":
-// whichever): a later object of the name keeps its own.
+// Forget drops what was noted of a deleted Node object (uid; "": whichever), not a later one's.
 func (l *ListOrder) Forget(name string, uid types.UID) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -247,8 +232,7 @@ func (l *ListOrder) WatchWithContext(ctx context.Context, opts metav1.ListOption
 	return l.noting(w, list), nil
 }
 
-// List and Watch are the ListerWatcher the informer takes; it calls the
-// methods with a context.
+// List and Watch complete the ListerWatcher the informer takes; it calls the context methods.
 func (l *ListOrder) List(opts metav1.ListOptions) (runtime.Object, error) {
 	return l.ListWithContext(context.Background(), opts)
 }
@@ -257,16 +241,14 @@ func (l *ListOrder) Watch(opts metav1.ListOptions) (watch.Interface, error) {
 	return l.WatchWithContext(context.Background(), opts)
 }
 
-// IsWatchListSemanticsUnSupported passes on what the wrapped ListerWatcher
-// says (client-go asks before it streams a list).
+// IsWatchListSemanticsUnSupported passes on the wrapped ListerWatcher's answer to client-go.
 func (l *ListOrder) IsWatchListSemanticsUnSupported() bool {
 	u, ok := l.inner.(interface{ IsWatchListSemanticsUnSupported() bool })
 	return ok && u.IsWatchListSemanticsUnSupported()
 }
 
-// noting passes w's events on: those of a stream's initial events (list
-// is not 0) as list's until the bookmark that ends them, the rest as the
-// watch's. It stops at Stop without waiting for a reader.
+// noting passes w's events on: a stream's initial events (list is not 0) as list's until their
+// bookmark, the rest as the watch's. It stops at Stop without waiting for a reader.
 func (l *ListOrder) noting(w watch.Interface, list uint32) watch.Interface {
 	n := &notingWatch{in: w, out: make(chan watch.Event), done: make(chan struct{})}
 	go func() {

@@ -1,8 +1,6 @@
-// Package observe holds the coordinator's own observations of Nodes, which
-// no node can write: since when each Node has listed each of its addresses
-// (Observer), and which of the Node informer's lists, if any, delivered an
-// event (ListOrder): the order of first sights that decides who listed an
-// address first.
+// Package observe holds the coordinator's own observations of Nodes, which no node can write:
+// since when each Node has listed each address (Observer), and which informer list, if any,
+// delivered an event (ListOrder); together they decide who listed an address first.
 package observe
 
 import (
@@ -20,49 +18,33 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// Observer remembers since when each Node's addresses have been seen
-// continuously, from every informer event: an address a node adds and
-// removes again (or an agent reverts) starts over. Serving CSRs are
-// decided on addresses stable for csr.minAddressAge, never on one snapshot.
-// Standbys observe too, so a new leader does not start blind.
+// Observer remembers since when each Node has listed each address continuously (an address
+// removed and added again starts over), so serving CSRs are decided on addresses stable for
+// csr.minAddressAge, never on one snapshot. Standbys observe too, so a new leader is not blind.
 //
-// Which of two Nodes listed an address first is known, at best, when the
-// Observer saw one of them begin to, from the informer's watch, which
-// delivers changes in the order the API server committed them. A list
-// does not: the informer's first (the Nodes had been listing their
-// addresses for some unknown time already), or one it makes when its watch
-// cannot resume after a gap (what changed meanwhile, in an order that says
-// nothing about it: by name, or a stream's). Two Nodes whose listing of
-// one address one list returned are each the other's earlier lister (the
-// address is held against both), never by the order the list came in,
-// which a node could steer with its name. Against any other Node the list
-// orders them: a list returns what began after every event the watch
-// delivered before it, and before every event after it (ListOrder says
-// which list returned an object, and tells the observer of it before the
-// informer hands it over: pend). A Node a relist returns changed may
-// have stopped listing an address and begun again while the watch was
-// cut: what it listed before counts as begun at an unknown time up to the
-// relist (listed.lo), so it holds the address against, and is held
-// against by, every Node listing it then.
+// Who listed an address first is known only from the watch, which delivers changes in commit
+// order. A list (the informer's first, or a relist after a watch gap) says nothing of the
+// order of what it returns: two Nodes one list returned listing an address are each the
+// other's earlier lister, never ordered by the list, which a node could steer with its name.
+// Against other Nodes a list is ordered: after the watch events before it, before those after
+// (ListOrder tells the Observer of a list's objects before the informer hands them over: Pend).
+// A Node a relist returns changed may have dropped and re-listed an address during the gap:
+// that listing counts as begun at an unknown time up to the relist (listed.lo), so it and every
+// Node listing the address then hold it against each other.
 //
-// It holds an entry for every Node of the cluster, so it keeps them small:
-// slices, not maps, for the few addresses each Node lists (at most max)
-// and the Nodes listing each address (usually one).
+// It holds every Node, so slices, not maps: few addresses per Node, usually one lister each.
 type Observer struct {
 	max int
-	// epoch is what times are kept from, as nanoseconds: differences of
-	// readings of the monotonic clock, which a step of the wall clock
-	// does not move.
+	// epoch is what times are kept from, as nanoseconds of the monotonic clock, which a step
+	// of the wall clock does not move.
 	epoch time.Time
 	clock clock.PassiveClock
 	mu    sync.Mutex
 	nodes map[string]observed
 	byIP  map[netip.Addr][]lister // who lists each address, since when
-	// pending are the versions of Nodes a list returned that the informer
-	// has not handed over yet: it hands a list's Nodes to the coordinator
-	// one at a time while the workers run, so the first handed over must
-	// not be decided before the others are known. pendingBy is each
-	// Node's, by version; pending indexes them by address.
+	// pending are the versions of Nodes a list returned that the informer has not handed over:
+	// it hands them over one at a time while workers run, and the first must not be decided
+	// before the others are known. pendingBy holds them by Node, pending by address.
 	pending   map[netip.Addr][]pendingLister
 	pendingBy map[string][]pendingVersion
 }
@@ -89,34 +71,26 @@ type observed struct {
 
 type listed struct {
 	ip netip.Addr
-	// since is when the Node began to list ip, as near as the observer
-	// can see, in nanoseconds from the observer's epoch (a time.Time is
-	// three times the size, and the observer holds every Node's
-	// addresses); it is when the address counts as stable from.
+	// since is when the Node began to list ip, as near as seen, in nanoseconds from epoch (a
+	// time.Time is three times the size); the address counts as stable from then.
 	since int64
-	// lo is the earliest the Node may have begun to list ip (math.MinInt64:
-	// no bound): since, unless a relist returned the Node changed after it
-	// had listed ip before the watch was cut, perhaps not all along
-	// (resumed).
+	// lo is the earliest the Node may have begun to list ip (math.MinInt64: no bound); since,
+	// unless a relist returned the Node changed after a watch gap (resumed).
 	lo int64
-	// list is the list that delivered ip first (0: the watch did, so since
-	// is when the Node began to list it, as near as the observer can see).
+	// list is the list that delivered ip first (0: the watch did, so since is when it began).
 	list uint32
 }
 
 type lister struct {
 	name string
-	// from and to bound since when it has listed the address, as observed
-	// (nanoseconds from the observer's epoch; equal unless a relist left it
-	// unsure; a pending lister's are pendingFrom).
+	// from and to bound since when it has listed the address (nanoseconds from epoch): equal
+	// unless a relist left it unsure, pendingFrom for a pending lister.
 	from, to int64
 	list     uint32 // the list it was first seen in (0: none)
 }
 
-// pendingFrom is a pending lister's from: a list returned it and the
-// informer has not handed it over yet. It began after everything the
-// watch delivered before that list, handed over yet or not, so it is
-// later than all but its list's.
+// pendingFrom is the from of a lister a list returned, not handed over yet: it began after all
+// the watch delivered before that list, so later than all but its list's.
 const pendingFrom = math.MaxInt64
 
 func New(max int, clk clock.PassiveClock) *Observer {
@@ -141,28 +115,22 @@ func (o *Observer) unindex(name string, n observed) {
 	}
 }
 
-// earlier returns another Node that may hold ip (eligible) and has listed
-// it continuously since no later than self has, as far as the observer
-// knows (the earliest such, then by name), "" when none has: an address two
-// Nodes list is the first lister's until one is recorded. Two Nodes that
-// one list delivered listing it are each other's earlier lister.
+// Earlier returns another eligible Node that has listed ip continuously since no later than
+// self (the earliest, then by name), "" when none: an address two Nodes list is the first
+// lister's until one is recorded. Two Nodes one list delivered listing it each count as earlier.
 func (o *Observer) Earlier(ip netip.Addr, self string, eligible func(node string) bool) string {
 	return o.EarlierOf(ip, self, true, eligible)
 }
 
-// earlierOf is earlier; when !selfHanded, the observer has not been
-// handed the version of self the caller decides on, listing ip, and any
-// other Node it knows listing ip counts as earlier.
+// EarlierOf is Earlier; when !selfHanded, the caller decides on a version of self listing ip
+// that the observer has not been handed, and any other Node known to list ip counts as earlier.
 func (o *Observer) EarlierOf(ip netip.Addr, self string, selfHanded bool, eligible func(node string) bool) string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	l := o.byIP[ip]
 	if len(o.pendingBy) > 0 {
-		// A Node handed over listing ip before a list returned it changed
-		// (pending) is as unsure of its order as once that version is
-		// handed over (listed.resumed): a sync may still read the version
-		// from before the gap. (One that did not list ip then began to
-		// after the watch's last event: it is pending below.)
+		// A Node handed over listing ip whose changed version is pending is as unsure of its order
+		// as once that is handed over (listed.resumed): a sync may still read the older version.
 		l = slices.Clone(l)
 		for k, x := range l {
 			if list, changed := o.changedIn(x.name); changed {
@@ -171,8 +139,7 @@ func (o *Observer) EarlierOf(ip netip.Addr, self string, selfHanded bool, eligib
 		}
 	}
 	if p := o.pending[ip]; len(p) > 0 {
-		// A Node not handed over listing ip, by the earliest list that
-		// returned a version of it listing ip.
+		// Nodes not handed over listing ip, each by the earliest list that returned it listing ip.
 		handed := make(map[string]bool, len(l))
 		for _, x := range l {
 			handed[x.name] = true
@@ -189,8 +156,7 @@ func (o *Observer) EarlierOf(ip netip.Addr, self string, selfHanded bool, eligib
 		}
 	}
 	if len(l) > 2 {
-		// Which of several that none is known to precede is named must not
-		// depend on the order they are held in.
+		// Which of several unordered Nodes is named must not depend on the order they are held in.
 		l = slices.SortedFunc(slices.Values(l), func(a, b lister) int { return strings.Compare(a.name, b.name) })
 	}
 	i := slices.IndexFunc(l, func(l lister) bool { return l.name == self })
@@ -212,9 +178,8 @@ func (o *Observer) EarlierOf(ip netip.Addr, self string, selfHanded bool, eligib
 	return best.name
 }
 
-// changedIn says whether a list returned a version of the Node other than
-// the one handed over last, not handed over yet, and the earliest such
-// list; o.mu is held.
+// changedIn says whether a pending version of the Node differs from the one handed over
+// last, and the earliest list that returned one; o.mu is held.
 func (o *Observer) changedIn(name string) (uint32, bool) {
 	n, had := o.nodes[name]
 	var list uint32
@@ -236,9 +201,8 @@ func (l lister) resumed(list uint32) lister {
 	return l
 }
 
-// after says whether a began to list an address after b did, as far as
-// the observer knows: never when one list returned both, nor when either
-// may have begun at the other's time.
+// after says whether a began to list an address after b, as far as known: never when one
+// list returned both, nor when either may have begun at the other's time.
 func (a lister) after(b lister) bool {
 	if a.list != 0 && a.list == b.list {
 		return false
@@ -246,15 +210,13 @@ func (a lister) after(b lister) bool {
 	return a.from > b.to
 }
 
-// resourceVersion reads an object's resource version as the integer the
-// API server gives (etcd's revision).
+// resourceVersion reads a resource version as the integer the API server gives (etcd's revision).
 func resourceVersion(s string) (uint64, bool) {
 	n, err := strconv.ParseUint(s, 10, 64)
 	return n, err == nil
 }
 
-// handed says whether the version handed over last of the Node is this
-// one (uid, rv), listing ip.
+// Handed says whether the Node's version handed over last is this one (uid, rv), listing ip.
 func (o *Observer) Handed(name string, uid types.UID, rv string, ip netip.Addr) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -266,9 +228,8 @@ func (o *Observer) Handed(name string, uid types.UID, rv string, ip netip.Addr) 
 	return listing
 }
 
-// pend notes a version of a Node a list returned, before the informer
-// hands it over (ListOrder calls it): its addresses count as listed from
-// then on, by the earliest list that returned a version listing them.
+// Pend notes a version of a Node a list returned, before the informer hands it over: its
+// addresses count as listed from then on, by the earliest list that returned them.
 func (o *Observer) Pend(node *corev1.Node, list uint32) {
 	cur := nodestate.Addresses(node, o.max)
 	o.mu.Lock()
@@ -311,8 +272,7 @@ func (o *Observer) unpend(name string, drop func(pendingVersion) bool) {
 	}
 }
 
-// dropList drops what a list returned that the informer will not hand
-// over: the list never completed (ListOrder calls it when the next begins).
+// DropList drops what a list that never completed returned: the informer hands none of it over.
 func (o *Observer) DropList(list uint32) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -321,21 +281,17 @@ func (o *Observer) DropList(list uint32) {
 	}
 }
 
-// observe records node's addresses at now and returns those added and
-// removed since the last observation. list is the informer's list that
-// delivered node (0: its watch did): the addresses it adds were listed
-// before now, since a time the observer cannot know but after the
-// watch's last event before that list.
+// Observe records node's addresses at now and returns those added and removed. list is the
+// informer list that delivered node (0: the watch did): the addresses it adds began at an
+// unknown time before now, after the watch's last event before that list.
 func (o *Observer) Observe(node *corev1.Node, now time.Time, list uint32) (added, removed []netip.Addr) {
 	cur := nodestate.Addresses(node, o.max)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	// What a list returned of this Node and is still pending goes when
-	// that version is handed over, or a later one of the object: versions
-	// earlier lists returned were handed over before it, or never will be.
-	// An older version the watch delivered late leaves it pending. (Resource
-	// versions compare as integers, as client-go's mutation cache takes
-	// them; one that does not parse is older than none.)
+	// A pending version goes once it, a later version of the object, or a later list's version
+	// of the Node is handed over (an earlier list's are handed over first, or never). An older
+	// version the watch delivers late leaves it pending. Resource versions compare as integers,
+	// as in client-go's mutation cache; one that does not parse is older than none.
 	rv, rvOK := resourceVersion(node.ResourceVersion)
 	o.unpend(node.Name, func(v pendingVersion) bool {
 		older, ok := resourceVersion(v.rv)
@@ -350,8 +306,7 @@ func (o *Observer) Observe(node *corev1.Node, now time.Time, list uint32) (added
 		}
 		prev = observed{}
 	}
-	// A relist returned the object changed: the watch missed what it
-	// listed meanwhile.
+	// A relist returned the object changed: the watch missed what it listed meanwhile.
 	resumed := list != 0 && had && old.uid == node.UID && old.rv != node.ResourceVersion
 	if had && old.uid == node.UID && !resumed && slices.EqualFunc(old.addrs, cur, func(a listed, ip netip.Addr) bool { return a.ip == ip }) {
 		old.rv = node.ResourceVersion
@@ -380,9 +335,8 @@ func (o *Observer) Observe(node *corev1.Node, now time.Time, list uint32) (added
 	return added, removed
 }
 
-// resumed is a listing seen before a watch gap and again in list at now:
-// it began between its earliest bound then (none when a list delivered
-// it) and now, and it is stable from now.
+// resumed is a listing seen before a watch gap and again in list at now: it began between its
+// earliest bound then (none when a list delivered it) and now, and is stable from now.
 func (a listed) resumed(now int64, list uint32) listed {
 	lo := a.lo
 	if a.list != 0 && a.lo == a.since {
@@ -403,9 +357,8 @@ func (n observed) get(ip netip.Addr) (listed, bool) {
 	return listed{}, false
 }
 
-// forget drops a deleted Node object (uid; "": whichever) and returns
-// the addresses it held. What a list returned of a later object of the
-// name stays pending.
+// Forget drops a deleted Node object (uid; "": whichever) and returns the addresses it held;
+// what a list returned of a later object of the name stays pending.
 func (o *Observer) Forget(name string, uid types.UID) []netip.Addr {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -423,18 +376,15 @@ func (o *Observer) Forget(name string, uid types.UID) []netip.Addr {
 	return out
 }
 
-// firstSeen is since when each of the Node object's addresses has been
-// observed continuously.
-// The date is the wall clock's now less the address's age on the
-// monotonic clock: a record's claim carries it, and replicas compare them.
+// FirstSeen is since when each of the Node object's addresses has been observed continuously:
+// wall-clock now less its monotonic age, as records' claims carry it and replicas compare them.
 func (o *Observer) FirstSeen(name string, uid types.UID) map[netip.Addr]time.Time {
 	return o.since(name, uid, false)
 }
 
-// firstSeenOrdered is firstSeen with a zero time (earliest of all) for
-// each address whose beginning a list delivered, or a relist left unsure:
-// its order against another Node's is not known, so a Node's name (the
-// order of a list) never decides who listed first.
+// FirstSeenOrdered is FirstSeen with a zero time (earliest of all) for each address whose
+// beginning a list delivered or a relist left unsure: its order is not known, so a Node's
+// name (a list's order) never decides who listed first.
 func (o *Observer) FirstSeenOrdered(name string, uid types.UID) map[netip.Addr]time.Time {
 	return o.since(name, uid, true)
 }
@@ -456,7 +406,7 @@ func (o *Observer) since(name string, uid types.UID, ordered bool) map[netip.Add
 	return out
 }
 
-// seen is how long each of the Node's addresses has been observed at now.
+// Seen is how long each of the Node's addresses has been observed at now.
 func (o *Observer) Seen(name string, uid types.UID, now time.Time) map[netip.Addr]time.Duration {
 	o.mu.Lock()
 	defer o.mu.Unlock()
