@@ -6,11 +6,8 @@ import (
 	"sync"
 )
 
-// addrLocks serialize the syncs that decide claims on the same address, or
-// on the same IPv6 /64 (node prefixes are decided under it), and nothing
-// else: syncs of Nodes with no address or /64 in common never wait on each
-// other. (Its predecessor, 64 hashed stripes, made most of 16 workers wait
-// on one another in a join storm, each Node holding 3–4 stripes.)
+// addrLocks serialize the syncs that decide claims on one address or one IPv6 /64 (node prefixes
+// are decided under it), and nothing else: Nodes sharing neither never wait on each other.
 type addrLocks struct{ keyLocks[netip.Prefix] }
 
 // keyLocks is a lock per key, held only while someone holds or waits for it.
@@ -24,9 +21,8 @@ type keyLock struct {
 	refs int // holders and waiters; the entry goes with the last
 }
 
-// keys are the lock keys of ips: each address as a full-length prefix, and
-// each IPv6 address's /64; sorted and without repeats, so that every caller
-// locks in the same order.
+// lockKeys are the lock keys of ips: each address as a full-length prefix and each IPv6 address's
+// /64, sorted and without repeats, so that every caller locks in the same order.
 func lockKeys(ips []netip.Addr) []netip.Prefix {
 	var keys []netip.Prefix
 	for _, ip := range ips {
@@ -49,8 +45,7 @@ func lockKeys(ips []netip.Addr) []netip.Prefix {
 // lock locks ips (see lockKeys) in order and returns the unlock.
 func (l *addrLocks) lock(ips []netip.Addr) func() { return l.lockAll(lockKeys(ips)) }
 
-// lockAll locks keys, in the order given (every caller sorts them alike),
-// and returns the unlock.
+// lockAll locks keys in the order given (every caller sorts them alike) and returns the unlock.
 func (l *keyLocks[K]) lockAll(keys []K) func() {
 	entries := make([]*keyLock, len(keys))
 	for i, k := range keys {

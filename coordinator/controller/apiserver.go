@@ -13,12 +13,9 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// APIServerSANs dials the API server the coordinator talks to and returns
-// the DNS names and IP addresses its serving certificate is valid for: the
-// cluster endpoint, a Talos shared VIP, a load balancer, the control-plane
-// addresses (Talos puts them all in the certificate). A node certificate
-// naming any of them would impersonate the API server to every client that
-// trusts the cluster CA.
+// APIServerSANs dials the API server and returns the DNS names and IPs its serving certificate is
+// valid for (Talos puts the endpoint, a shared VIP and control-plane addresses in it): a node
+// certificate naming any would impersonate the API server to every client trusting the cluster CA.
 func APIServerSANs(ctx context.Context, cfg *rest.Config) ([]string, []netip.Addr, error) {
 	tlsCfg, err := rest.TLSConfigFor(cfg)
 	if err != nil {

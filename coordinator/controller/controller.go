@@ -1,7 +1,5 @@
-// Package controller runs the coordinator: leader election on a Lease,
-// informers on Nodes and kubelet-serving CSRs, and two workqueues whose
-// sync functions call the pure cores (finalize, approval, pkg/ipam) and
-// write their answers with the coordinator's ServiceAccount.
+// Package controller runs the coordinator: a leader-elected replica whose Node and CSR workqueues
+// call the pure cores (finalize, approval, pkg/ipam) and write their answers.
 package controller
 
 import (
@@ -67,33 +65,24 @@ type Config struct {
 	// Lease in Namespace; Identity is this replica's name (pod name).
 	Namespace, LeaseName, Identity            string
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
-	// NodeWorkers and CSRWorkers sync in parallel (default 64 and 16: a
-	// sync waits on the API server, not the CPU, and a join's Node sync
-	// makes two writes in a row).
+	// NodeWorkers and CSRWorkers default to 64 and 16: a sync waits on the API server, not the CPU,
+	// and a join's Node sync makes two writes in a row.
 	NodeWorkers, CSRWorkers int
 	Log                     *slog.Logger
 	Metrics                 *Metrics
-	// REST, when set, is the client configuration: before leading, the
-	// coordinator reads the API server's serving certificate through it.
+	// REST, when set, is used before leading to read the API server's serving certificate.
 	REST *rest.Config
-	// APIServerNames and APIServerIPs are the SANs of the API server's own
-	// serving certificate (read through REST): never certified for a
-	// node, except a control-plane Node's own name and addresses.
+	// APIServerNames and APIServerIPs are the SANs of the API server's certificate: never certified
+	// for a node, except a control-plane Node's own name and addresses.
 	APIServerNames []string
 	APIServerIPs   []netip.Addr
-	// InitializedEvents records a Normal Initialized Event on each Node the
-	// coordinator initializes: one more API write per join. Off, a clean
-	// join shows in the Node itself (the taint gone, its pod CIDRs and
-	// labels), in the log and in nodeinit_coordinator_node_init_seconds;
+	// InitializedEvents records a Normal Initialized Event per join, one more write each. Off, a
+	// join shows in the Node, the log and nodeinit_coordinator_node_time_to_initialized_seconds;
 	// Warnings are always recorded.
 	InitializedEvents bool
-	// Clock is what the coordinator reads the time from (nil: the real
-	// clock): how long addresses have been listed, reviews asked, Nodes
-	// waiting. Tests move it ahead instead of sleeping.
+	// Clock is the coordinator's time (nil: the real clock); tests step it instead of sleeping.
 	Clock clock.PassiveClock
-	// WaitingLogAfter is how long after its registration a Node still
-	// waiting (for its agent's report, its providerID…) is named in the
-	// log, with what it waits for; 0: 30 s.
+	// WaitingLogAfter (0: 30 s) is how long after registration a Node still waiting is logged.
 	WaitingLogAfter time.Duration
 }
 
@@ -108,8 +97,7 @@ type Coordinator struct {
 	policy   csrcheck.Policy
 	recorder record.EventRecorder
 
-	// What the coordinator decides from besides its configuration: its own
-	// records, cluster objects nodes cannot write, and its own observations.
+	// Inputs besides the configuration: own records, objects nodes cannot write, own observations.
 	records        *records.Store
 	facts          *clusterFacts
 	observer       *observe.Observer
@@ -119,7 +107,7 @@ type Coordinator struct {
 	desired        nodestate.Settings     // what nodestate.Decide reads of the configuration
 	notes          *csrNotes              // what the Node syncs remember of serving CSRs: reviews asked, decisions seen
 	handlersSynced []cache.InformerSynced // each informer handler has seen the initial list (handle)
-	servingCSRs    atomic.Bool            // a Node's kubelet asked for a serving certificate (a CSR, or a record naming one): joins wait for their kubelet's (csr.initWait)
+	servingCSRs    atomic.Bool            // kubelets ask for serving certificates (a CSR, or a record naming one): joins wait (csr.initWait)
 	cidrs          *podcidrs.Allocator    // the allocator and what it decides from
 	nodeStatus     *nodeStatus            // the Node reconciler's gauges: Nodes waiting, Nodes left alone
 	said           *said                  // the last message of each Event reason per object
@@ -140,17 +128,13 @@ type Coordinator struct {
 	csrs       certlisters.CertificateSigningRequestLister
 	csrIndex   cache.Indexer
 	nodeIndex  cache.Indexer
-	// ownNodes overlays the Node cache with the Nodes this replica's own
-	// patches returned, until the informer delivers them: a sync reads its
-	// own writes instead of patching a stale resourceVersion into a 409.
+	// ownNodes overlays the Node cache with this replica's patch answers until the informer has
+	// them: a sync reads its own writes instead of patching a stale resourceVersion into a 409.
 	ownNodes cache.MutationCache
-	// ownCSRs does the same for the CSRs this replica decided: the next
-	// sync sees the decision, not a pending copy to decide again.
+	// ownCSRs does the same for the CSRs this replica decided, so none is decided twice.
 	ownCSRs cache.MutationCache
-	// nodeQueue is keyed by Node name: a Node's sync owns the Node, its
-	// record and its kubelet's serving CSRs (whose requester names it,
-	// registered or not), and a workqueue never syncs one key twice at
-	// once. csrQueue has the serving CSRs of requesters that are no node.
+	// nodeQueue is keyed by Node name: one sync owns the Node, its record and its kubelet's serving
+	// CSRs, registered or not, and never runs twice at once. csrQueue has other requesters' CSRs.
 	nodeQueue workqueue.TypedRateLimitingInterface[string]
 	csrQueue  workqueue.TypedRateLimitingInterface[string]
 	leading   atomic.Bool // the queues take keys (leaderQueue)
@@ -161,10 +145,8 @@ type Coordinator struct {
 
 const byNode = "byNode"
 
-// byHostname indexes Nodes by their Hostname addresses, byAddress by their
-// InternalIP and ExternalIP addresses (at most maxNodeAddresses each), and
-// bySlash64 by the /64s holding their IPv6 ones. The informer updates
-// indexes with its store, before its handlers run.
+// byHostname, byAddress (InternalIP and ExternalIP, at most maxNodeAddresses) and bySlash64 (IPv6
+// /64s) index Nodes; the informer updates indexes before its handlers run.
 const (
 	byHostname = "byHostname"
 	byAddress  = "byAddress"
@@ -293,8 +275,6 @@ func New(cfg Config) (*Coordinator, error) {
 			c.nodeChanged(obj, 0)
 		},
 	})
-	// CSRs are node-written: keep no more of each in memory than a
-	// decision reads. An oversized request stays too large to parse.
 	_ = csrInf.Informer().SetTransform(func(obj any) (any, error) {
 		if csr, ok := obj.(*certificatesv1.CertificateSigningRequest); ok {
 			trimCSR(csr)
@@ -310,8 +290,7 @@ func New(cfg Config) (*Coordinator, error) {
 			caughtUp(c.ownCSRs, obj)
 			old, _ := oldObj.(*certificatesv1.CertificateSigningRequest)
 			if csr, ok := obj.(*certificatesv1.CertificateSigningRequest); ok && !pending(csr) && old != nil && pending(old) {
-				// Decided, by whoever (an admin by hand too): this update
-				// is the decision, and the record follows it (servingChanges).
+				// This update is the decision, anyone's: the record follows it (servingChanges).
 				c.notes.decided(csr.UID)
 			}
 			c.enqueueCSR(obj)
@@ -331,19 +310,15 @@ func New(cfg Config) (*Coordinator, error) {
 			c.notes.gone(csr.Name, csr.UID)
 			if node := csrcheck.NodeName(csr.Spec.Username); node != "" {
 				if !lastSeen && !approved(csr) && c.recordNames(node, csr) {
-					// Never approved, and gone: the record names a
-					// request, not a certificate (kube-controller-
-					// manager's cleaner, an admin).
+					// Deleted unapproved: the record names a request, not a certificate.
 					c.notes.unissue(node, string(csr.UID))
 				}
 				c.nodeQueue.Add(node) // its review may move on
 			}
 		},
 	})
-	// A record an admin changed (a re-enrolled key) resyncs its Node's CSRs;
-	// addresses a record released resync the Nodes waiting for them. A
-	// record naming a valid serving certificate turns the joins' wait on.
-	// Records this version cannot read are counted as they come and go.
+	// A changed record resyncs its Node (a re-enrolled key) and the Nodes waiting for addresses it
+	// released; one naming a valid serving certificate turns the joins' wait on.
 	c.handle(c.records.Informer(), cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			c.noteServing(obj)
@@ -362,8 +337,7 @@ func New(cfg Config) (*Coordinator, error) {
 	return c, nil
 }
 
-// unreadable is 1 for a record (or its tombstone) this version cannot
-// read, else 0 (a tombstone without its object too).
+// unreadable is 1 for a record or tombstone this version cannot read, else 0.
 func unreadable(obj any) float64 {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
@@ -374,11 +348,8 @@ func unreadable(obj any) float64 {
 	return 0
 }
 
-// handle registers h on inf; Run waits until h has seen every object of
-// the initial list (an informer's own HasSynced says only that its store
-// has them), so a replica that leads at once syncs nothing before its
-// handlers have seeded what they keep: first sights, reserved addresses,
-// the joins' wait.
+// handle registers h on inf. Run waits until h, not only the store (HasSynced), has seen the
+// initial list, so a new leader syncs nothing before the handlers seeded what they keep.
 func (c *Coordinator) handle(inf cache.SharedIndexInformer, h cache.ResourceEventHandler) {
 	if reg, err := inf.AddEventHandler(h); err == nil {
 		c.handlersSynced = append(c.handlersSynced, reg.HasSynced)
@@ -393,8 +364,7 @@ func (c *Coordinator) recordChanged(old, obj any) {
 	if err != nil {
 		return
 	}
-	// Its Node's CSRs and claims are decided from it (a re-enrolled key,
-	// a record fixed by hand): its sync need not wait for its backoff.
+	// Its Node's CSRs and claims are decided from it: sync now, not after its backoff.
 	c.nodeQueue.Add(key)
 	released := map[string]bool{}
 	for _, ip := range records.Claimed(old) {
@@ -416,8 +386,7 @@ func (c *Coordinator) recordChanged(old, obj any) {
 	}
 }
 
-// nodeIndexers are the Node informer's indexes (byHostname, byAddress,
-// bySlash64), over at most maxAddrs addresses per Node.
+// nodeIndexers are the Node informer's indexes, over at most maxAddrs addresses per Node.
 func nodeIndexers(maxAddrs int) cache.Indexers {
 	addresses := func(obj any, key func(netip.Addr) (string, bool)) ([]string, error) {
 		n, ok := obj.(*corev1.Node)
@@ -446,8 +415,7 @@ func nodeIndexers(maxAddrs int) cache.Indexers {
 	}
 }
 
-// listed is the informer's list that delivered this Node (0: its watch):
-// listOrder's answer, or the first list's when client-go says so.
+// listed is the informer's list that delivered this Node (0: its watch).
 func (c *Coordinator) listed(obj any, firstList bool) uint32 {
 	n, ok := obj.(*corev1.Node)
 	if !ok {
@@ -462,10 +430,8 @@ func (c *Coordinator) listed(obj any, firstList bool) uint32 {
 	return 0
 }
 
-// nodeChanged is an informer event about a Node; list is the informer's
-// list that delivered it (0: its watch did): the Nodes a list delivers
-// began to list their new addresses at some time before, in no order the
-// coordinator can know.
+// nodeChanged handles a Node event from list (0: the watch). Nodes a list delivers began to list
+// their new addresses at some earlier time, in no order the coordinator can know.
 func (c *Coordinator) nodeChanged(obj any, list uint32) {
 	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
 	if err != nil {
@@ -483,29 +449,22 @@ func (c *Coordinator) nodeChanged(obj any, list uint32) {
 		removed = c.observer.Forget(key, uid)
 		c.listOrder.Forget(key, uid)
 	}
-	// A Node's addresses (at most maxNodeAddresses) are reserved while it
-	// reports them; withdrawn ones are released.
+	// A Node's addresses are reserved while it reports them; withdrawn ones are released.
 	c.cidrs.Observe(added, removed)
 	c.nodeQueue.Add(key)
 }
 
-// blockedChanged keeps the ranges the allocator never hands out equal to
-// blockedRanges: called as ServiceCIDR objects or the API server's
-// endpoints change.
+// blockedChanged sets the allocator's blocked ranges as ServiceCIDRs or API endpoints change.
 func (c *Coordinator) blockedChanged() {
-	// The handlers of ServiceCIDRs and EndpointSlices run on their own
-	// goroutines: an older computation applied last would drop a block.
+	// Handlers run on their own goroutines: an older computation applied last would drop a block.
 	c.blockedMu.Lock()
 	defer c.blockedMu.Unlock()
 	c.cidrs.SetServices(c.blockedRanges())
 }
 
-// blockedRanges are the ranges no pod CIDR may overlap beyond the
-// configured service CIDRs (which the allocator has from its
-// configuration): the cluster's ServiceCIDR objects, csr.reservedAddresses,
-// and the API server's addresses (its certificate's IPs, a VIP among them,
-// and its endpoints), which no Node lists and so no Node's listing keeps
-// out of a segment. The pod pools themselves are not among them.
+// blockedRanges are what no pod CIDR may overlap besides the configured service CIDRs: ServiceCIDR
+// objects, csr.reservedAddresses and the API server's addresses (certificate IPs, a VIP,
+// endpoints), which no Node lists, so no listing keeps them out of a segment.
 func (c *Coordinator) blockedRanges() []netip.Prefix {
 	var out []netip.Prefix
 	add := func(p netip.Prefix) {
@@ -526,21 +485,15 @@ func (c *Coordinator) blockedRanges() []netip.Prefix {
 	return out
 }
 
-// trimNode keeps no more of a Node in memory than a decision reads: no
-// managed fields and no image list (the kubelet reports up to 50 images
-// per Node): on a cluster of thousands of Nodes they are most of what the
-// cache would hold. The coordinator only merge-patches Nodes, so what it
-// drops is never written back. The informer's copies and the coordinator's
-// own patches' answers are trimmed alike.
+// trimNode drops managed fields and the image list (up to 50 per Node): on thousands of Nodes they
+// are most of the cache. Nodes are only merge-patched, so nothing dropped is written back.
 func trimNode(n *corev1.Node) {
 	n.ManagedFields = nil
 	n.Status.Images = nil
 }
 
-// trimCSR keeps no more of a node-written CSR in memory than a decision
-// reads: no managed fields, and an oversized request stays too large to
-// parse. The informer's copies and the coordinator's own decisions are
-// trimmed alike.
+// trimCSR keeps of a node-written CSR only what a decision reads: no managed fields, and an
+// oversized request cut but still too large to parse.
 func trimCSR(csr *certificatesv1.CertificateSigningRequest) {
 	csr.ManagedFields = nil
 	if len(csr.Spec.Request) > csrcheck.MaxRequestBytes {
@@ -548,8 +501,7 @@ func trimCSR(csr *certificatesv1.CertificateSigningRequest) {
 	}
 }
 
-// enqueueCSR queues a serving CSR's sync: its requester's Node's, or, for a
-// requester that is no node, its own (syncStranger).
+// enqueueCSR queues a CSR's sync: its requester's Node's, or its own for a non-node requester.
 func (c *Coordinator) enqueueCSR(obj any) {
 	csr, ok := obj.(*certificatesv1.CertificateSigningRequest)
 	if !ok {
@@ -571,8 +523,7 @@ func pending(csr *certificatesv1.CertificateSigningRequest) bool {
 	return true
 }
 
-// Ready is nil for a healthy standby, and for a leader once its allocator is
-// rebuilt and its workers run.
+// Ready is nil for a synced standby, and for a leader once rebuilt and its workers run.
 func (c *Coordinator) Ready() error {
 	c.state.Lock()
 	defer c.state.Unlock()
@@ -588,8 +539,8 @@ func (c *Coordinator) setReady(err error) {
 // apiProbe is how often a starting coordinator retries the API server.
 const apiProbe = 500 * time.Millisecond
 
-// retry runs try every apiProbe until it succeeds (true) or ctx ends
-// (false); each failure is the readiness error, logged when it changes.
+// retry runs try every apiProbe until it succeeds (true) or ctx ends (false); each failure is the
+// readiness error, logged when it changes.
 func (c *Coordinator) retry(ctx context.Context, what string, try func() error) bool {
 	last := ""
 	err := wait.PollUntilContextCancel(ctx, apiProbe, true, func(context.Context) (bool, error) {
@@ -610,10 +561,8 @@ func (c *Coordinator) retry(ctx context.Context, what string, try func() error) 
 	return err == nil
 }
 
-// waitForAPI returns once the coordinator can list Nodes and CSRs. A process
-// restarted during an API-server outage would otherwise start its informers
-// into client-go's reflector backoff (up to 30 s between tries) and stay
-// behind long after the API server is back. It returns ctx's error.
+// waitForAPI returns once the API server answers, or ctx's error: informers started during an
+// outage sit in the reflector's backoff (up to 30 s) long after the API server is back.
 func (c *Coordinator) waitForAPI(ctx context.Context) error {
 	if !c.retry(ctx, "waiting for the API server", func() error { return c.probeAPI(ctx) }) {
 		return ctx.Err()
@@ -621,8 +570,8 @@ func (c *Coordinator) waitForAPI(ctx context.Context) error {
 	return nil
 }
 
-// probeAPI lists a Node and a serving CSR, checks the records are served,
-// and reads the API server's certificate SANs once.
+// probeAPI lists a Node and a serving CSR, checks the records are served, and reads the API
+// server's certificate SANs once.
 func (c *Coordinator) probeAPI(ctx context.Context) error {
 	if _, err := c.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
 		return err
@@ -631,10 +580,8 @@ func (c *Coordinator) probeAPI(ctx context.Context) error {
 		FieldSelector: fields.OneTermEqualSelector("spec.signerName", certificatesv1.KubeletServingSignerName).String()}); err != nil {
 		return err
 	}
-	// The kubernetes EndpointSlices too, which the default namespace's Role
-	// grants and a manifest applied in pieces may allow seconds later: an
-	// informer refused them sits in its reflector's backoff (up to
-	// seconds) once they are allowed.
+	// The kubernetes EndpointSlices too: a manifest applied in pieces may allow them seconds later,
+	// and an informer refused them would sit in its reflector's backoff.
 	if _, err := c.client.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{Limit: 1,
 		LabelSelector: discoveryv1.LabelServiceName + "=kubernetes"}); err != nil {
 		return err
@@ -654,11 +601,10 @@ func (c *Coordinator) probeAPI(ctx context.Context) error {
 	return nil
 }
 
-// Run keeps the informers warm, campaigns for the lease, and leads until
-// ctx ends (nil) or the lease is lost (ErrLostLeadership).
+// Run keeps the informers warm, campaigns for the lease, and leads until ctx ends (nil) or the
+// lease is lost (ErrLostLeadership).
 func (c *Coordinator) Run(ctx context.Context) error {
-	// The Event pipeline lives as long as Run, and is shut down last: after
-	// the workers drained, with the Events they emitted flushed.
+	// The Event pipeline shuts down last, after the workers drained, so their Events are flushed.
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	defer broadcaster.Shutdown()
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.client.CoreV1().Events("")})
@@ -668,10 +614,8 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	if err := c.waitForAPI(ctx); err != nil {
 		return nil // ctx ended
 	}
-	// The informers stop with informers, which is cancelled before the
-	// Shutdowns below wait for them: on a lost lease the caller's ctx is
-	// still live, and waiting on it would hang the process instead of
-	// letting it exit and restart as a standby.
+	// The informers run on their own context, cancelled before the Shutdowns below wait: ctx is
+	// still live after a lost lease, and waiting on it would hang the process.
 	informers, stopInformers := context.WithCancel(ctx)
 	// Listed before the informers start, so the handlers see them.
 	c.facts.factory.Discovery().V1().EndpointSlices().Informer()
@@ -695,9 +639,8 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	c.log.Info("caches synced; campaigning for the lease", "lease", c.cfg.Namespace+"/"+c.cfg.LeaseName, "identity", c.cfg.Identity)
 
 	lost := make(chan struct{})
-	// client-go's ReleaseOnCancel would give the lease back while this
-	// replica's workers may still be writing. Instead the workers are
-	// stopped and drained first, then the lease is released.
+	// Not client-go's ReleaseOnCancel, which gives the lease back while workers may still write:
+	// the workers drain first, then release gives it back.
 	var started atomic.Bool
 	drained := make(chan struct{})
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
@@ -742,9 +685,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	}
 }
 
-// release gives the lease back after a graceful stop, once the workers are
-// drained, so a standby takes over at once instead of after the lease
-// duration.
+// release gives the lease back once workers drained, so a standby need not wait out the lease.
 func (c *Coordinator) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -763,19 +704,16 @@ func (c *Coordinator) release() {
 	c.log.Info("workers drained; released the lease")
 }
 
-// lead rebuilds the allocator from every Node's spec.podCIDRs, releases the
-// records of Nodes deleted while no coordinator led, then runs the workers
-// until leadership ends.
+// lead rebuilds the allocator, releases the records of Nodes deleted while no coordinator led, then
+// runs the workers until leadership ends.
 func (c *Coordinator) lead(ctx context.Context) {
 	start := time.Now()
 	c.m.Leader.Set(1)
-	// From here on the handlers queue what changes; what changed before
-	// is queued below, once the workers run.
+	// From here the handlers queue changes; earlier ones are queued below, once the workers run.
 	c.leading.Store(true)
 	defer c.leading.Store(false)
 	c.setReady(errors.New("leader: rebuilding the allocator"))
-	// The allocator is rebuilt from a fresh LIST, not from this replica's
-	// cache: the previous leader's last writes may not have reached it.
+	// From a fresh LIST, not the cache: the previous leader's last writes may not be in it.
 	var nodes []corev1.Node
 	if !c.retry(ctx, "leader: listing Nodes to rebuild the allocator", func() (err error) {
 		nodes, err = c.listFresh(ctx)
@@ -788,8 +726,7 @@ func (c *Coordinator) lead(ctx context.Context) {
 		c.setReady(err)
 		return
 	}
-	// Before any worker decides: records of Nodes deleted while no
-	// coordinator led release their claims, as nodeGone would have.
+	// Before any worker decides, release the claims of Nodes deleted while no coordinator led.
 	first := true
 	if !c.retry(ctx, "leader: reconciling NodeRecords with Nodes", func() error {
 		if !first {
@@ -841,15 +778,10 @@ func (c *Coordinator) node(name string) (*corev1.Node, error) {
 	return readBack[*corev1.Node](c.ownNodes, corev1.Resource("nodes"), name)
 }
 
-// ownWritesTTL is how long a cache of this replica's own writes keeps one
-// the informer has not delivered. It is no bound on the informer's lag: a
-// write that expired sooner (a minute, until 2026-11-28) was read as the
-// version before it after a longer watch gap, a decided CSR as pending
-// (no renewal rule for its node's next request, its names owned by no
-// certificate). The informer's handlers drop each entry as it catches up
-// (caughtUp, gone), and each cache holds at most 10,000 entries, a
-// deletion's tombstone (which keeps a late Mutation of the deleted
-// object out) counting as one.
+// ownWritesTTL is how long an own write the informer has not delivered stays cached. It is no bound
+// on the informer's lag: an expired one reads as the version before, a decided CSR as pending (no
+// renewal rule for the node's next request, its names owned by no certificate), so handlers drop
+// entries as they catch up (caughtUp, gone).
 const ownWritesTTL = 24 * time.Hour
 
 // caughtUp drops a cached own write the informer has delivered obj for.
@@ -869,8 +801,7 @@ func gone(m cache.MutationCache, obj any) {
 	}
 }
 
-// readBack reads object name through a cache of this replica's own writes
-// over its informer; a missing one is NotFound.
+// readBack reads name through a cache of own writes over its informer; a missing one is NotFound.
 func readBack[T any](m cache.MutationCache, resource schema.GroupResource, name string) (T, error) {
 	var zero T
 	obj, exists, err := m.GetByKey(name)
@@ -917,14 +848,12 @@ func (c *Coordinator) rebuild(nodes []corev1.Node) error {
 		c.m.PodCIDRConflicts.Inc()
 		c.recorder.Eventf(n, corev1.EventTypeWarning, "PodCIDRConflict", "cannot account for this node's pod CIDRs: %v", err)
 	}
-	// A ServiceCIDR object added while the allocator was rebuilt found no
-	// allocator to tell: the ranges are read again now that there is one.
+	// A ServiceCIDR added during the rebuild found no allocator to tell: read the ranges again.
 	c.blockedChanged()
 	return nil
 }
 
-// work runs one queue's sync until the queue shuts down; failures are
-// requeued with backoff, never dropped.
+// work runs one queue's sync until shutdown; failures are requeued with backoff, never dropped.
 func work(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], sync func(context.Context, string) error, log *slog.Logger) {
 	for {
 		key, quit := q.Get()
@@ -943,15 +872,13 @@ func work(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], s
 	}
 }
 
-// said remembers the last message of each Event reason per object, so a
-// persisting condition is one Event, not a stream.
+// said is the last message of each Event reason per object: a persisting condition is one Event.
 type said struct {
 	mu   sync.Mutex
 	last map[string]string // kind/name/reason → message
 }
 
-// say records an Event unless the same reason and message were said last
-// time for this object.
+// say records an Event unless this reason and message were the last said of the object.
 func (c *Coordinator) say(obj runtime.Object, kind, name, typ, reason, msg string) (said bool) {
 	key := kind + "/" + name + "/" + reason
 	c.said.mu.Lock()

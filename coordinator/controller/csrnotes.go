@@ -7,13 +7,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// csrNotes is what the Node reconciler remembers of serving CSRs between
-// syncs, none of which the API keeps: when this replica asked each CSR's
-// review (the attestation timeout counts from it) and whether it asks again
-// after a timeout, which CSRs it saw decided as it happened (servingChanges'
-// live), and which it saw deleted before any approval while their node's
-// record names them (servingGone). A CSR deleted and created again under
-// its name is another object: each note names the object by its UID.
+// csrNotes is what the Node reconciler remembers of serving CSRs between syncs, which the API does
+// not keep: when it asked each review (the attestation timeout counts from it) and whether again,
+// which CSRs it saw decided live (servingChanges), and which it saw deleted unapproved while the
+// record names them (servingGone). Notes name objects by UID: a name can be reused.
 type csrNotes struct {
 	mu         sync.Mutex
 	asks       map[string]ask      // CSR name → its review's ask
@@ -43,8 +40,7 @@ func (n *csrNotes) asked(csr string, uid types.UID, t time.Time) {
 	n.asks[csr] = a
 }
 
-// askedAt is when the review of CSR csr, object uid, was asked (zero: not
-// yet, or only that of an earlier object under the name).
+// askedAt is when CSR csr's review was asked for object uid (zero: not yet, or only for another).
 func (n *csrNotes) askedAt(csr string, uid types.UID) time.Time {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -54,10 +50,8 @@ func (n *csrNotes) askedAt(csr string, uid types.UID) time.Time {
 	return time.Time{}
 }
 
-// askAgain records that CSR csr, object uid, is asked about again. The
-// timeout starts over at now, the first time: a sync that reads the ask
-// again on the Node before the patch's own clock starts (patched) must
-// not time it out at once.
+// askAgain records that CSR csr, object uid, is asked again. The timeout restarts at now the first
+// time only: a sync reading the ask before the patch's own clock starts must not time it out.
 func (n *csrNotes) askAgain(csr string, uid types.UID, now time.Time) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -88,8 +82,7 @@ func (n *csrNotes) decidedLive(uid types.UID) bool {
 	return n.live[uid]
 }
 
-// looked forgets that the CSR was seen decided: only the first look after
-// the decision knows it is the newest.
+// looked forgets the live decision: only the first look after it knows the CSR is the newest.
 func (n *csrNotes) looked(uid types.UID) {
 	n.mu.Lock()
 	defer n.mu.Unlock()

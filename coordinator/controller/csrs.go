@@ -40,12 +40,9 @@ var heldReasons = map[approval.Category]string{
 	approval.CategoryAskedAgain:            "AttestationAskedAgain",
 }
 
-// syncCSRs is the first part of Node name's sync: each of its kubelet's
-// pending serving CSRs is decided (approval.Decide) and the decision
-// written, and the record's certificate follows decisions taken elsewhere.
-// It returns what the CSRs left pending want of the Node's review
-// (approval.WantOf), which the rest of the sync asks for. node is nil when
-// there is no Node of the name (yet, or any more).
+// syncCSRs decides Node name's kubelet's pending serving CSRs and writes the decisions; the record
+// follows decisions taken elsewhere. It returns what those left pending want of the Node's review.
+// node is nil when no Node has the name.
 func (c *Coordinator) syncCSRs(ctx context.Context, name string, node *corev1.Node) ([]approval.Want, error) {
 	objs, _ := c.ownCSRs.ByIndex(byNode, name)
 	csrs := make([]*certificatesv1.CertificateSigningRequest, 0, len(objs))
@@ -89,8 +86,7 @@ func (c *Coordinator) syncCSRs(ctx context.Context, name string, node *corev1.No
 	return wants, errors.Join(errs...)
 }
 
-// syncStranger decides a serving CSR whose requester is no node identity:
-// never approved nor recorded (csrcheck's identity check denies it).
+// syncStranger decides a CSR whose requester is no node: denied by csrcheck, never recorded.
 func (c *Coordinator) syncStranger(ctx context.Context, name string) error {
 	csr, err := c.csr(name)
 	if apierrors.IsNotFound(err) {
@@ -104,9 +100,8 @@ func (c *Coordinator) syncStranger(ctx context.Context, name string) error {
 	return err
 }
 
-// decideCSR decides one pending CSR of node (nil: none) and acts on the
-// decision: the approval or denial written, an Event for a CSR held, a
-// recheck after the time it waits (requeue).
+// decideCSR decides one pending CSR of node (nil: none) and acts on it: writes the decision, holds
+// it with an Event, or requeues it for when it stops waiting.
 func (c *Coordinator) decideCSR(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, node *corev1.Node, requeue func(time.Duration)) (approval.Decision, error) {
 	now := c.clock.Now()
 	in := c.approvalInput(csr, node, now)
@@ -116,10 +111,8 @@ func (c *Coordinator) decideCSR(ctx context.Context, csr *certificatesv1.Certifi
 	}
 	d := approval.Decide(in)
 	if node != nil {
-		// A Node's kubelet asks for serving certificates: so will the
-		// others', and their joins wait for theirs (csr.initWait). An
-		// identity without a Node, such as the bootstrap token mints for
-		// any name, does not turn the wait on.
+		// Kubelets ask for serving certificates, so joins wait for theirs (csr.initWait). An
+		// identity without a Node, such as one a bootstrap token mints, does not turn the wait on.
 		c.servingCSRs.Store(true)
 		if d.AskAgain {
 			c.notes.askAgain(csr.Name, csr.UID, now)
@@ -148,12 +141,9 @@ func (c *Coordinator) decideCSR(ctx context.Context, csr *certificatesv1.Certifi
 	return d, nil
 }
 
-// approvalInput gathers what approval.Decide needs for csr, from sources
-// nodes cannot write (the record, cluster objects, the coordinator's own
-// observations) and, as requests and attestations only, the Node. It
-// writes nothing to the API server, and of its own state only memos of
-// what it reads: the parsed request (once per CSR object), the pending
-// count (kept for pendingTTL).
+// approvalInput gathers approval.Decide's input from what nodes cannot write (records, cluster
+// objects, observations) and, as requests and attestations only, the Node. It writes nothing but
+// memos of what it reads (the parsed request, the pending count).
 func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningRequest, self *corev1.Node, now time.Time) approval.Input {
 	nodeName := csrcheck.NodeName(csr.Spec.Username)
 	in := approval.Input{
@@ -171,8 +161,7 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 		in.ReviewAgain = review.CSR == csr.Name && review.RequestSHA256 == contract.RequestDigest(csr.Spec.Request)
 	}
 	if in.Review == csr.Name && in.ReviewRequested.IsZero() {
-		// Asked before this replica led: the timeout starts now (decideCSR
-		// remembers it).
+		// Asked before this replica led: the timeout starts now (decideCSR remembers it).
 		in.ReviewRequested = now
 	}
 	if a, err := contract.DecodeAttestation(self.Annotations[contract.AnnotationCSRAttestation]); err == nil {
@@ -207,8 +196,7 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 	in.RecordOfAnotherObject = nodestate.StaleRecord(self, rec) != nil
 	in.NotAdopted = rec != nil && rec.Spec.NotAdopted && rec.Spec.NodeUID == string(self.UID) && !c.settings.AdoptExisting
 	if rec != nil && rec.Spec.NodeUID == string(self.UID) {
-		// An address counts as stable only as long as it has been both
-		// observed on the Node and recorded as its own.
+		// An address counts as stable only for as long as it is both observed and recorded.
 		for _, cl := range rec.Spec.Addresses {
 			if ip, err := netip.ParseAddr(cl.IP); err == nil {
 				if age := now.Sub(cl.Since); age < in.Facts.Seen[ip] {
@@ -219,8 +207,7 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 		in.EnrolledKey = enrolledKey(rec, self.UID)
 	}
 	if rec != nil {
-		// The last certificate survives the Node object (records.Survives):
-		// the renewal rule holds whatever happened to it.
+		// The last certificate outlives the Node object, and so does the renewal rule.
 		in.PreviousSANs = c.previousSANs(rec, now)
 	}
 	if in.Review != "" && in.Review != csr.Name {
@@ -231,14 +218,10 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 	return in
 }
 
-// previousSANs are the SANs of the node's last approved certificate while
-// it is valid, for the renewal rule; nil when there is none
-// (records.Serving.Certified: the record names a request before its
-// approval is written, and one renewing a certificate with the same names
-// keeps that one's end). The CSR being decided is compared too, whatever
-// its name: the recorded one's own request names the same SANs, and
-// another object under that name (the name is free once the issued CSR is
-// deleted) is a new request like any other.
+// previousSANs are the SANs of the node's last approved, still valid certificate, for the renewal
+// rule; nil when none (records.Serving.Certified). The CSR being decided is compared too, whatever
+// its name: the recorded one's request names the same SANs, and another object under a freed name
+// is a new request like any other.
 func (c *Coordinator) previousSANs(rec *records.Record, now time.Time) []string {
 	s := rec.Spec.Serving
 	if s == nil {
@@ -256,9 +239,8 @@ func approved(csr *certificatesv1.CertificateSigningRequest) bool {
 	return false
 }
 
-// pendingCount counts pending serving CSRs as approval.FloodCount does
-// (only requesters with a Node, each at most twice), and the flood guard's
-// limit.
+// pendingCount counts pending serving CSRs as approval.FloodCount does (only requesters with a
+// Node, each at most twice), with the flood guard's limit.
 func (c *Coordinator) pendingCount() (count, limit int) {
 	c.pendingMu.Lock()
 	defer c.pendingMu.Unlock()
@@ -286,13 +268,11 @@ func (c *Coordinator) pendingCount() (count, limit int) {
 	return count, limit
 }
 
-// pendingTTL is how long a pending count is reused: a join storm decides
-// hundreds of CSRs a second, and the guard needs no finer count.
+// pendingTTL is how long a pending count is reused: a join storm needs no finer count.
 const pendingTTL = 500 * time.Millisecond
 
-// requests keeps each CSR object's request parsed (and its signature
-// checked) once: a CSR's spec never changes, and it is decided again on
-// every event of its Node.
+// requests keeps each CSR object's request parsed and its signature checked once: a CSR's spec
+// never changes, and it is decided again on every event of its Node.
 type requests struct {
 	mu     sync.Mutex
 	parsed map[types.UID]csrcheck.Request
@@ -327,8 +307,7 @@ func (r *requests) gone(uid types.UID) {
 func (c *Coordinator) servingUnderReview(node, name string) *records.Serving {
 	csr, err := c.csr(name)
 	if err != nil || csrcheck.NodeName(csr.Spec.Username) != node {
-		// Made again under the name by another identity since the
-		// hand-off named it: not this Node's kubelet's.
+		// Made again under the name by another identity: not this Node's kubelet's.
 		return nil
 	}
 	parsed, err := c.requests.of(csr).Parse()
@@ -338,8 +317,7 @@ func (c *Coordinator) servingUnderReview(node, name string) *records.Serving {
 	return c.serving(csr, contract.RequestSANs(parsed))
 }
 
-// serving is what the record keeps of csr's certificate, whose request
-// names sans.
+// serving is what the record keeps of csr's certificate, whose request names sans.
 func (c *Coordinator) serving(csr *certificatesv1.CertificateSigningRequest, sans []string) *records.Serving {
 	return &records.Serving{CSR: csr.Name, UID: string(csr.UID), SANs: sans, ValidUntil: c.clock.Now().Add(c.certDuration(csr)).UTC().Truncate(time.Second)}
 }
@@ -349,9 +327,8 @@ func (c *Coordinator) certDuration(csr *certificatesv1.CertificateSigningRequest
 	return c.settings.CertificateDuration(csr.Spec.ExpirationSeconds)
 }
 
-// review is the serving CSR the Node's agent should attest now, as its
-// pending CSRs' decisions in this sync want (approval.Handoff), with what
-// the record keeps of it when the Node is initialized with the review.
+// review is the serving CSR the agent should attest now (approval.Handoff), with what the record
+// keeps of it when the Node is initialized with the review.
 func (c *Coordinator) review(node *corev1.Node, wants []approval.Want) nodestate.Review {
 	current, _ := contract.ParseReview(node.Annotations[contract.AnnotationCSRReview])
 	name := approval.Handoff(current.CSR, wants)
@@ -359,12 +336,9 @@ func (c *Coordinator) review(node *corev1.Node, wants []approval.Want) nodestate
 	if name == "" {
 		return r
 	}
-	// The Node's attestation names this CSR but another request (it was
-	// deleted and created again): ask again, for the request now under the
-	// name. Decided from the attestation and the CSR themselves, so the ask
-	// stays the same however the CSR's decision moves meanwhile.
-	// Only what the enrolled key signed counts: anything else changes no
-	// ask.
+	// The attestation names this CSR but another request (deleted and made again): ask again, for
+	// the request now under the name. Only what the enrolled key signed counts, and the ask depends
+	// only on the attestation and the CSR, so it stays put however the decision moves.
 	var attested *string // the request under this name the agent answered for
 	if att, err := contract.DecodeAttestation(node.Annotations[contract.AnnotationCSRAttestation]); err == nil && att.CSR == name {
 		rec, _ := c.records.Get(node.Name)
@@ -373,11 +347,8 @@ func (c *Coordinator) review(node *corev1.Node, wants []approval.Want) nodestate
 		}
 	}
 	if csr, err := c.csr(name); err == nil {
-		// Ask by digest when asked so for this request already (by any
-		// replica: the ask stays, and the attestation timeout after it is
-		// the last), when no answer came within the timeout
-		// (approval.Decision.AskAgain), or when what was answered is another
-		// request.
+		// By digest if already asked so (the ask stays; its timeout is the last), if no answer came
+		// in time (Decision.AskAgain), or if another request was answered.
 		digest := contract.RequestDigest(csr.Spec.Request)
 		if (current.CSR == name && current.RequestSHA256 == digest) ||
 			c.notes.again(name, csr.UID) ||
@@ -391,8 +362,7 @@ func (c *Coordinator) review(node *corev1.Node, wants []approval.Want) nodestate
 	return r
 }
 
-// enrolledKey is the agent key rec enrols for the Node object uid, nil
-// when it enrols none (or rec is another object's, or nil).
+// enrolledKey is the agent key rec enrols for Node object uid; nil when none or rec is another's.
 func enrolledKey(rec *records.Record, uid types.UID) ed25519.PublicKey {
 	if rec == nil || rec.Spec.NodeUID != string(uid) || rec.Spec.AgentKey == "" {
 		return nil
@@ -404,11 +374,9 @@ func enrolledKey(rec *records.Record, uid types.UID) ed25519.PublicKey {
 	return key
 }
 
-// noteServing turns the joins' wait on when the NodeRecord obj names a
-// serving certificate still valid: only the coordinator writes records,
-// and it names one only for a Node's kubelet's CSR. A coordinator that
-// starts leading after kube-controller-manager deleted the issued CSRs
-// (an hour after issuing) learns from its records that kubelets ask.
+// noteServing turns the joins' wait on for a record naming a still valid serving certificate: only
+// the coordinator writes records, naming only kubelets' CSRs, so a leader starting after the issued
+// CSRs were deleted (an hour after issue) still learns that kubelets ask.
 func (c *Coordinator) noteServing(obj any) {
 	if c.servingCSRs.Load() {
 		return
@@ -418,10 +386,8 @@ func (c *Coordinator) noteServing(obj any) {
 	}
 }
 
-// kubeletAsked reports whether node's kubelet has a serving CSR made since
-// the Node's creation (an earlier object's are not this kubelet's asking):
-// pending, and so decided in this sync (syncCSRs), or decided since (by
-// this replica too, before its informer says so).
+// kubeletAsked reports whether node's kubelet made a serving CSR since the Node's creation (not an
+// earlier object's): pending, or decided since (by this replica too, ahead of its informer).
 func (c *Coordinator) kubeletAsked(node *corev1.Node) bool {
 	since := node.CreationTimestamp.Time
 	objs, _ := c.ownCSRs.ByIndex(byNode, node.Name)
@@ -431,22 +397,17 @@ func (c *Coordinator) kubeletAsked(node *corev1.Node) bool {
 	})
 }
 
-// recordNames reports whether node's record names this CSR object as its
-// serving certificate.
+// recordNames reports whether node's record names this CSR object as its serving certificate.
 func (c *Coordinator) recordNames(node string, csr *certificatesv1.CertificateSigningRequest) bool {
 	rec, err := c.records.Get(node)
 	return err == nil && rec != nil && rec.Spec.Serving.Is(csr.Name, string(csr.UID))
 }
 
-// servingChanges reports whether a CSR decided by someone else than this
-// coordinator changes what its node's record keeps of the serving
-// certificate: one denied, never approved, that the record names (a
-// request, never a certificate), or one approved by hand that the record
-// does not name. Approved now (live: this update is the decision), it is
-// the node's newest certificate; seen later (a new leader's list), only
-// when the record names an older CSR object that is still there (a
-// recorded one gone could be either). Its own decisions are in the
-// record before they are written (recordServing), so they change nothing.
+// servingChanges reports whether a CSR decided by someone else changes the record's serving
+// certificate: denied, never approved, and named (a request, not a certificate), or approved by
+// hand and not named. Approved live (this update is the decision) it is the newest; seen later (a
+// new leader's list) only when the named CSR is older and still there (one gone could be either).
+// The coordinator's own decisions are recorded before they are written, so change nothing.
 func (c *Coordinator) servingChanges(csr *certificatesv1.CertificateSigningRequest, live bool) bool {
 	node := csrcheck.NodeName(csr.Spec.Username)
 	if node == "" {
@@ -476,9 +437,7 @@ func (c *Coordinator) servingChanges(csr *certificatesv1.CertificateSigningReque
 	return false
 }
 
-// followDecision makes the record follow a decision taken elsewhere
-// (servingChanges): the certificate approved by hand recorded, the
-// request denied cleared.
+// followDecision has the record follow another's decision: approved, recorded; denied, cleared.
 func (c *Coordinator) followDecision(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) error {
 	d := approval.Decision{Action: approval.Deny}
 	if approved(csr) {
@@ -491,8 +450,7 @@ func (c *Coordinator) followDecision(ctx context.Context, csr *certificatesv1.Ce
 	return c.recordServing(ctx, csr, d)
 }
 
-// servingGone clears what node's record keeps of a serving certificate
-// whose request (by UID) was deleted without ever being approved.
+// servingGone clears node's record's certificate whose request uid was deleted unapproved.
 func (c *Coordinator) servingGone(ctx context.Context, node, uid string) error {
 	rec, err := c.records.Get(node)
 	if err != nil || rec == nil || rec.Spec.Serving == nil || rec.Spec.Serving.UID != uid {
@@ -504,10 +462,8 @@ func (c *Coordinator) servingGone(ctx context.Context, node, uid string) error {
 	return err
 }
 
-// servingApproved reports whether the certificate a record names was
-// approved: its request is gone (an issued CSR is deleted an hour after
-// its certificate) or approved; the record names one before the approval
-// is written.
+// servingApproved reports whether a record's certificate was approved: its request is approved, or
+// gone (issued CSRs are deleted an hour on); the record names one before its approval is written.
 func (c *Coordinator) servingApproved(s *records.Serving) bool {
 	req, err := c.csr(s.CSR)
 	return err != nil || !s.Is(req.Name, string(req.UID)) || approved(req)
@@ -522,11 +478,9 @@ func denied(csr *certificatesv1.CertificateSigningRequest) bool {
 	return false
 }
 
-// recordServing keeps the record's serving SANs true after a decision:
-// set on an approval of another CSR object than the one recorded
-// (records.Renewing), cleared on a denial of the recorded one (the same
-// object: Serving.Is) down to the certificate it renewed, if any
-// (Serving.Cleared).
+// recordServing keeps the record's serving SANs true after a decision: set on approving another CSR
+// object than the recorded one (records.Renewing), cleared down to the certificate it renewed on
+// denying the recorded one (Serving.Cleared).
 func (c *Coordinator) recordServing(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, d approval.Decision) error {
 	nodeName := csrcheck.NodeName(csr.Spec.Username)
 	rec, err := c.records.Get(nodeName)
@@ -562,8 +516,7 @@ func (c *Coordinator) decide(ctx context.Context, csr *certificatesv1.Certificat
 		cond.Type, cond.Reason, typ = certificatesv1.CertificateDenied, "NodeinitDenied", corev1.EventTypeWarning
 	}
 	if d.Action == approval.Approve {
-		// The record names the certificate before it exists, so a crash
-		// between the two never leaves an unrecorded certificate.
+		// The record names the certificate first, so a crash never leaves one unrecorded.
 		if err := c.recordServing(ctx, csr, d); err != nil {
 			return err
 		}
@@ -575,9 +528,8 @@ func (c *Coordinator) decide(ctx context.Context, csr *certificatesv1.Certificat
 		c.m.NodeWrites.WithLabelValues("approval", "error").Inc()
 		if apierrors.IsNotFound(err) {
 			if d.Action == approval.Approve {
-				// Gone before its approval: the record, which named it
-				// first, must not count it as an issued certificate: the
-				// rest of this sync clears it (syncCSRs).
+				// Gone before its approval: the record, which named it first, must not count it as
+				// issued; the rest of this sync clears it.
 				c.notes.unissue(csrcheck.NodeName(csr.Spec.Username), string(csr.UID))
 			}
 			return nil
@@ -589,8 +541,8 @@ func (c *Coordinator) decide(ctx context.Context, csr *certificatesv1.Certificat
 	c.m.NodeWrites.WithLabelValues("approval", "ok").Inc()
 	c.m.CSRDecisions.WithLabelValues(string(d.Action), string(d.Category)).Inc()
 	if d.Action == approval.Deny {
-		// An approval is recorded in the CSR's condition, as
-		// kube-controller-manager's approver does: one Event fewer per join.
+		// Only a denial gets an Event: an approval is in the CSR's condition, as
+		// kube-controller-manager's approver does, one Event fewer per join.
 		c.recorder.Event(csr, typ, cond.Reason, d.Reason)
 		if err := c.recordServing(ctx, csr, d); err != nil {
 			c.log.Warn("could not clear the record's serving certificate", "csr", csr.Name, "err", err)

@@ -19,19 +19,16 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
 )
 
-// LabelControlPlane marks control-plane Nodes. Nodes cannot set it on
-// themselves (NodeRestriction), so it is a fact the coordinator may use: the
-// API server's endpoint addresses are certifiable only for them.
+// LabelControlPlane marks control-plane Nodes. Nodes cannot set it on themselves (NodeRestriction),
+// so the API server's endpoint addresses are certifiable only for them.
 const LabelControlPlane = "node-role.kubernetes.io/control-plane"
 
-// clusterFacts are the cluster objects nodes cannot write that bound what a
-// node may claim or certify: ServiceCIDR objects and the API server's
-// endpoints (the default/kubernetes EndpointSlices).
+// clusterFacts are cluster objects nodes cannot write that bound what a node may claim or certify:
+// ServiceCIDRs and the API server's endpoints (the default/kubernetes EndpointSlices).
 type clusterFacts struct {
 	factory   informers.SharedInformerFactory
 	endpoints discoverylisters.EndpointSliceLister
-	// ServiceCIDR objects (networking.k8s.io/v1, Kubernetes 1.33+) come
-	// from their own, unfiltered factory; nil where the API is not served.
+	// ServiceCIDRs (Kubernetes 1.33+) have their own unfiltered factory; nil where not served.
 	scFactory    informers.SharedInformerFactory
 	serviceCIDRs networkinglisters.ServiceCIDRLister
 	client       kubernetes.Interface
@@ -81,8 +78,7 @@ func served(client kubernetes.Interface, groupVersion, resource string) bool {
 }
 
 func newClusterFacts(client kubernetes.Interface) *clusterFacts {
-	// The kubernetes Service's EndpointSlices live in default; the Role in
-	// coordinator/deploy grants list/watch there only.
+	// The Role in coordinator/deploy grants list/watch in default only, where these slices live.
 	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(metav1.NamespaceDefault),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			if o.LabelSelector == "" {
@@ -94,7 +90,7 @@ func newClusterFacts(client kubernetes.Interface) *clusterFacts {
 	return cf
 }
 
-// serviceCIDRs are the cluster's ServiceCIDR objects' ranges.
+// serviceRanges are the cluster's ServiceCIDR objects' ranges.
 func (f *clusterFacts) serviceRanges() []csrcheck.Reserved {
 	var out []csrcheck.Reserved
 	if f.serviceCIDRs == nil {
@@ -127,17 +123,15 @@ func (f *clusterFacts) apiServerAddresses() []netip.Addr {
 	return out
 }
 
-// reservedFor are the ranges node may never claim or certify: the
-// configured service CIDRs, pod pools and reserved addresses, the
-// ServiceCIDR objects, and the API server's addresses as
-// csrcheck.APIServerAddresses decides them for node.
+// reservedFor are the ranges node may never claim or certify: the configured service CIDRs, pod
+// pools and reserved addresses, ServiceCIDRs, and the API server's addresses as they apply to node
+// (csrcheck.APIServerAddresses).
 func (c *Coordinator) reservedFor(node *corev1.Node) []csrcheck.Reserved {
 	return slices.Concat(c.configReserved, c.facts.serviceRanges(),
 		csrcheck.APIServerAddresses(c.facts.apiServerAddresses(), c.cfg.APIServerIPs, node != nil && c.controlPlane(node)))
 }
 
-// controlPlane reports whether node is a control-plane Node: it carries the
-// label, and the coordinator did not set it (it never grants it).
+// controlPlane reports whether node has the control-plane label (the coordinator never grants it).
 func (c *Coordinator) controlPlane(node *corev1.Node) bool {
 	return hasLabel(node, LabelControlPlane)
 }
@@ -147,31 +141,22 @@ func hasLabel(node *corev1.Node, key string) bool {
 	return ok
 }
 
-// names sorts the DNS names of self's request by who else may have them.
-// The Nodes whose identity gives a name (its Node name, or a "{node}"
-// pattern's name: csrcheck.IdentityOwners) own it, authenticated (a node
-// creates only its own Node), and so does one whose record holds a
-// certificate carrying it, approved and valid, through whichever pattern
-// (records.ServingHolders), which outlives its Node object: a Node
-// deleted for a moment loses none of its names. An owner with such a
-// certificate keeps the name against owners without one. A name another
-// owner has, and self's identity does not give self, maps to that owner
-// in names: never certified to self, refused. One that self's identity
-// gives it too maps to the other owner in shared: certified to neither
-// while both are there, held, never denied (the owner first may be the
-// squatter). A name no Node's identity gives (one only a "*" pattern
-// allows) is nobody's, whoever holds a certificate for it. One that
-// another Node lists as its Hostname (node-written: a conflict to hold,
-// never a reason to deny) maps to that Node in hosts.
+// names sorts the DNS names of self's request by who else may have them. A name's owners are the
+// Nodes whose identity gives it (csrcheck.IdentityOwners: authenticated, a node creates only its
+// own Node) and any whose record holds an approved, valid certificate for it
+// (records.ServingHolders), which outlives a deleted Node object; owners with such a certificate
+// win against owners without. A name another owner has and self's identity does not give maps to
+// that owner in names (refused); one self's identity gives too maps to it in shared (certified to
+// neither while both are there: held, never denied, as the first owner may be the squatter). A name
+// no identity gives ("*" patterns only) is nobody's. One another Node lists as its Hostname goes in
+// hosts (node-written: held, never denied).
 func (c *Coordinator) names(dns []string, self string, now time.Time) (names, hosts, shared map[string]string) {
 	names, hosts, shared = map[string]string{}, map[string]string{}, map[string]string{}
 	for _, n := range dns {
 		lower := strings.ToLower(n)
 		if owner, _ := csrcheck.PatternOwner(lower, c.policy); owner == "" {
-			// A Node's own name is its own, ahead of whoever a "*" pattern
-			// certified for it first (that holder's renewal loses it), and
-			// never another's while that Node exists: no order of
-			// registration makes a Node wait for its name.
+			// A Node's own name is its own, even against one a "*" pattern certified first (its
+			// renewal loses it), and never another's while that Node exists.
 			if lower == strings.ToLower(self) {
 				continue
 			}
@@ -180,15 +165,12 @@ func (c *Coordinator) names(dns []string, self string, now time.Time) (names, ho
 				continue
 			}
 		}
-		// The requester's identity is authenticated, whether or not its
-		// Node is in the informer yet.
+		// The requester's identity is authenticated, its Node in the informer yet or not.
 		identity := csrcheck.IdentityOwners(lower, c.policy)
 		owners := slices.Clone(identity)
 		if slices.Contains(identity, self) || slices.ContainsFunc(identity, c.nodeExists) {
-			// A name some Node's identity gives it also belongs to whoever
-			// holds a certificate for it, through whichever pattern. A
-			// name no Node's identity gives (one a "*" pattern allows) is
-			// nobody's, as before: several Nodes may carry it.
+			// A name some Node's identity gives also belongs to whoever holds a certificate for it.
+			// One only a "*" pattern allows stays nobody's: several Nodes may carry it.
 			for _, h := range c.records.ServingHolders(lower) {
 				if !slices.Contains(owners, h) {
 					owners = append(owners, h)
@@ -212,16 +194,14 @@ func (c *Coordinator) names(dns []string, self string, now time.Time) (names, ho
 		}
 		switch {
 		case len(others) > 0 && !mine:
-			// Identity owners come first in others: the name is theirs
-			// (their Node's, or a deleted one's whose certificate outlives it).
+			// Identity owners come first: the name is theirs, or a deleted Node's certificate's.
 			names[lower] = others[0]
 			continue
 		case len(others) > 0:
 			shared[lower] = others[0]
 			continue
 		case mine:
-			// Its identity gives it the name (csrcheck.FromIdentity), or its
-			// certificate does, within the patterns the policy still allows.
+			// Self's by identity (csrcheck.FromIdentity) or certificate, within allowed patterns.
 			continue
 		}
 		objs, _ := c.nodeIndex.ByIndex(byHostname, lower)
@@ -241,11 +221,8 @@ func (c *Coordinator) nodeExists(name string) bool {
 	return err == nil
 }
 
-// certifies reports whether Node name's record holds a serving certificate
-// valid at now that carries the DNS name dns, and was approved: the record
-// names a certificate before its approval is written, so one whose
-// request is still there unapproved is a request, not a certificate
-// (previousSANs reads it the same way).
+// certifies reports whether Node name's record holds an approved serving certificate for dns valid
+// at now: one whose request is still there unapproved is a request (as in previousSANs).
 func (c *Coordinator) certifies(name, dns string, now time.Time) bool {
 	rec, err := c.records.Get(name)
 	if err != nil || rec == nil {

@@ -9,26 +9,18 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 )
 
-// joinsFirst is the Node queue's order: the Nodes a join waits on first,
-// then the rest in FIFO order. On a first install over a running cluster,
-// every initialized Node costs one notAdopted record create; a Node that
-// registers meanwhile must not wait behind thousands of them.
+// joinsFirst is the Node queue's order: the Nodes a join waits on first, then the rest in FIFO
+// order, so a Node registering during a first install does not wait behind thousands of adoptions.
 //
-// It is the FIFO under client-go's workqueue (workqueue.Queue), which still
-// owns the dirty and processing sets: a key is never synced twice at once,
-// and one added while queued is queued once. urgent is asked when a key is
-// pushed and again when it is added while still queued (Touch), so a Node
-// that starts to need a join is moved ahead.
-//
-// Urgent keys never starve the rest: after restEvery urgent keys in a row,
-// one of the rest goes, whatever waits. Uninitialized Nodes are node-made
-// (a bootstrap token mints identities), so without this a few of them
-// changing their reports for good would stop every other Node's sync.
+// client-go's workqueue still owns the dirty and processing sets: no key is synced twice at once or
+// queued twice. urgent is asked on Push and again on Touch, so a Node that starts to need a join
+// moves ahead. After restEvery urgent keys in a row one of the rest goes: uninitialized Nodes are
+// node-made (a bootstrap token mints identities), and a few changing their reports for good must
+// not stop every other Node's sync.
 type joinsFirst struct {
 	urgent      func(key string) bool
 	first, rest []queued
-	// where is each queued key's live entry; an entry in a list that is
-	// not (a key moved ahead by Touch leaves one in rest) is skipped.
+	// where is each queued key's live entry; other entries (Touch leaves one in rest) are skipped.
 	where  map[string]queued
 	seq    uint64
 	streak int // urgent keys handed out in a row
@@ -98,8 +90,7 @@ func (q *joinsFirst) Pop() string {
 	}
 }
 
-// liveRest drops the stale entries at the head of rest and says whether a
-// live one is left.
+// liveRest drops the stale entries at the head of rest and says whether a live one is left.
 func (q *joinsFirst) liveRest() bool {
 	for len(q.rest) > 0 && q.where[q.rest[0].key] != q.rest[0] {
 		q.rest = q.rest[1:]
@@ -107,16 +98,12 @@ func (q *joinsFirst) liveRest() bool {
 	return len(q.rest) > 0
 }
 
-// joining says whether a Node's sync is one a join waits on: the Node is
-// still uninitialized, or gone (its delete releases addresses another join
-// may wait for), or its kubelet has a pending serving CSR its csr-review
-// does not name (a certificate asked for after the initialization, a
-// kubelet's rotation: only the Node's sync asks for its review). The rest
-// (adoption, steady state, a review already asked for) waits behind them.
+// joining says whether a Node's sync is one a join waits on: the Node is uninitialized or gone (its
+// delete frees addresses), or its kubelet has a pending serving CSR its csr-review does not name
+// (only the Node's sync asks for its review). Steady state waits behind them.
 //
-// It runs under the workqueue's lock and takes the informer stores' locks:
-// nothing may add to the Node queue while holding either (informer
-// handlers run outside the stores' locks).
+// It runs under the workqueue's lock and takes the stores' locks: nothing may add to the Node queue
+// while holding a store's lock (informer handlers run outside them).
 func (c *Coordinator) joining(name string) bool {
 	node, err := c.nodes.Get(name)
 	if err != nil || contract.Uninitialized(node) {

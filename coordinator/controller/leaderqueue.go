@@ -7,13 +7,9 @@ import (
 	"k8s.io/client-go/util/workqueue"
 )
 
-// leaderQueue is a work queue that takes keys only while this replica
-// leads. A standby's informer handlers still keep what they keep (first
-// sights, reserved addresses, the joins' wait), but nothing waits in its
-// queues: lead queues every Node and pending CSR when it starts, so a
-// standby's workqueue_* series do not hold the cluster's Nodes for days,
-// and a takeover's first syncs are not timed from the standby's first
-// sight of them.
+// leaderQueue takes keys only while this replica leads (lead queues every Node and pending CSR as
+// it starts), so a standby's workqueue_* series do not hold the cluster's Nodes for days and a
+// takeover's first syncs are not timed from the standby's first sight of them.
 type leaderQueue struct {
 	workqueue.TypedRateLimitingInterface[string]
 	open *atomic.Bool

@@ -24,14 +24,11 @@ type Metrics struct {
 	PodCIDRConflicts prometheus.Counter
 	NodesWaiting     prometheus.Gauge
 	Contested        *prometheus.CounterVec
-	// RecordsReconciled counts records a new leader released: their Node
-	// was deleted while no coordinator led.
+	// RecordsReconciled counts the records a new leader released of Nodes deleted while none led.
 	RecordsReconciled prometheus.Counter
-	// PodCIDRsOutsidePool is how many Nodes had IPv4 pod CIDRs outside
-	// ipam.ipv4Pool when the leader rebuilt its allocator.
+	// PodCIDRsOutsidePool counts Nodes with IPv4 pod CIDRs outside ipam.ipv4Pool at rebuild.
 	PodCIDRsOutsidePool prometheus.Gauge
-	// RecordsUnreadable is how many NodeRecords the informer holds that
-	// this version cannot read (records.Cached with Err).
+	// RecordsUnreadable is how many NodeRecords the informer holds that this version cannot read.
 	RecordsUnreadable prometheus.Gauge
 	// Queues are the Node and CSR work queues' workqueue_* series.
 	Queues *queueMetrics
@@ -110,8 +107,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// queues is the work queues' metrics provider; nil (client-go's no-op)
-// for a Metrics not made by NewMetrics.
+// queues is the work queues' metrics provider; nil (a no-op) for a Metrics not from NewMetrics.
 func (m *Metrics) queues() workqueue.MetricsProvider {
 	if m.Queues == nil {
 		return nil

@@ -24,12 +24,9 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/ipam"
 )
 
-// syncNode brings one Node to what the coordinator wants: it gathers the
-// inputs from its caches, nodestate.Decide computes the whole desired state
-// (the allocator answering its request in between), and it writes the
-// answer: the record first, so it always says what the coordinator set,
-// then the one patch. The agent's annotations are requests the policy
-// bounds.
+// syncNode brings one Node to what the coordinator wants: nodestate.Decide computes the whole
+// desired state from the caches, then the record is written first, so it always says what the
+// coordinator set, then the one patch. The agent's annotations are requests the policy bounds.
 func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	defer c.nodeStatus.count(name)()
 	node, err := c.node(name)
@@ -40,9 +37,8 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	// Its kubelet's serving CSRs first: what their decisions want of its
-	// review is asked in the patch below. An error there holds up nothing
-	// of the Node's own: the sync is retried with it.
+	// Its kubelet's CSRs first: the review their decisions want is asked in the patch below. Their
+	// errors hold up nothing of the Node's own; the sync is retried.
 	wants, csrErr := c.syncCSRs(ctx, name, node)
 	if err := c.syncNodeObject(ctx, node, wants); err != nil || csrErr != nil {
 		return errors.Join(err, csrErr)
@@ -52,8 +48,7 @@ func (c *Coordinator) syncNode(ctx context.Context, name string) error {
 	return nil
 }
 
-// syncNodeObject is the rest of a Node's sync, after its CSRs: the Node
-// and its record, with wants the review its pending CSRs ask for.
+// syncNodeObject syncs the Node and its record after its CSRs; wants is the review they ask for.
 func (c *Coordinator) syncNodeObject(ctx context.Context, node *corev1.Node, wants []approval.Want) error {
 	name := node.Name
 	current := nodestate.Addresses(node, c.settings.MaxNodeAddresses)
@@ -80,10 +75,8 @@ func (c *Coordinator) syncNodeObject(ctx context.Context, node *corev1.Node, wan
 	in.Review = c.review(node, wants)
 	in.ServingCSRs, in.Asked = c.servingCSRs.Load(), c.kubeletAsked(node)
 	in.RefusedProviderID = c.refusedIDs.of(node, in.Now)
-	// Claims are decided and written under the addresses' locks: two
-	// workers never record one address for two Nodes. The locks are let go
-	// once the record is written (the store shows it to every reader from
-	// then on), not held over the Node's patch.
+	// Claims are decided and recorded under the addresses' locks, so no address is recorded for two
+	// Nodes; once the store shows the record to every reader, the patch needs no lock.
 	var recorded []netip.Addr
 	if rec != nil {
 		recorded = records.ClaimedIPs(rec.Spec.Addresses)
@@ -99,9 +92,8 @@ func (c *Coordinator) syncNodeObject(ctx context.Context, node *corev1.Node, wan
 	if d.Allocate {
 		cidrs, err := c.allocate(name, d.Request)
 		if err != nil {
-			// An earlier object's claims are released all the same
-			// (nodestate.Decide): they must not outlast a pool that stays
-			// exhausted, or a request that can never be met.
+			// An earlier object's claims are released all the same: they must not outlast an
+			// exhausted pool, or a request that can never be met.
 			if _, werr := c.putRecord(ctx, name, rec, d.Record); werr != nil {
 				err = errors.Join(err, werr)
 			}
@@ -117,9 +109,8 @@ func (c *Coordinator) syncNodeObject(ctx context.Context, node *corev1.Node, wan
 	}
 	c.report(node, d)
 	if len(d.Malformed) > 0 {
-		// Never act on partial data: nothing the coordinator grants
-		// changes; d.Record only releases withdrawn addresses, or an
-		// earlier object's whole record (nodestate.StaleRecord).
+		// Never act on partial data: no grant changes; d.Record only releases withdrawn addresses,
+		// or an earlier object's whole record.
 		_, err := c.putRecord(ctx, name, rec, d.Record)
 		return err
 	}
@@ -146,12 +137,9 @@ func (c *Coordinator) syncNodeObject(ctx context.Context, node *corev1.Node, wan
 			return nil // deleted meanwhile; the delete event releases
 		}
 		if d.Unpatched != nil {
-			// The grants the patch would have added were never written:
-			// not the coordinator's (nodestate.Desired.Unpatched). Should
-			// the API server have applied it after all (a timeout), they
-			// stay on the Node unowned: never removed, the safe way.
-			// Written even as the coordinator stops: the grant must not
-			// outlive the patch that failed.
+			// The grants the patch would have added were never written: not the coordinator's.
+			// Applied after all (a timeout), they stay unowned: never removed, the safe way.
+			// Written even as the coordinator stops: no grant may outlive the failed patch.
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			_, werr := c.putRecord(rctx, name, written, d.Unpatched)
 			cancel()
@@ -160,9 +148,8 @@ func (c *Coordinator) syncNodeObject(ctx context.Context, node *corev1.Node, wan
 			}
 		}
 		if id := d.Plan.ProviderID; id != "" && refusedByAPIServer(err) && c.providerIDAlone(ctx, name, d.Patch) {
-			// The providerID alone is refused (an admin's policy): the next
-			// sync, now, leaves it out; it is tried again after
-			// refusalRecheck, in case the policy changed.
+			// The providerID alone is refused (an admin's policy): sync now without it, and try it
+			// again after refusalRecheck in case the policy changed.
 			c.refusedIDs.set(node, id, err, c.clock.Now())
 			c.log.Warn("the API server refused the providerID in the initializing patch; initializing without it", "node", name, "providerID", id, "err", err)
 			c.nodeQueue.Add(name)
@@ -173,10 +160,9 @@ func (c *Coordinator) syncNodeObject(ctx context.Context, node *corev1.Node, wan
 	}
 	c.m.NodeWrites.WithLabelValues("finalize", "ok").Inc()
 	trimNode(patched) // as the informer keeps it
-	// The answer is read ahead of the informer only when it lists what the
-	// version the patch was computed from listed, as it does: the patch
-	// names that version. One listing anything else waits for the watch,
-	// which delivers every earlier lister of an address first.
+	// Read the answer ahead of the informer only when it lists what the version the patch was
+	// computed from listed (the patch names that version); otherwise wait for the watch, which
+	// delivers every earlier lister of an address first.
 	if slices.Equal(nodestate.Addresses(patched, c.settings.MaxNodeAddresses), current) {
 		c.ownNodes.Mutation(patched)
 	}
@@ -189,13 +175,9 @@ func (c *Coordinator) syncNodeObject(ctx context.Context, node *corev1.Node, wan
 	return nil
 }
 
-// allocate hands Node name its pod CIDRs for req. No segment holds an
-// address any Node listed when its sync read the store: nodeChanged
-// reserves observed addresses, but the informer updates its store (and
-// indexes) before its handlers run, so the request also avoids the Node's
-// own addresses (req.Avoid, from Decide) and those other Nodes list inside
-// the prefix it carves from (the bySlash64 index; outside pod pools, which
-// are never reserved either).
+// allocate hands Node name its pod CIDRs for req. Handlers reserve listed addresses only after the
+// store has them, so req also avoids what other Nodes list in the prefix it carves from
+// (bySlash64), besides the Node's own (req.Avoid); pod pool addresses are never reserved.
 func (c *Coordinator) allocate(name string, req ipam.Request) ([]netip.Prefix, error) {
 	if req.IPv6Prefix.IsValid() {
 		if set, _, err := ipam.SegmentFor(req.IPv6Prefix, req.IPv6Addr); err == nil {
@@ -218,11 +200,9 @@ func (c *Coordinator) allocate(name string, req ipam.Request) ([]netip.Prefix, e
 	return c.cidrs.Allocate(name, req)
 }
 
-// sayPodCIDRConflicts reports, on both Nodes, a pod CIDR that holds what
-// belongs to another: a range the inventory binds to other Nodes (a binding
-// added after the carve), or an address another Node lists. Pod CIDRs never
-// change, so no certificate names such an address while the segment is
-// held (csrcheck.Facts.PodCIDROf); the fix is the holder's re-registration.
+// sayPodCIDRConflicts warns, on both Nodes, of a pod CIDR holding a range the inventory binds to
+// other Nodes, or an address another Node lists: nothing there is certified while it is held, and
+// pod CIDRs never change, so the fix is the holder's re-registration.
 func (c *Coordinator) sayPodCIDRConflicts(node *corev1.Node, cidrs []netip.Prefix, current []netip.Addr) {
 	name := node.Name
 	fix := func(holder string) string {
@@ -248,11 +228,9 @@ func (c *Coordinator) sayPodCIDRConflicts(node *corev1.Node, cidrs []netip.Prefi
 	}
 }
 
-// listedIn is what the Nodes in the informer's store list inside the /64
-// holding set (ipam.SegmentFor's set, a /64 or longer: the unit of
-// ownership), each address since the observer first saw that Node list
-// it; zero, the earliest, when it has not yet, or when a list delivered
-// it (the order among a list is not known: records.PrefixRules).
+// listedIn is what the store's Nodes list inside the /64 holding set (the unit of ownership), each
+// address since the observer first saw it listed; zero, the earliest, when it has not yet or a list
+// delivered it (a list's order is unknown: records.PrefixRules).
 func (c *Coordinator) listedIn(set netip.Prefix) []records.Holding {
 	key, _ := set.Addr().Prefix(64)
 	objs, _ := c.nodeIndex.ByIndex(bySlash64, key.String())
@@ -272,8 +250,8 @@ func (c *Coordinator) listedIn(set netip.Prefix) []records.Holding {
 	return out
 }
 
-// putRecord writes spec over rec (creating record name when rec is nil) and returns
-// the record as written; a nil spec writes nothing and returns rec.
+// putRecord writes spec over rec (creating it when nil) and returns the record as written; a nil
+// spec writes nothing and returns rec.
 func (c *Coordinator) putRecord(ctx context.Context, name string, rec *records.Record, spec *records.Spec) (*records.Record, error) {
 	if spec == nil {
 		return rec, nil
@@ -291,9 +269,8 @@ func (c *Coordinator) putRecord(ctx context.Context, name string, rec *records.R
 	return written, nil
 }
 
-// report says what Decide found before anything is written: a malformed
-// report, refused and contested addresses, a node prefix held by another
-// Node, refused grants.
+// report says what Decide found before anything is written: a malformed report, refused or
+// contested addresses and prefixes, refused grants.
 func (c *Coordinator) report(node *corev1.Node, d nodestate.Desired) {
 	name := node.Name
 	if len(d.Malformed) > 0 {
@@ -319,13 +296,11 @@ func (c *Coordinator) report(node *corev1.Node, d nodestate.Desired) {
 		}
 	}
 	if d.RecheckAfter > 0 {
-		// Waiting for its kubelet's serving CSR: the CSR's first decision
-		// syncs the Node sooner.
+		// Waiting for its kubelet's serving CSR, whose first decision syncs it sooner.
 		c.nodeQueue.AddAfter(name, d.RecheckAfter)
 	}
 	if d.RecheckClaims {
-		// Another Node holds some of its addresses: look again later, as
-		// well as when that Node's record releases them.
+		// Another Node holds some of its addresses: retry later, or when its record frees them.
 		c.nodeQueue.AddAfter(name, claimRetry)
 	}
 	if h := d.PrefixHolder; h != "" {
@@ -349,8 +324,7 @@ func (c *Coordinator) report(node *corev1.Node, d nodestate.Desired) {
 	}
 }
 
-// recordWritten says what a record write means for people: a key enrolled,
-// a key waiting for an admin, a Node adopted.
+// recordWritten tells people what a record write means: a key enrolled or waiting, a Node adopted.
 func (c *Coordinator) recordWritten(node *corev1.Node, d nodestate.Desired) {
 	name := node.Name
 	if d.Enrolled {
@@ -396,11 +370,8 @@ func (c *Coordinator) patched(node *corev1.Node, d nodestate.Desired, review nod
 	}
 }
 
-// reconcileCIDRs accounts for the pod CIDRs the Node has, whoever wrote
-// them (the previous leader's last patch, an admin, a migrated cluster),
-// and drops what the allocator holds for an earlier Node object of the same
-// name. A CIDR another Node holds is a PodCIDRConflict Event and a metric,
-// never a silent overlap.
+// reconcileCIDRs accounts for the Node's pod CIDRs whoever wrote them, dropping an earlier object's
+// of the same name. An overlap with another Node's is an Event and a metric, never silent.
 func (c *Coordinator) reconcileCIDRs(node *corev1.Node, existing []netip.Prefix) {
 	if err := c.cidrs.Account(node, existing); err != nil {
 		c.m.PodCIDRConflicts.Inc()
@@ -409,10 +380,8 @@ func (c *Coordinator) reconcileCIDRs(node *corev1.Node, existing []netip.Prefix)
 	}
 }
 
-// nodeGone releases a deleted Node's pod CIDRs and its record's claims and
-// grants; the record itself stays with what survives the object
-// (records.Survives), so a node that deletes and re-creates its Node object
-// gets neither a fresh enrolment nor a fresh renewal memory.
+// nodeGone releases a deleted Node's pod CIDRs, claims and grants; its record keeps what survives
+// (records.Survives), so a re-created Node gets no fresh enrolment nor renewal memory.
 func (c *Coordinator) nodeGone(ctx context.Context, name string) error {
 	c.setWaiting(name, "", false)
 	c.nodeStatus.synced(name, "")
@@ -434,9 +403,8 @@ func (c *Coordinator) nodeGone(ctx context.Context, name string) error {
 	return err
 }
 
-// releaseRecord reduces a record whose Node object is gone to what survives
-// it (records.Released): its claims, prefix and grants go. It writes only
-// when that changes the record; a record deleted meanwhile is no error.
+// releaseRecord reduces a gone Node's record to what survives it, writing only a change; a record
+// deleted meanwhile is no error.
 func (c *Coordinator) releaseRecord(ctx context.Context, rec *records.Record) (released bool, err error) {
 	kept := records.Released(rec.Spec)
 	if kept.Equal(rec.Spec) {
@@ -453,20 +421,15 @@ func (c *Coordinator) releaseRecord(ctx context.Context, rec *records.Record) (r
 	return true, nil
 }
 
-// reconcileRecords releases, as nodeGone would have, the records whose Node
-// was deleted (or deleted and registered again) while no coordinator led:
-// without it their claims would hold addresses and prefixes forever. It
-// decides from fresh lists of Nodes and records (records.Orphaned) and
-// returns how many it released; a conflict (someone wrote meanwhile) is an
-// error for the caller to retry.
+// reconcileRecords releases, and counts, the records of Nodes deleted (or re-created) while no
+// coordinator led, whose claims would otherwise hold forever; the caller retries a conflict.
 func (c *Coordinator) reconcileRecords(ctx context.Context, nodes []corev1.Node) (int, error) {
 	recs, unreadable, err := c.records.List(ctx)
 	if err != nil {
 		return 0, err
 	}
 	for _, err := range unreadable {
-		// It still holds what it names (records.Cached.Holds), and its
-		// Node's sync fails with this reason until it is fixed.
+		// It still holds what it names, and its Node's sync fails until it is fixed.
 		c.log.Warn("a NodeRecord cannot be read; left as it is, holding the addresses and prefix it names, until it is fixed", "err", err)
 	}
 	uids := make(map[string]string, len(nodes))
@@ -488,14 +451,10 @@ func (c *Coordinator) reconcileRecords(ctx context.Context, nodes []corev1.Node)
 	return n, nil
 }
 
-// claimRetry is how often a Node whose addresses another Node holds is
-// looked at again (besides when a record releases them).
+// claimRetry is how often a Node whose addresses another holds is looked at again.
 const claimRetry = 10 * time.Second
 
-// otherOwners maps the node's current addresses to the other Node that
-// holds each: the one whose record has it, or else one that has listed it
-// continuously since before this node did (a Node still waiting to be
-// initialized, or one not adopted, holds its addresses without a record).
+// otherOwners maps the node's addresses to the other Node holding each (claimant).
 func (c *Coordinator) otherOwners(node *corev1.Node, current []netip.Addr) map[netip.Addr]string {
 	out := map[netip.Addr]string{}
 	for _, ip := range current {
@@ -506,37 +465,30 @@ func (c *Coordinator) otherOwners(node *corev1.Node, current []netip.Addr) map[n
 	return out
 }
 
-// claimant is the Node that holds ip as far as node is concerned: the one
-// whose record has it (holder), or else another that has listed it
-// continuously since before node did and that the inventory entitles to
-// it ("" when none). The Node sync records no address another holds, and
-// the CSR check holds a SAN another holds: both ask here.
+// claimant is the Node holding ip as far as self is concerned: the one whose record has it, or else
+// an earlier continuous lister the inventory entitles to it (a Node not yet initialized or adopted
+// holds without a record). The Node sync and the CSR check both ask here.
 func (c *Coordinator) claimant(self *corev1.Node, ip netip.Addr) string {
 	node := self.Name
 	if owner := c.holder(node, ip); owner != "" {
 		return owner
 	}
-	// Only a Node the inventory entitles to ip can be its earlier lister:
-	// one it does not entitle must not hide one it does.
+	// Only an entitled Node can be the earlier lister: an unentitled one must not hide one that is.
 	eligible := func(o string) bool { return records.Bound(c.inventory, o, ip) == nil }
 	if !c.observer.Handed(node, self.UID, self.ResourceVersion, ip) {
-		// The version of the Node the caller read (from the store, or the
-		// coordinator's own write, both ahead of the informer's handler) is
-		// not the one the observer was handed listing ip: where its listing
-		// falls is not known yet, so every other Node listing ip holds it,
-		// in the store or the observer. Its hand-over resyncs it.
+		// The caller's version (store or own write, both ahead of the handler) is not the one the
+		// observer was handed listing ip, so its place is unknown: every other lister holds ip
+		// until the hand-over resyncs it.
 		if other := c.storeLister(node, ip, eligible); other != "" {
 			return other
 		}
 		return c.observer.EarlierOf(ip, node, false, eligible)
 	}
-	// Handed over: a Node the handler has yet to hand over (it hands over
-	// in the store's order) began to list ip later.
+	// Handed over: a Node the handler has yet to hand over (in store order) began listing ip later.
 	return c.observer.Earlier(ip, node, eligible)
 }
 
-// storeLister is another Node the informer's store has listing ip that
-// may hold it (eligible), "" when none.
+// storeLister is another eligible Node the store has listing ip, "" when none.
 func (c *Coordinator) storeLister(node string, ip netip.Addr, eligible func(string) bool) string {
 	objs, _ := c.nodeIndex.ByIndex(byAddress, ip.String())
 	for _, o := range objs {
@@ -547,10 +499,8 @@ func (c *Coordinator) storeLister(node string, ip netip.Addr, eligible func(stri
 	return ""
 }
 
-// holder is the Node that holds ip by the coordinator's records: the one
-// whose record has it, or else another than node carving from a node
-// prefix that holds it ("" when none). A holder the inventory does not
-// entitle to ip (its claim predates the inventory) holds nothing.
+// holder is the Node holding ip by the records: the one whose record has it, or else another than
+// node carving from a prefix holding it; one the inventory does not entitle to ip holds nothing.
 func (c *Coordinator) holder(node string, ip netip.Addr) string {
 	owner := c.records.Owner(ip)
 	if owner == "" && ip.Is6() {
@@ -562,8 +512,7 @@ func (c *Coordinator) holder(node string, ip netip.Addr) string {
 	return owner
 }
 
-// retryWaitingForCIDRs requeues the Nodes still without pod CIDRs: freed
-// segments may be what they wait for.
+// retryWaitingForCIDRs requeues Nodes without pod CIDRs: freed segments may be what they wait for.
 func (c *Coordinator) retryWaitingForCIDRs() {
 	for _, n := range c.listNodes() {
 		if len(n.Spec.PodCIDRs) == 0 && n.Spec.PodCIDR == "" {
@@ -586,10 +535,8 @@ func poolOf(req ipam.Request, p netip.Prefix) string {
 	return "pool"
 }
 
-// nodeStatus is the Node reconciler's own bookkeeping, for its gauges and
-// health: the Nodes found waiting for their agent (at which
-// resourceVersion) and the initialized Nodes without a record it leaves
-// alone.
+// nodeStatus is the Node reconciler's bookkeeping for its gauges and health: Nodes waiting (at
+// which resourceVersion), syncs, and initialized Nodes without a record left alone.
 type nodeStatus struct {
 	m   *Metrics
 	log *slog.Logger
@@ -606,9 +553,8 @@ func newNodeStatus(m *Metrics, log *slog.Logger) *nodeStatus {
 	return &nodeStatus{m: m, log: log, waiting: map[string]string{}, done: map[string]string{}, syncs: map[string]*syncs{}, unadopted: map[string]bool{}, said: map[string]string{}}
 }
 
-// notAdopted counts the initialized Nodes without a record that the
-// coordinator leaves alone (adoptExisting off): one log line when the
-// first appears and a gauge, not an Event per Node of a migrated cluster.
+// notAdopted counts the initialized Nodes without a record left alone (adoptExisting off): one log
+// line and a gauge, not an Event per Node of a migrated cluster.
 func (c *Coordinator) notAdopted(name string, is bool) {
 	s := c.nodeStatus
 	s.mu.Lock()
@@ -628,14 +574,11 @@ func (c *Coordinator) notAdopted(name string, is bool) {
 	s.m.NotAdopted.Set(float64(len(s.unadopted)))
 }
 
-// sayWaiting names in the log a Node that still waits waitingLogAfter
-// after its registration, and what for: once per Node and reasons.
-// nodeinit_coordinator_nodes_waiting counts such Nodes; this says which.
-// A Node waiting for less is synced again when that time has passed, as
-// nothing else may change it (an agent that never runs writes nothing).
+// sayWaiting logs, once per Node and reasons, a Node still waiting waitingLogAfter after its
+// registration, and what for; one registered more recently is synced again then, as nothing else
+// may change it (an agent that never runs writes nothing).
 func (c *Coordinator) sayWaiting(node *corev1.Node, waiting []string, now time.Time) {
-	// Some reasons quote what the node wrote (its provided-node-ip):
-	// kept and logged as one bounded line.
+	// Some reasons quote what the node wrote: logged as one bounded line.
 	what := ""
 	if len(waiting) > 0 {
 		what = contract.NodeText(strings.Join(waiting, "; "))
@@ -655,8 +598,7 @@ func (c *Coordinator) sayWaiting(node *corev1.Node, waiting []string, now time.T
 	}
 }
 
-// say records what was last said of Node name's wait; it reports whether
-// what is news ("" forgets it).
+// say records what Node name waits for; it reports whether that is news ("" forgets it).
 func (s *nodeStatus) say(name, what string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -671,8 +613,7 @@ func (s *nodeStatus) say(name, what string) bool {
 	return true
 }
 
-// setWaiting keeps nodeinit_coordinator_nodes_waiting: the Nodes synced and
-// found waiting for their agent's report (or providerID).
+// setWaiting keeps nodeinit_coordinator_nodes_waiting: Nodes synced and found waiting.
 func (c *Coordinator) setWaiting(name, resourceVersion string, is bool) {
 	s := c.nodeStatus
 	s.mu.Lock()
@@ -685,22 +626,18 @@ func (c *Coordinator) setWaiting(name, resourceVersion string, is bool) {
 	s.m.NodesWaiting.Set(float64(len(s.waiting)))
 }
 
-// Waiting reports whether the coordinator has synced Node name and found it
-// waiting for its agent's report (or providerID, or its kubelet's serving
-// CSR within csr.initWait): it has written nothing to it. Health checks and
-// tests use it as a sync point.
+// Waiting reports whether the coordinator synced Node name and found it waiting (for its agent's
+// report, providerID or serving CSR), writing nothing: a sync point for health checks and tests.
 func (c *Coordinator) Waiting(name string) bool { return c.WaitingAt(name) != "" }
 
-// WaitingAt is the resourceVersion of Node name when the coordinator last
-// found it waiting, "" when it is not waiting.
+// WaitingAt is Node name's resourceVersion when last found waiting, "" when not waiting.
 func (c *Coordinator) WaitingAt(name string) string {
 	c.nodeStatus.mu.Lock()
 	defer c.nodeStatus.mu.Unlock()
 	return c.nodeStatus.waiting[name]
 }
 
-// synced records that Node name's sync succeeded at resourceVersion ("":
-// the Node is gone).
+// synced records that Node name's sync succeeded at resourceVersion ("": the Node is gone).
 func (s *nodeStatus) synced(name, resourceVersion string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -714,16 +651,14 @@ func (s *nodeStatus) synced(name, resourceVersion string) {
 	}
 }
 
-// syncs counts a Node's syncs, begun and finished, succeeded or not: a
-// workqueue runs one key's syncs one after another, so a sync begun after
-// a count of begun ones has finished once finished exceeds it.
+// syncs counts a Node's syncs begun and finished, failed ones too: a workqueue runs one key's syncs
+// in turn, so a sync begun after a count of begun ones has finished once finished exceeds it.
 type syncs struct {
 	begun, finished int
 	gone            bool // the Node is gone: forgotten as its sync finishes
 }
 
-// count counts a sync of Node name as begun; the func it returns, as
-// finished.
+// count counts a sync of Node name as begun; the func it returns, as finished.
 func (s *nodeStatus) count(name string) func() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -743,9 +678,8 @@ func (s *nodeStatus) count(name string) func() {
 	}
 }
 
-// Syncs is how many syncs of Node name have begun and finished (while
-// the Node is there): a test or health check waiting for a sync that
-// begins after now waits for finished to exceed begun as read now.
+// Syncs is how many syncs of Node name have begun and finished: to wait for a sync that begins
+// after now, wait for finished to exceed begun as read now.
 func (c *Coordinator) Syncs(name string) (begun, finished int) {
 	c.nodeStatus.mu.Lock()
 	defer c.nodeStatus.mu.Unlock()
@@ -755,9 +689,7 @@ func (c *Coordinator) Syncs(name string) (begun, finished int) {
 	return 0, 0
 }
 
-// SyncedAt is the resourceVersion of Node name when the coordinator last
-// synced it without error, its serving CSRs with it ("" when never): a
-// sync point for health checks and tests, as Waiting is.
+// SyncedAt is Node name's resourceVersion at its last error-free sync, CSRs too ("" when never).
 func (c *Coordinator) SyncedAt(name string) string {
 	c.nodeStatus.mu.Lock()
 	defer c.nodeStatus.mu.Unlock()

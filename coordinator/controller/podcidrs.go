@@ -9,9 +9,8 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/ipam"
 )
 
-// checkPool says, once per leadership, when Nodes already hold IPv4 pod
-// CIDRs outside ipam.ipv4Pool (ipam.OutsidePool): the pool is then probably
-// not the cluster's pod subnet. Their CIDRs are taken over all the same.
+// checkPool warns once per leadership when Nodes hold IPv4 pod CIDRs outside ipam.ipv4Pool: it is
+// probably not the cluster's pod subnet. Their CIDRs are taken over all the same.
 func (c *Coordinator) checkPool(nodes []corev1.Node) {
 	pool, err := netip.ParsePrefix(c.settings.IPAM.IPv4Pool)
 	if v4, _ := c.settings.Families(); err != nil || !v4 || !c.settings.IPAMEnabled() {

@@ -15,10 +15,8 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
 )
 
-// refusedIDs remembers, per Node object, the providerID the API server
-// refused in the coordinator's initializing patch (an admin's admission
-// policy, or validation): the next patch leaves it out, so that the
-// refusal costs that value and not the whole join.
+// refusedIDs holds per Node object the providerID the API server refused in the initializing patch
+// (admission, validation): the next patch leaves it out, so the join goes on without it.
 type refusedIDs struct {
 	mu sync.Mutex
 	m  map[string]refusedID
@@ -30,15 +28,11 @@ type refusedID struct {
 	nodestate.RefusedProviderID
 }
 
-// refusalRecheck is how long a refused providerID is left out before the
-// coordinator asks again (an admin may have changed the policy).
+// refusalRecheck is how long a refused providerID is left out before it is tried again.
 const refusalRecheck = 10 * time.Minute
 
-// providerIDAlone says whether the API server, now, takes patch without its
-// spec.providerID and still refuses it with it (two dry runs): only then is
-// the refusal the providerID's. A refusal of anything else (RBAC, a policy
-// on a granted label), or one that no longer holds (a policy removed since),
-// is retried as it is, with backoff, and blamed on nothing.
+// providerIDAlone says whether the API server, in two dry runs, takes patch without spec.providerID
+// but refuses it with it: only then is the refusal the providerID's; any other is retried as it is.
 func (c *Coordinator) providerIDAlone(ctx context.Context, name string, patch []byte) bool {
 	var p map[string]any
 	if err := json.Unmarshal(patch, &p); err != nil {
@@ -68,9 +62,7 @@ func (c *Coordinator) providerIDAlone(ctx context.Context, name string, patch []
 	return true
 }
 
-// refusedByAPIServer says whether err is the API server refusing what a
-// patch asked for (admission, validation), which a retry of the same patch
-// only meets again.
+// refusedByAPIServer says whether err is a refusal (admission, validation) a retry meets again.
 func refusedByAPIServer(err error) bool {
 	return apierrors.IsForbidden(err) || apierrors.IsInvalid(err)
 }
@@ -84,8 +76,7 @@ func (r *refusedIDs) set(node *corev1.Node, id string, err error, now time.Time)
 	r.m[node.Name] = refusedID{uid: node.UID, at: now, RefusedProviderID: nodestate.RefusedProviderID{ID: id, Reason: contract.NodeText(err.Error())}}
 }
 
-// of is the refusal recorded for this Node object within refusalRecheck
-// of now, if any.
+// of is the refusal recorded for this Node object within refusalRecheck of now, if any.
 func (r *refusedIDs) of(node *corev1.Node, now time.Time) nodestate.RefusedProviderID {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -5,18 +5,15 @@ import (
 	"k8s.io/client-go/util/workqueue"
 )
 
-// queueMetrics are the work queues' series under the names Kubernetes
-// controllers use (kube-controller-manager, controller-runtime), labelled
-// by queue ("nodes", "csrs"), so existing dashboards read them. Passed to
-// each queue, never set process-wide (workqueue.SetProvider).
+// queueMetrics are the work queues' series under the names Kubernetes controllers use, labelled by
+// queue, so existing dashboards read them; passed to each queue, never set process-wide.
 type queueMetrics struct {
 	depth, unfinished, longest *prometheus.GaugeVec
 	adds, retries              *prometheus.CounterVec
 	latency, work              *prometheus.HistogramVec
 }
 
-// queueBuckets run from 1 ms to 33 s: a join storm's syncs wait and take
-// milliseconds to seconds.
+// queueBuckets run from 1 ms to 33 s: join-storm syncs wait and take milliseconds to seconds.
 var queueBuckets = prometheus.ExponentialBuckets(0.001, 2, 16)
 
 func newQueueMetrics() *queueMetrics {
