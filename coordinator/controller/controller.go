@@ -617,8 +617,6 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	// The informers run on their own context, cancelled before the Shutdowns below wait: ctx is
 	// still live after a lost lease, and waiting on it would hang the process.
 	informers, stopInformers := context.WithCancel(ctx)
-	// Listed before the informers start, so the handlers see them.
-	c.facts.factory.Discovery().V1().EndpointSlices().Informer()
 	c.factory.Start(informers.Done())
 	c.csrFactory.Start(informers.Done())
 	factsSynced := c.facts.start(informers.Done(), c.log.Info, c.blockedChanged)

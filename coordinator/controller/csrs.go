@@ -105,9 +105,10 @@ func (c *Coordinator) syncStranger(ctx context.Context, name string) error {
 func (c *Coordinator) decideCSR(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, node *corev1.Node, requeue func(time.Duration)) (approval.Decision, error) {
 	now := c.clock.Now()
 	in := c.approvalInput(csr, node, now)
-	if in.Node != nil && in.Review == csr.Name && c.notes.askedAt(csr.Name, csr.UID).IsZero() {
+	if in.Review == csr.Name && in.ReviewRequested.IsZero() {
 		// Asked before this replica led: the timeout starts now.
 		c.notes.asked(csr.Name, csr.UID, now)
+		in.ReviewRequested = now
 	}
 	d := approval.Decide(in)
 	if node != nil {
@@ -159,10 +160,6 @@ func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningReques
 	if review, err := contract.ParseReview(self.Annotations[contract.AnnotationCSRReview]); err == nil {
 		in.Review = review.CSR
 		in.ReviewAgain = review.CSR == csr.Name && review.RequestSHA256 == contract.RequestDigest(csr.Spec.Request)
-	}
-	if in.Review == csr.Name && in.ReviewRequested.IsZero() {
-		// Asked before this replica led: the timeout starts now (decideCSR remembers it).
-		in.ReviewRequested = now
 	}
 	if a, err := contract.DecodeAttestation(self.Annotations[contract.AnnotationCSRAttestation]); err == nil {
 		in.Attestation = &a
