@@ -12,15 +12,10 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/grants"
 )
 
-// problem is one check's finding: the key it is about, what is wrong, and
-// what to do instead.
+// problem is one check's finding: the key, what is wrong, and what to do instead.
 type problem struct{ path, msg, fix string }
 
-// Each check below is a small pure function over the parsed values;
-// validate places its findings in the file.
-
-// checkClusterName: the name becomes the value of
-// node.cloudprovider.kubernetes.io/clustername, so it must be a label value.
+// checkClusterName: the name becomes the clustername label's value, so it must be a label value.
 func checkClusterName(name string) []problem {
 	if name == "" {
 		return nil
@@ -33,8 +28,7 @@ func checkClusterName(name string) []problem {
 	return nil
 }
 
-// checkDuration refuses a negative duration, and zero where the file sets
-// it (zero would otherwise silently become the default).
+// checkDuration refuses a negative duration, and a zero the file sets (it would mean the default).
 func checkDuration(path string, d time.Duration, set bool, min time.Duration) []problem {
 	switch {
 	case d < 0:
@@ -62,9 +56,8 @@ func checkWait(path string, d, max time.Duration) []problem {
 // accepts on a CSR (10 minutes): a smaller cap denies every CSR.
 const minCertificateDuration = 10 * time.Minute
 
-// checkPatterns refuses malformed patterns, and allow entries that can only
-// match keys that are never granted: the entry would do nothing, and the
-// admin who wrote it expects otherwise.
+// checkPatterns refuses malformed patterns, and allow entries that match only keys never granted:
+// such an entry does nothing, against what its writer expects.
 func checkPatterns(path string, ps Patterns, taints bool) []problem {
 	var out []problem
 	for field, list := range map[string][]string{"allow": ps.Allow, "deny": ps.Deny} {
@@ -74,8 +67,7 @@ func checkPatterns(path string, ps Patterns, taints bool) []problem {
 				out = append(out, problem{at, fmt.Sprintf("pattern %q: want an exact key or a prefix ending in a single trailing *", p), `write "example.com/role" or "example.com/*"`})
 				continue
 			}
-			// A pattern no key can match does nothing: a deny typo would
-			// silently deny nothing.
+			// A deny pattern no key can match would silently deny nothing.
 			if why := patternShape(p); why != "" {
 				out = append(out, problem{at, fmt.Sprintf("pattern %q matches no %s key: %s", p, map[bool]string{true: "taint", false: "label"}[taints], why),
 					`keys are lower-case DNS names, "/", then letters, digits, "-", "_" or "."; write "example.com/role" or "example.com/*"`})
@@ -92,9 +84,8 @@ func checkPatterns(path string, ps Patterns, taints bool) []problem {
 	return out
 }
 
-// patternShape says why a pattern can match no valid label or taint key
-// (k8s.io/apimachinery's IsQualifiedName: an optional lower-case DNS
-// prefix and "/", then a name); "" when it can.
+// patternShape says why p can match no label or taint key, "" when it can: keys are an optional
+// lower-case DNS prefix and "/", then a name (validation.IsQualifiedName).
 func patternShape(p string) string {
 	prefix, wild := strings.CutSuffix(p, "*")
 	if !wild {
@@ -122,8 +113,7 @@ func patternShape(p string) string {
 	return ""
 }
 
-// neverGranted: for an exact key, why it is never granted; for a prefix,
-// why every key it matches is never granted.
+// neverGranted says why pattern (an exact key, or every key of a prefix) is never granted.
 func neverGranted(pattern string, taints bool) string {
 	if taints {
 		if pattern == contract.TaintUninitialized {
@@ -164,10 +154,9 @@ func checkPrefixes(path string, list []string) []problem {
 	return out
 }
 
-// checkNodePatterns refuses two "{node}" patterns that can derive one name
-// from two node names ("{node}.nodes.example.com" and "{node}.example.com"
-// both derive a.nodes.example.com, for a and for a.nodes): the name would
-// be two Nodes' at once, and one would wait for the other.
+// checkNodePatterns refuses two "{node}" patterns that can derive one name for two Nodes:
+// "{node}.nodes.example.com" for a and "{node}.example.com" for a.nodes both give
+// a.nodes.example.com, and one Node would wait for the other.
 func checkNodePatterns(path string, patterns []string) []problem {
 	var out []problem
 	for i, p := range patterns {
@@ -223,8 +212,7 @@ func checkMaskSize(path string, size int, set bool, pool string, bits int) []pro
 	return nil
 }
 
-// checkInt refuses an integer outside [lo, hi], including an explicit zero
-// that would silently become the default.
+// checkInt refuses an integer outside [lo, hi], even an explicit zero (it would mean the default).
 func checkInt(path string, v int, set bool, lo, hi int) []problem {
 	if (set || v != 0) && (v < lo || v > hi) {
 		return []problem{{path, fmt.Sprintf("%d is out of range", v), fmt.Sprintf("want %d to %d", lo, hi)}}

@@ -1,6 +1,5 @@
-// Package config is the coordinator's configuration file (mounted from a
-// ConfigMap); its grant policy, which labels and taints a node may request
-// and the coordinator will set for it, is pkg/grants.
+// Package config is the coordinator's configuration file, mounted from a ConfigMap. Its grant
+// policy (which requested labels and taints the coordinator sets) is pkg/grants.
 package config
 
 import (
@@ -214,10 +213,8 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 // MarshalYAML prints the duration string.
 func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
 
-// Load reads and validates the file; a missing path gives the defaults.
-// The file may be the configuration itself, the coordinator's ConfigMap
-// (coordinator/deploy/configmap.yaml, or `helm template` output holding it),
-// or the Helm chart's values file.
+// Load reads and validates file: the configuration, the coordinator's ConfigMap (or `helm
+// template` output holding it) or the Helm chart's values file. An empty path gives the defaults.
 func Load(file string) (*Config, error) {
 	var data []byte
 	if file != "" {
@@ -253,13 +250,11 @@ func Parse(data []byte) (*Config, error) {
 		}
 	}
 	if len(errs) > 0 {
-		// Values that did not decode are zero: checking them would only
-		// add errors about the same keys.
+		// Values that did not decode are zero: checking them would only repeat these errors.
 		return nil, sorted(append(errs, doc.unknownKeys()...))
 	}
 	raw := *c // as written, before defaults replace zeros
 	c.defaults()
-	// Unknown keys and bad values are reported together.
 	if errs := sorted(append(doc.unknownKeys(), c.validate(doc, &raw)...)); len(errs) > 0 {
 		return c, errs
 	}
@@ -277,8 +272,8 @@ func sorted(errs Errors) Errors {
 	return errs
 }
 
-// typeError places a value that did not decode on its key: the one whose
-// value is where the decoder stopped, else the key there (one given twice).
+// typeError places an undecodable value on the key whose value is where the decoder stopped,
+// else on the key there (one given twice).
 func (d *document) typeError(bad *yamlstrict.Error) *Error {
 	e := syntaxError(bad, d.line, d.column)
 	for _, nodes := range []map[string]*yaml.Node{d.positions, d.keys} {
@@ -311,8 +306,7 @@ func (c *Config) defaults() {
 	if v4 && c.IPAM.IPv4Pool == "" {
 		c.IPAM.IPv4Pool = DefaultIPv4Pool
 	}
-	// Over-reserving costs nothing; a Service range handed out as pod
-	// CIDRs breaks the cluster.
+	// Over-reserving costs nothing; a Service range handed out as pod CIDRs breaks the cluster.
 	has := func(is4 bool) bool {
 		return slices.ContainsFunc(c.IPAM.ServiceCIDRs, func(s string) bool {
 			p, err := netip.ParsePrefix(s)
@@ -341,8 +335,7 @@ func (c *Config) defaults() {
 		c.CSR.AttestationTimeout.Duration = 2 * time.Minute
 	}
 	if c.CSR.MaxDuration.Duration == 0 {
-		// kube-controller-manager's default signing duration: a kubelet never
-		// needs more, and a request for ten years is not a kubelet's.
+		// kube-controller-manager's signing default: a kubelet never asks for more.
 		c.CSR.MaxDuration.Duration = 365 * 24 * time.Hour
 	}
 	if c.CSR.SignerDuration.Duration == 0 {
@@ -374,9 +367,8 @@ func (c *Config) defaults() {
 	}
 }
 
-// validate runs every check over the defaulted configuration and places
+// validate checks the defaulted configuration (raw: as written, before defaults) and places
 // each finding in the file.
-// raw is the configuration as written, before defaults.
 func (c *Config) validate(doc *document, raw *Config) Errors {
 	set := doc.present
 	var ps []problem
@@ -495,9 +487,7 @@ func ipamPath(msg string) string {
 // IPAMEnabled reports whether the coordinator allocates pod CIDRs.
 func (c *Config) IPAMEnabled() bool { return c.IPAM.Enabled == nil || *c.IPAM.Enabled }
 
-// Families reports the families pod CIDRs are given in (ipam.families, by
-// default those whose pool is set). A Node gets no CIDR in a family that
-// is off, whatever prefixes it reports.
+// Families reports the families pod CIDRs are given in; none in another, whatever a Node reports.
 func (c *Config) Families() (ipv4, ipv6 bool) {
 	if c.IPAM.Families == nil {
 		return c.IPAM.IPv4Pool != "" || c.IPAM.IPv6Pool == "", c.IPAM.IPv6Pool != ""
@@ -549,8 +539,7 @@ func (c *Config) Allocator() (*ipam.Allocator, error) {
 	return ipam.New(cfg)
 }
 
-// checkFamilies refuses unknown or repeated families, and a pool for a
-// family that is off (a setting that would do nothing).
+// checkFamilies refuses unknown or repeated families, and a pool for a family that is off.
 func (c *Config) checkFamilies() error {
 	if c.IPAM.Families != nil && len(c.IPAM.Families) == 0 {
 		return errors.New("families is empty: want ipv4, ipv6 or both (or enabled: false)")
@@ -675,10 +664,8 @@ func (c *Config) Networks() ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// Reserved are the configured ranges no Node address may be recorded in or
-// certified for: the service CIDRs and the pod pools. The coordinator adds
-// what it learns from the cluster (ServiceCIDR objects, the API server's
-// endpoints, allocated pod CIDRs).
+// Reserved are the configured ranges no Node address may be recorded in or certified for; the
+// coordinator adds what it learns (ServiceCIDRs, the API server's endpoints, pod CIDRs).
 func (c *Config) Reserved() []csrcheck.Reserved {
 	var out []csrcheck.Reserved
 	for _, s := range c.IPAM.ServiceCIDRs {
@@ -697,8 +684,7 @@ func (c *Config) Reserved() []csrcheck.Reserved {
 	return out
 }
 
-// ReservedAddresses are csr.reservedAddresses' ranges (an address as its
-// host prefix).
+// ReservedAddresses are csr.reservedAddresses' ranges, an address as its host prefix.
 func (c *Config) ReservedAddresses() []netip.Prefix {
 	var out []netip.Prefix
 	for _, s := range c.CSR.ReservedAddresses {
@@ -734,11 +720,9 @@ const DefaultCSRInitWait = 3 * time.Second
 // whose kubelets ask for no serving certificate.
 const maxCSRInitWait = 30 * time.Second
 
-// CertificateDuration is how long a certificate approved for a request
-// that asks for expirationSeconds (nil: none, as the kubelet asks) may be
-// valid: what it asked for (csr.maxDuration caps that), else the signer's
-// duration (csr.signerDuration, kube-controller-manager's
-// --cluster-signing-duration), which no cap of the coordinator's reaches.
+// CertificateDuration is how long an approved certificate may be valid: what the request asked
+// for, within csr.maxDuration and csr.signerDuration; with expirationSeconds nil, as the kubelet
+// sends, the signer's duration, which csr.maxDuration cannot shorten.
 func (c *Config) CertificateDuration(expirationSeconds *int32) time.Duration {
 	if e := expirationSeconds; e != nil {
 		return min(time.Duration(*e)*time.Second, c.CSR.MaxDuration.Duration, c.CSR.SignerDuration.Duration)
@@ -746,8 +730,7 @@ func (c *Config) CertificateDuration(expirationSeconds *int32) time.Duration {
 	return c.CSR.SignerDuration.Duration
 }
 
-// CSRInitWait is csr.initWait: how long after registration a Node's
-// initialization may wait for its kubelet's serving CSR; 0 never.
+// CSRInitWait is how long a Node's initialization may wait for its serving CSR; 0 never.
 func (c *Config) CSRInitWait() time.Duration {
 	if c.CSR.InitWait == nil {
 		return DefaultCSRInitWait

@@ -13,8 +13,7 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/yamlstrict"
 )
 
-// Error is one problem in a configuration file: where it is (from the YAML
-// node), which key, what is wrong and what to do about it.
+// Error is one problem in a configuration file: where, which key, what is wrong, and the fix.
 type Error struct {
 	File         string
 	Line, Column int // 0 when the value is a default, not in the file
@@ -70,10 +69,8 @@ func setFile(err error, file string) error {
 	return fmt.Errorf("%s: %w", file, err)
 }
 
-// document is the configuration inside whatever file held it: a bare
-// configuration, the ConfigMap in coordinator/deploy (or `helm template`
-// output holding it), or the Helm chart's values file. Line and column
-// offsets map positions inside the embedded text back to the file.
+// document is the configuration inside whatever file held it (see Load); line and column map
+// positions inside embedded text back to the file.
 type document struct {
 	root         *yaml.Node // the configuration's mapping; nil when empty
 	line, column int        // added to positions inside root
@@ -100,7 +97,6 @@ func readDocument(data []byte) (*document, error) {
 		if m == nil {
 			continue
 		}
-		// A ConfigMap: the configuration is data["coordinator.yaml"].
 		if v := lookup(m, "kind"); v != nil && v.Value == "ConfigMap" {
 			if cfg := lookup(lookup(m, "data"), configMapKey); cfg != nil {
 				doc, err := embedded(cfg, data)
@@ -196,8 +192,7 @@ func lookup(m *yaml.Node, key string) *yaml.Node {
 	return nil
 }
 
-// syntaxError turns a yamlstrict error into an Error, its position moved
-// by line and column (those of an embedded configuration in its file).
+// syntaxError turns a yamlstrict error into an Error, moved by an embedded configuration's offset.
 func syntaxError(err error, line, column int) *Error {
 	var e *yamlstrict.Error
 	if !errors.As(err, &e) {
@@ -213,8 +208,7 @@ func syntaxError(err error, line, column int) *Error {
 	return &Error{Line: e.Line + line, Column: c, Msg: e.Msg}
 }
 
-// index records each key's value node by its path ("csr.maxDuration",
-// "grants.labels.allow[1]"), and the key's own node.
+// index records each key's value node and its own node by path ("grants.labels.allow[1]").
 func (d *document) index() {
 	d.positions = map[string]*yaml.Node{}
 	d.keys = map[string]*yaml.Node{}
@@ -267,8 +261,7 @@ func (d *document) atPath(p problem, where string) *Error {
 	return e
 }
 
-// unknownKeys refuses keys the configuration does not have, suggesting the
-// nearest one.
+// unknownKeys refuses keys the configuration does not have, suggesting the nearest one.
 func (d *document) unknownKeys() []*Error {
 	if d.root == nil {
 		return nil

@@ -1,7 +1,6 @@
-// Package finalize is the coordinator's pure core for Nodes: it reads what
-// the agent reported, says what initialization still waits for, and
-// computes the one merge patch that sets pod CIDRs, granted labels and
-// taints, and removes the uninitialized taint. No I/O.
+// Package finalize is the coordinator's pure core for Nodes: it reads the agent's report, says
+// what initialization waits for, and computes the one merge patch that sets pod CIDRs and grants,
+// and removes the uninitialized taint. No I/O.
 package finalize
 
 import (
@@ -29,8 +28,7 @@ type Reported struct {
 	Problems []string
 }
 
-// Read decodes the agent's annotations. A malformed one is a problem to
-// report, never a reason to act on partial data.
+// Read decodes the agent's annotations; a malformed one is reported, never acted on in part.
 func Read(node *corev1.Node) Reported {
 	var r Reported
 	a := node.Annotations
@@ -69,13 +67,9 @@ func Read(node *corev1.Node) Reported {
 	return r
 }
 
-// providerID is the providerID the initializing patch sets: the one the
-// report asks for (setProviderId), while the Node has none and waits for
-// its initialization; "" otherwise, and the reason when CheckProviderID
-// refuses the one asked for. It is the node's own Node: NodeRestriction
-// lets a node set its empty providerID itself, so this grants nothing it
-// could not do; the agent leaves it to this patch so that a join is one
-// write of its own.
+// providerID is what the initializing patch sets: the report's setProviderId while the Node has
+// none and is uninitialized, else "" (and CheckProviderID's error). NodeRestriction lets a node
+// set its empty providerID itself, so this grants nothing new; it saves the agent a write.
 func providerID(node *corev1.Node, r Reported) (string, error) {
 	if node.Spec.ProviderID != "" || r.Metadata == nil || !contract.Uninitialized(node) || r.Metadata.SetProviderID == "" {
 		return "", nil
@@ -86,8 +80,7 @@ func providerID(node *corev1.Node, r Reported) (string, error) {
 	return r.Metadata.SetProviderID, nil
 }
 
-// Waiting lists the conditions initialization still waits for, apart from
-// pod CIDRs (which the coordinator provides in the same patch).
+// Waiting lists what initialization still waits for, apart from pod CIDRs (set in the same patch).
 func Waiting(node *corev1.Node, r Reported, requireProviderID bool) []string {
 	var w []string
 	if r.Metadata == nil {
@@ -145,11 +138,9 @@ func PodCIDRs(node *corev1.Node) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// Request is the allocation a Node needs: IPv4 when there is a pool, and
-// IPv6 from its first reported prefix that lies inside the node networks
-// and holds an address recorded as the Node's own (claimed), or else from
-// the IPv6 pool. A node cannot obtain a segment of another node's prefix by
-// reporting it: the prefix must hold one of its own recorded addresses.
+// Request is the allocation a Node needs: IPv4 when there is a pool, and IPv6 from its first
+// reported prefix inside the node networks that holds one of its recorded addresses (claimed),
+// else from the IPv6 pool; so no node gets a segment of another's prefix by reporting it.
 func Request(claimed []netip.Addr, r Reported, networks []netip.Prefix, ipv4, ipv6Pool bool) ipam.Request {
 	req := ipam.Request{IPv4: ipv4, IPv6: ipv6Pool}
 	for _, p := range r.Prefixes {
@@ -174,13 +165,11 @@ type Inputs struct {
 	CIDRs []netip.Prefix
 	// Initialize removes the uninitialized taint.
 	Initialize bool
-	// Review, when set, asks the agent to attest this CSR in the same patch
-	// (the csr-review annotation, contract.Review's encoding): a CSR that
-	// arrived before initialization costs no separate review write.
+	// Review asks the agent to attest this CSR in the same patch (the csr-review annotation), so
+	// a CSR that arrived before initialization costs no separate write.
 	Review string
-	// PreviousLabels and PreviousTaints are the grants the coordinator's own
-	// record holds (Grants entries, legacy key-only ones included): only
-	// those Owned finds unchanged on the Node are ever removed or rewritten.
+	// PreviousLabels and PreviousTaints are the grants the coordinator's record holds: only those
+	// Owned finds unchanged on the Node are removed or rewritten.
 	PreviousLabels, PreviousTaints []string
 }
 
@@ -196,26 +185,22 @@ type Plan struct {
 	Granted, GrantedTaints []string
 	// Want are the labels (and values) the coordinator wants on the Node.
 	Want map[string]string
-	// Owns is what the record says once the patch is applied: the exact
-	// labels and taints the coordinator wrote and holds. Holding is what it
-	// must say before the patch is written: Owns and the values the patch
-	// rewrites or removes, so that a patch that fails leaves them held.
-	// Unpatched is what it says once a patch failed: the values it holds
-	// on the Node now, none the patch would have added (an admin may set
-	// one of those next, and it would count as the coordinator's).
+	// Owns is what the record says once the patch applies: the labels and taints the coordinator
+	// wrote and holds. Holding is what it says before: Owns and the values the patch rewrites or
+	// removes, so a failed patch leaves them held. Unpatched is what it says after a failed patch:
+	// the values it holds now, none the patch would have added (an admin may set one next, and it
+	// would count as the coordinator's).
 	Owns, Holding, Unpatched Grants
 }
 
-// coordinatorLabels are set from the coordinator's configuration and the
-// platform metadata only; a request for one never overrides them.
+// coordinatorLabels come from configuration and platform metadata only; no request overrides them.
 var coordinatorLabels = []string{contract.LabelClusterName, contract.LabelPlatform, contract.LabelLifecycle}
 
 // TaintKey names a taint in a record.
 func TaintKey(key string, effect corev1.TaintEffect) string { return key + ":" + string(effect) }
 
-// Compute returns the one patch that brings the Node to what the
-// coordinator wants. It adds what is absent; it removes or rewrites only
-// what Owned says it wrote and still holds; nothing else is touched.
+// Compute returns the one patch that brings the Node to what the coordinator wants: it adds what
+// is absent and removes or rewrites only what Owned says it wrote and still holds.
 func Compute(node *corev1.Node, r Reported, in Inputs) (Plan, error) {
 	var plan Plan
 	wantLabels := plan.labelsWanted(r, in)
@@ -270,8 +255,7 @@ func Compute(node *corev1.Node, r Reported, in Inputs) (Plan, error) {
 	if len(metadata) == 0 && len(spec) == 0 {
 		return plan, nil
 	}
-	// Conditional: a Node changed since it was read is re-read, not clobbered
-	// (the taint list is replaced whole).
+	// Conditional: a Node changed since read is re-read, not clobbered (taints are replaced whole).
 	metadata["resourceVersion"] = node.ResourceVersion
 	patch := map[string]any{"metadata": metadata}
 	if len(spec) > 0 {
@@ -282,8 +266,7 @@ func Compute(node *corev1.Node, r Reported, in Inputs) (Plan, error) {
 	return plan, err
 }
 
-// labelsWanted are the labels the coordinator would set: the platform's and
-// its configuration's, and the requests its grant policy allows.
+// labelsWanted are the platform's and configuration's labels and the requests the policy allows.
 func (plan *Plan) labelsWanted(r Reported, in Inputs) map[string]string {
 	want := map[string]string{}
 	if md := r.Metadata; md != nil {
@@ -311,10 +294,8 @@ func (plan *Plan) labelsWanted(r Reported, in Inputs) map[string]string {
 	return want
 }
 
-// grantLabels returns the labels part of the patch: each wanted label the
-// Node lacks is added, one the coordinator holds with another value is
-// rewritten, one someone else holds with another value is refused; each it
-// holds and no longer wants is removed.
+// grantLabels returns the labels part of the patch: a wanted label is added, or rewritten if the
+// coordinator holds it (never someone else's); one it holds and no longer wants is removed.
 func (plan *Plan) grantLabels(node *corev1.Node, want, own map[string]string) map[string]any {
 	patch := map[string]any{}
 	plan.Want = map[string]string{}
@@ -344,8 +325,7 @@ func (plan *Plan) grantLabels(node *corev1.Node, want, own map[string]string) ma
 	return patch
 }
 
-// taintsWanted are the requested taints the grant policy allows, one per
-// key and effect (a taint's identity on a Node).
+// taintsWanted are the allowed requested taints, one per key and effect (a taint's identity).
 func (plan *Plan) taintsWanted(r Reported, in Inputs) []contract.Taint {
 	var want []contract.Taint
 	for _, t := range r.RequestedTaints {
@@ -362,11 +342,8 @@ func (plan *Plan) taintsWanted(r Reported, in Inputs) []contract.Taint {
 	return want
 }
 
-// grantTaints brings taints (the Node's, being patched) to what is wanted:
-// a wanted taint the Node lacks is added, one the coordinator holds with
-// another value is rewritten, one someone else holds with another value is
-// refused; each it holds and no longer wants is removed, that exact
-// key=value:effect only.
+// grantTaints brings taints (the Node's, being patched) to what is wanted, as grantLabels does;
+// a held taint no longer wanted is removed as that exact key=value:effect only.
 func (plan *Plan) grantTaints(taints []corev1.Taint, want []contract.Taint, own map[string]string, changed bool) ([]corev1.Taint, bool) {
 	wanted := map[string]bool{}
 	for _, t := range want {

@@ -7,10 +7,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// Grants are what the coordinator's record says it wrote on a Node, by
-// value: labels as "key=value", taints as "key=value:effect". Label keys
-// and values hold neither "=" nor ":", so an entry parses back. An entry
-// without "=" is a legacy one, from records that kept keys only.
+// Grants are what the coordinator's record says it wrote on a Node, by value: labels as
+// "key=value", taints as "key=value:effect" (label keys and values hold neither "=" nor ":", so
+// entries parse back). An entry without "=" is legacy, from records that kept keys only.
 type Grants struct{ Labels, Taints []string }
 
 // LabelGrant is the record entry for a label the coordinator wrote.
@@ -21,18 +20,12 @@ func TaintGrant(key, value string, effect corev1.TaintEffect) string {
 	return key + "=" + value + ":" + string(effect)
 }
 
-// Owned is the one place that decides what the coordinator may remove or
-// rewrite on a Node: the recorded grants the Node still holds with exactly
-// the recorded value, as label key → value and TaintKey → value. Nothing
-// else is ever removed or rewritten (Compute only adds what is absent).
-//
-// A grant someone else changed (another value, or removed) is not returned:
-// it is relinquished, and the coordinator never touches it again; should it
-// become absent and be requested anew, adding it is a new grant. A taint is
-// one key and effect: an admin's taint on the same key with another effect
-// is never a grant's. A legacy entry (a key, or "key:effect") proves no
-// value, so it is held only when the Node's value is the one the
-// coordinator wants now (want, wantTaints): one it would write anyway.
+// Owned is the one place that decides what the coordinator may remove or rewrite on a Node: the
+// recorded grants the Node still holds with exactly the recorded value (label key → value,
+// TaintKey → value). A grant someone else changed or removed is relinquished for good; requested
+// anew once absent, it is a new grant. An admin's taint on the key with another effect is never a
+// grant's. A legacy entry proves no value, so it is held only when the Node's value is the one
+// wanted now (want, wantTaints): one the coordinator would write anyway.
 func Owned(node *corev1.Node, rec Grants, want, wantTaints map[string]string) (labels, taints map[string]string) {
 	labels, taints = map[string]string{}, map[string]string{}
 	for _, e := range rec.Labels {
@@ -87,9 +80,7 @@ func cutTaintKey(id string) (key string, effect corev1.TaintEffect, ok bool) {
 	return id[:i], corev1.TaintEffect(id[i+1:]), true
 }
 
-// holding is what the record must say while a patch is in flight: what the
-// coordinator will own after it, and what it owns now (the values the patch
-// rewrites or removes), so a patch that fails leaves those still its own.
+// holding is after plus the grants held now (labels, taints): see Plan.Holding and Unpatched.
 func holding(after Grants, labels, taints map[string]string) Grants {
 	h := Grants{Labels: slices.Clone(after.Labels), Taints: slices.Clone(after.Taints)}
 	for k, v := range labels {

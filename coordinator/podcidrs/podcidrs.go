@@ -1,6 +1,5 @@
-// Package podcidrs owns the coordinator's pod-CIDR allocation: the
-// allocator (pkg/ipam) and what it decides from, which only the leader's
-// Node syncs change.
+// Package podcidrs owns the coordinator's pod-CIDR allocation: the allocator (pkg/ipam) and
+// what it decides from, which only the leader's Node syncs change.
 package podcidrs
 
 import (
@@ -17,14 +16,11 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/ipam"
 )
 
-// Allocator owns the pod-CIDR allocator and what it decides from, as
-// kube-controller-manager's range allocator owns its own: the Node object
-// (UID) each allocation belongs to, the observed Node addresses it keeps
-// out of every segment (counted by the Nodes listing each), and the
-// ranges no segment may overlap (services: the cluster's ServiceCIDR
-// ranges, csr.reservedAddresses and the API server's addresses). Its mutex guards exactly these. The
-// allocator is nil until this replica leads (rebuild); what is observed
-// meanwhile is applied then.
+// Allocator owns the pod-CIDR allocator and what it decides from, as kube-controller-manager's
+// range allocator does: each allocation's Node object (UID), the Node addresses kept out of every
+// segment (counted by the Nodes listing each), and the ranges no segment may overlap (services:
+// ServiceCIDRs, csr.reservedAddresses, the API server's addresses), all guarded by mu. alloc is
+// nil until this replica leads; Rebuild then applies what was observed meanwhile.
 type Allocator struct {
 	segments *prometheus.GaugeVec // nodeinit_coordinator_pool_segments
 	pools    []netip.Prefix       // the configured pod pools: node addresses there are never reserved
@@ -41,10 +37,8 @@ func New(segments *prometheus.GaugeVec, pools []netip.Prefix) *Allocator {
 	return &Allocator{segments: segments, pools: pools, reservedBy: map[netip.Addr]int{}, owner: map[string]types.UID{}, services: map[netip.Prefix]bool{}}
 }
 
-// Observe reserves the addresses a Node added and releases those it
-// withdrew: no Node is handed a segment holding another Node's address.
-// Addresses inside a pod pool are ignored: no real node address is there,
-// so a Node listing one does not get to reserve a segment.
+// Observe reserves the addresses a Node added and releases those it withdrew, so no Node gets a
+// segment holding another's address. Addresses in a pod pool are ignored (InPool).
 func (p *Allocator) Observe(added, removed []netip.Addr) {
 	added = slices.DeleteFunc(slices.Clone(added), p.InPool)
 	removed = slices.DeleteFunc(slices.Clone(removed), p.InPool)
@@ -92,9 +86,8 @@ func (p *Allocator) SetServices(want []netip.Prefix) {
 	}
 }
 
-// Rebuild takes a fresh allocator for the families v4 and v6 enable, and
-// accounts in it for the observed addresses, services and every Node's pod
-// CIDRs; it returns the Nodes whose pod CIDRs it cannot account for.
+// Rebuild takes a fresh allocator for families v4 and v6 and accounts in it for the observed
+// addresses, services and Nodes' pod CIDRs; it returns the Nodes it cannot account for.
 func (p *Allocator) Rebuild(alloc *ipam.Allocator, v4, v6 bool, services []netip.Prefix, nodes []corev1.Node) map[*corev1.Node]error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -104,8 +97,7 @@ func (p *Allocator) Rebuild(alloc *ipam.Allocator, v4, v6 bool, services []netip
 	for ip := range p.reservedBy {
 		alloc.Reserve(ip)
 	}
-	// The ranges blocked beyond the configured service CIDRs, in this
-	// allocator only.
+	// The ranges blocked beyond the configured service CIDRs, in this allocator only.
 	p.services = map[netip.Prefix]bool{}
 	for _, s := range services {
 		alloc.AddServiceCIDR(s)
@@ -134,8 +126,7 @@ func (p *Allocator) Families() (v4, v6 bool) {
 	return p.hasV4, p.hasV6
 }
 
-// Allocate hands Node name its segments (the same ones again when it has
-// them already).
+// Allocate hands Node name its segments: the same ones again when it has them.
 func (p *Allocator) Allocate(name string, req ipam.Request) ([]netip.Prefix, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -143,10 +134,8 @@ func (p *Allocator) Allocate(name string, req ipam.Request) ([]netip.Prefix, err
 	return p.alloc.Allocate(name, req)
 }
 
-// Account takes over the pod CIDRs the Node has, whoever wrote them (the
-// previous leader's last patch, an admin, a migrated cluster), and drops
-// what the allocator holds for an earlier Node object of the same name. It
-// returns an error when they overlap another Node's.
+// Account takes over the Node's pod CIDRs whoever wrote them (the last leader, an admin, a
+// migration), dropping what an earlier Node object of the name held; it errs on an overlap.
 func (p *Allocator) Account(node *corev1.Node, existing []netip.Prefix) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -155,8 +144,7 @@ func (p *Allocator) Account(node *corev1.Node, existing []netip.Prefix) error {
 	}
 	owned := p.alloc.Owned(node.Name)
 	if uid, ok := p.owner[node.Name]; ok && uid != node.UID && len(owned) > 0 {
-		// Deleted and re-created between two syncs: the old object's
-		// CIDRs are not the new one's.
+		// Re-created between two syncs: the old object's CIDRs are not the new one's.
 		p.alloc.Release(node.Name)
 		owned = nil
 	}

@@ -18,10 +18,7 @@ type ClaimPolicy struct {
 	Reserved []csrcheck.Reserved
 	// Max caps a Node's recorded addresses.
 	Max int
-	// Node is the Node the claims are for, and Inventory the admin's
-	// bindings of node names to networks: an address inside a bound
-	// network is recorded only for a Node whose name the binding lists,
-	// whoever listed it first.
+	// Node is the Node the claims are for; Inventory binds networks to node names (Bound).
 	Node      string
 	Inventory []Binding
 }
@@ -33,11 +30,9 @@ type Binding struct {
 	Networks []netip.Prefix
 }
 
-// Bound is the inventory invariant: an address inside a network the
-// inventory binds belongs only to Nodes whose name the most specific
-// binding holding it lists (two bindings of the same network: either may
-// list the Node); an address no binding holds goes to its first claimant.
-// It returns why node may not hold ip, or nil.
+// Bound is the inventory invariant: an address in a bound network belongs only to Nodes listed by
+// the most specific binding holding it (of two bindings of one network, either); an address no
+// binding holds goes to its first claimant. It returns why node may not hold ip, or nil.
 func Bound(inventory []Binding, node string, ip netip.Addr) error {
 	names, ok := boundTo(inventory, netip.PrefixFrom(ip, ip.BitLen()))
 	if !ok || Names(names, node) {
@@ -46,9 +41,8 @@ func Bound(inventory []Binding, node string, ip netip.Addr) error {
 	return fmt.Errorf("%s is in the inventory for Nodes %v, not this one", ip, names)
 }
 
-// boundTo is the names the most specific binding that holds all of r
-// lists (those of every binding of that network); ok is false when no
-// binding holds r.
+// boundTo is the names listed by the most specific bindings holding all of r; ok is false when
+// no binding holds r.
 func boundTo(inventory []Binding, r netip.Prefix) (names []string, ok bool) {
 	best := -1
 	for _, b := range inventory {
@@ -70,11 +64,9 @@ func Names(patterns []string, node string) bool {
 	return slices.ContainsFunc(patterns, func(pat string) bool { ok, _ := path.Match(pat, node); return ok })
 }
 
-// BoundElsewhere are the parts of r the inventory gives to other Nodes
-// than node: r itself when its most specific binding does not name node,
-// else every bound network inside r whose own does not. No segment carved
-// for node from r may overlap one (a binding of any size protects its
-// addresses from every carve).
+// BoundElsewhere are the parts of r the inventory gives to Nodes other than node: r itself when
+// its most specific binding does not list node, else each bound network inside r whose own does
+// not. No segment carved for node from r may overlap one, whatever its size.
 func BoundElsewhere(inventory []Binding, node string, r netip.Prefix) []netip.Prefix {
 	r = r.Masked()
 	if names, ok := boundTo(inventory, r); ok && !Names(names, node) {
@@ -95,9 +87,8 @@ func BoundElsewhere(inventory []Binding, node string, r netip.Prefix) []netip.Pr
 	return out
 }
 
-// Holding is something another Node's record holds near a prefix: the
-// node prefix it carves from (Prefix), or an address it claimed (Addr)
-// and since when.
+// Holding is something another Node's record holds near a prefix: the node prefix it carves
+// from (Prefix), or an address it claimed (Addr) and since when.
 type Holding struct {
 	Node   string
 	Prefix netip.Prefix
@@ -105,25 +96,20 @@ type Holding struct {
 	Since  time.Time
 }
 
-// PrefixRules are the admin's choices over node prefixes: who may carve
-// pod segments from which.
+// PrefixRules are the admin's choices of who may carve pod segments from which node prefixes.
 type PrefixRules struct {
 	// Inventory binds networks to Node names.
 	Inventory []Binding
-	// FirstClaim are the networks whose node prefixes go to the first Node
-	// to list an address in them (ipam.firstClaimPrefixes): the admin's
-	// opt-in to trust on first use.
+	// FirstClaim networks' node prefixes go to the first Node to list an address in them
+	// (ipam.firstClaimPrefixes): the admin's opt-in to trust on first use.
 	FirstClaim []netip.Prefix
-	// Shared are the networks every Node in them carves from
-	// (ipam.sharedPrefixes): one link, many nodes.
+	// Shared are the networks every Node in them carves from (ipam.sharedPrefixes).
 	Shared []netip.Prefix
 }
 
-// Entitled is the first half of the prefix invariant: node may carve from
-// set only when set lies in a shared prefix (shared), or the most specific
-// binding holding set's unit names node, or no binding holds it and it lies
-// in a first-claim network. Anywhere else a listing alone never gives a
-// prefix. why says what refuses it ("" when node is entitled).
+// Entitled is the first half of the prefix invariant: node may carve from set only when set lies
+// in a shared prefix (shared), or the most specific binding holding set's unit lists node, or no
+// binding holds it and it lies in a first-claim network. why says what refuses it, "" if nothing.
 func (r PrefixRules) Entitled(node string, set netip.Prefix) (shared bool, why string) {
 	if within(r.Shared, set) {
 		return true, ""
@@ -146,19 +132,12 @@ func within(nets []netip.Prefix, p netip.Prefix) bool {
 	return slices.ContainsFunc(nets, func(n netip.Prefix) bool { return n.Bits() <= p.Bits() && n.Contains(p.Addr()) })
 }
 
-// PrefixHolder is the second half of the prefix invariant: among the Nodes
-// entitled to it, a node prefix is carved for at most one, and never around
-// an address another has listed or recorded. The unit of ownership is the
-// prefix, or the /64 holding a longer one. It returns the Node that holds
-// p against node ("" when node may carve from it): an entitled one whose
-// record carves from a prefix whose unit overlaps p's, or else the one with
-// the earliest address in p's unit (recorded or listed, first claim wins,
-// then the name, as for addresses), given that node's own earliest address
-// inside p dates from mine (zero: it has none there, and any other
-// claimant wins). near is what other Nodes hold around p: their records'
-// prefixes and addresses, and the addresses they list, since their first
-// sight (the Node's own entries are ignored). A Node not entitled to p, or
-// holding an address the inventory gives to others, holds nothing here.
+// PrefixHolder is the second half of the prefix invariant: a node prefix's unit (the prefix, or
+// the /64 holding a longer one) is carved for at most one entitled Node, never around another's
+// address. It returns who holds p against node, "" if none: an entitled Node whose carved prefix
+// overlaps p's unit, else the one with the earliest address there, unless mine (node's own
+// earliest; zero: none) is earlier; ties go by name. near is what others hold or list around p;
+// a Node not entitled to p, or holding an address the inventory gives to others, holds nothing.
 func (r PrefixRules) PrefixHolder(node string, p netip.Prefix, mine time.Time, near []Holding) string {
 	region := unit(p)
 	holder, at := "", time.Time{}
@@ -184,15 +163,10 @@ func (r PrefixRules) PrefixHolder(node string, p netip.Prefix, mine time.Time, n
 	return ""
 }
 
-// NodePrefix is what a Node's record says about node prefixes after a
-// sync that wants a pod segment from set (the prefix ipam.SegmentFor
-// carves from): prefix is the one it holds afterwards (held before), and
-// holder the other Node that holds set against it, or why the Node is not
-// entitled to set (both "" when it may carve). mine is when the Node's
-// earliest address in set was first seen. A prefix inside a shared
-// network is never recorded. A Node with pod CIDRs (existing) keeps what
-// it holds, and takes set only when its pod CIDR lies in it and nobody
-// else holds it (a record from before prefixes were kept).
+// NodePrefix is the prefix a Node's record holds after a sync that wants a segment from set
+// (ipam.SegmentFor's), held before; holder is who holds set against it, or why says it is not
+// entitled. Shared prefixes are never recorded. A Node with pod CIDRs (existing) takes set only
+// when one lies in it and nobody holds it (a record from before prefixes were kept).
 func (r PrefixRules) NodePrefix(node string, set netip.Prefix, mine time.Time, held string, near []Holding, existing []netip.Prefix) (prefix, holder, why string) {
 	shared, why := r.Entitled(node, set)
 	switch {
@@ -210,9 +184,8 @@ func (r PrefixRules) NodePrefix(node string, set netip.Prefix, mine time.Time, h
 	return set.String(), "", ""
 }
 
-// Earliest is when node's earliest address inside set was first seen: its
-// recorded claims' dates, and firstSeen for what it lists unrecorded
-// (zero: none there).
+// Earliest is when node's earliest address inside set was first seen, from its claims' dates
+// and firstSeen for unrecorded ones; zero when it has none there.
 func Earliest(set netip.Prefix, claims []Claim, firstSeen map[netip.Addr]time.Time) time.Time {
 	mine := time.Time{}
 	earlier := func(t time.Time) {
@@ -233,9 +206,8 @@ func Earliest(set netip.Prefix, claims []Claim, firstSeen map[netip.Addr]time.Ti
 	return mine
 }
 
-// InPrefix returns the Node whose carved prefix holds ip, other than node
-// ("" when none): an address there is that Node's alone, never recorded
-// for another.
+// InPrefix returns the Node other than node whose carved prefix holds ip, "" if none: an address
+// there is that Node's alone.
 func InPrefix(node string, ip netip.Addr, near []Holding) string {
 	for _, h := range near {
 		if h.Node != node && h.Prefix.IsValid() && unit(h.Prefix).Contains(ip) {
@@ -245,9 +217,8 @@ func InPrefix(node string, ip netip.Addr, near []Holding) string {
 	return ""
 }
 
-// unit is what one Node owns when it carves from p: the whole /64 for a
-// longer prefix (so that no one takes a /96 of a /64 another Node claimed
-// first, or claims an address beside a carved /96), p itself otherwise.
+// unit is what a Node owns when it carves from p: the whole /64 of a longer p (so no one takes a
+// /96 beside another's claim, or claims beside a carved /96), else p itself.
 func unit(p netip.Prefix) netip.Prefix {
 	if p.Bits() > 64 {
 		u, _ := p.Addr().Prefix(64)
@@ -256,14 +227,10 @@ func unit(p netip.Prefix) netip.Prefix {
 	return p.Masked()
 }
 
-// NextClaims is a Node's recorded addresses after the coordinator saw it
-// report current: claims it still reports keep their time, withdrawn ones
-// are released, and new ones are recorded only when certifiable at all,
-// held by no other record (others), and under the cap. A new claim dates
-// from firstSeen (when the coordinator first saw the Node list it, and
-// has seen it listed since), never later than now: no other Node held or
-// listed it before, or others would name that Node. refused says why each
-// address was not recorded.
+// NextClaims is a Node's recorded addresses after it reported current: claims still reported
+// keep their time, withdrawn ones go, and new ones are recorded only if certifiable, held by no
+// other record (others) and under the cap. A new claim dates from firstSeen, never later than
+// now: others would name any Node that held it before. refused says why each was not recorded.
 func NextClaims(prev []Claim, current []netip.Addr, others map[netip.Addr]string, firstSeen map[netip.Addr]time.Time, pol ClaimPolicy, now time.Time) (next []Claim, refused []string) {
 	have := map[netip.Addr]bool{}
 	for _, c := range prev {

@@ -1,13 +1,8 @@
-// Package records holds the coordinator's own bookkeeping about each Node,
-// in a NodeRecord: a cluster-scoped custom resource only the coordinator's
-// ServiceAccount may write. Nodes write their own Node object freely, so
-// nothing the coordinator decides from lives there: which labels and taints
-// it granted, which addresses each Node claimed first and since when, the
-// agent key it enrolled, and the names of the serving certificate it last
-// approved.
+// Package records holds the coordinator's bookkeeping about each Node in a NodeRecord, a
+// cluster-scoped resource only the coordinator's ServiceAccount may write: Nodes write their own
+// Node object freely, so nothing the coordinator decides from lives there.
 //
-// record.go is the data and its wire form; claims.go holds the pure
-// decisions; store.go is the I/O edge.
+// record.go is the data and its wire form, claims.go the pure decisions, store.go the I/O edge.
 package records
 
 import (
@@ -34,25 +29,21 @@ var (
 type Record struct {
 	Name            string `json:"-"`
 	ResourceVersion string `json:"-"`
-	// UID is the record object's, as read (empty for one not written
-	// yet): the store tells a deleted record from one created since.
+	// UID, as read (empty if never written), tells a deleted record from one created since.
 	UID  types.UID `json:"-"`
 	Spec Spec      `json:"spec"`
 }
 
 // Spec is what the coordinator remembers.
 type Spec struct {
-	// NodeUID is the Node object this record describes; a Node re-created
-	// under the same name starts with no claims and no grants, but keeps
-	// the enrolled agent key.
+	// NodeUID is the Node object described; a Node re-created under the name starts with no
+	// claims and no grants, but keeps the enrolled agent key.
 	NodeUID string `json:"nodeUID,omitempty"`
-	// Adopted marks a record created for a Node that was already
-	// initialized when the coordinator first saw it: it granted nothing
-	// before, so it removes nothing it did not set since.
+	// Adopted: the Node was initialized when first seen, so the coordinator granted nothing
+	// before and removes nothing it did not set since.
 	Adopted bool `json:"adopted,omitempty"`
-	// NotAdopted marks a record written only to remember the name: the
-	// Node was initialized before the coordinator kept records, and
-	// adoptExisting is off.
+	// NotAdopted marks a record that only remembers the name: the Node predates the coordinator's
+	// records and adoptExisting is off.
 	NotAdopted bool `json:"notAdopted,omitempty"`
 	// EnrolUID is the one Node object that may enrol an agent key on first
 	// use: the first object seen under this name, seen at its join.
@@ -60,27 +51,20 @@ type Spec struct {
 	// PendingAgentKey is a key the agent publishes that was not enrolled
 	// (no first use left): an admin copies it to AgentKey to enrol it.
 	PendingAgentKey string `json:"pendingAgentKey,omitempty"`
-	// AgentKey is the agent's public key enrolled on first join (trust on
-	// first use), and AgentKeyEnrolled when.
+	// AgentKey is the agent's public key enrolled on first use, and AgentKeyEnrolled when.
 	AgentKey         string     `json:"agentKey,omitempty"`
 	AgentKeyEnrolled *time.Time `json:"agentKeyEnrolled,omitempty"`
-	// GrantedLabels ("key=value") and GrantedTaints ("key=value:effect")
-	// are what the coordinator wrote on the Node, by value: it removes or
-	// rewrites only a grant the Node still holds with exactly that value,
-	// and forgets one someone else changed (finalize.Owned). Entries
-	// without "=" are from records that kept keys only.
+	// GrantedLabels ("key=value") and GrantedTaints ("key=value:effect") are what the coordinator
+	// wrote on the Node, by value; finalize.Owned decides what of it may be removed.
 	GrantedLabels []string `json:"grantedLabels,omitempty"`
 	GrantedTaints []string `json:"grantedTaints,omitempty"`
-	// Addresses are the addresses recorded as this Node's, first claim
-	// first: an address another record holds is never recorded here.
+	// Addresses are recorded as this Node's, first claim first; none is held by another record.
 	Addresses []Claim `json:"addresses,omitempty"`
-	// Prefix is the IPv6 node prefix this Node's pod segment was carved
-	// from: while the Node object lives, no other Node carves from it or
-	// has an address inside it recorded (PrefixHolder). Empty for pool
-	// segments and for prefixes the configuration declares shared.
+	// Prefix is the IPv6 node prefix this Node's pod segment was carved from: while the Node
+	// lives, no other Node carves from it or records an address in it (PrefixHolder). Empty for
+	// pool segments and shared prefixes.
 	Prefix string `json:"prefix,omitempty"`
-	// Serving names the SANs of the serving certificate last approved (or
-	// under review at initialization) for the renewal rule.
+	// Serving is the serving certificate last approved (or under review at initialization).
 	Serving *Serving `json:"serving,omitempty"`
 }
 
@@ -93,23 +77,19 @@ type Claim struct {
 // Serving is the serving certificate the coordinator approved.
 type Serving struct {
 	CSR string `json:"csr"`
-	// UID is the CSR object's: a CSR's name is the requester's choice and
-	// free again once the object is deleted (kube-controller-manager's
-	// cleaner deletes an issued CSR after an hour), so only the name and
-	// the UID together say "this certificate's own request" (Is). Empty
-	// in records written before it was kept.
+	// UID is the CSR object's: a name is the requester's choice and free again once the CSR is
+	// deleted (an issued one after an hour), so only name and UID identify its own request (Is).
+	// Empty in records written before it was kept.
 	UID        string    `json:"uid,omitempty"`
 	SANs       []string  `json:"sans"`
 	ValidUntil time.Time `json:"validUntil"`
-	// CertifiedUntil: this request renews a certificate approved for the
-	// same SANs, valid until then (Renewing); the SANs stay certified that
-	// long whatever becomes of the request (Certified, Cleared).
+	// CertifiedUntil is the end of the same-SANs certificate this request renews (Renewing): the
+	// SANs stay certified that long whatever becomes of the request.
 	CertifiedUntil *time.Time `json:"certifiedUntil,omitempty"`
 }
 
-// NamesDNS reports whether the certificate names the DNS name dns,
-// whatever the case of either or of the SAN's "dns:" prefix (servingDNS).
-// A nil certificate names nothing.
+// NamesDNS reports whether the certificate names dns, whatever the case of either or of the
+// SAN's "dns:" prefix; a nil certificate names nothing.
 func (s *Serving) NamesDNS(dns string) bool {
 	if s == nil {
 		return false
@@ -118,9 +98,8 @@ func (s *Serving) NamesDNS(dns string) bool {
 	return slices.ContainsFunc(s.SANs, func(san string) bool { name, ok := servingDNS(san); return ok && name == want })
 }
 
-// servingDNS is the DNS name a serving SAN carries, lower-cased, when it
-// carries one: "dns:" in any case. The one rule by which the store's index
-// and every reader match a certificate's names.
+// servingDNS is the lower-cased DNS name a serving SAN carries ("dns:" in any case): the one
+// rule by which the store's index and every reader match a certificate's names.
 func servingDNS(san string) (string, bool) {
 	if len(san) < len("dns:") || !strings.EqualFold(san[:len("dns:")], "dns:") {
 		return "", false
@@ -128,13 +107,10 @@ func servingDNS(san string) (string, bool) {
 	return strings.ToLower(san[len("dns:"):]), true
 }
 
-// Certified are the SANs a valid certificate the record names carries
-// now, nil when none: namedApproved says whether the request the record
-// names was approved (or is gone: an issued CSR is deleted an hour after
-// its certificate). The record names a request before its approval is
-// written; one that renews a certificate with the same names keeps that
-// certificate's end (CertifiedUntil), so the names stay certified whatever
-// becomes of it: pending, denied or deleted.
+// Certified are the SANs a valid certificate the record names carries now, nil when none.
+// namedApproved: the named request was approved, or is gone (an issued CSR is deleted after an
+// hour). The record names a request before it is approved; a same-names renewal keeps the old
+// certificate's end (CertifiedUntil), so the names stay certified if it is denied or deleted.
 func (s *Serving) Certified(namedApproved bool, now time.Time) []string {
 	switch {
 	case s == nil:
@@ -145,11 +121,9 @@ func (s *Serving) Certified(namedApproved bool, now time.Time) []string {
 	return nil
 }
 
-// Cleared is what the record keeps once the request it names is denied,
-// or deleted unapproved: the certificate it renewed, until that one's end,
-// naming no request (as a record from before UIDs were kept: compared with
-// every request, replaced only by an approval, cleared by no denial); nil
-// when it renewed none.
+// Cleared is what the record keeps once the request it names is denied or deleted unapproved:
+// the certificate it renewed, until that one's end, naming no request (treated as Is describes
+// for a record without a UID); nil when it renewed none.
 func (s *Serving) Cleared(now time.Time) *Serving {
 	if s == nil || s.CertifiedUntil == nil || !now.Before(*s.CertifiedUntil) {
 		return nil
@@ -157,13 +131,10 @@ func (s *Serving) Cleared(now time.Time) *Serving {
 	return &Serving{SANs: slices.Clone(s.SANs), ValidUntil: *s.CertifiedUntil}
 }
 
-// Renewing is next, the record of a request with its SANs approved now,
-// over prev, the record's serving certificate (prevApproved: its request
-// was approved, or is gone). When prev carries the same names, approved
-// and valid (or itself renewing one that is), next keeps that end as
-// CertifiedUntil, and the later of the two end dates: the requester sets
-// expirationSeconds, and the renewal rule holds until the earlier
-// certificate expires.
+// Renewing is next, a request with its SANs approved now, over prev, the record's certificate
+// (prevApproved: approved, or gone). When prev names the same SANs and is valid (or renews one
+// that is), next keeps prev's end as CertifiedUntil and, if later, as ValidUntil: the requester
+// chooses expirationSeconds, and the renewal rule holds until the earlier certificate expires.
 func Renewing(prev *Serving, prevApproved bool, next Serving, now time.Time) Serving {
 	if prev == nil || !slices.Equal(prev.SANs, next.SANs) {
 		return next
@@ -185,11 +156,9 @@ func Renewing(prev *Serving, prevApproved bool, next Serving, now time.Time) Ser
 	return next
 }
 
-// Is reports whether the serving certificate was approved for this CSR
-// object: the name and the UID. A record from before UIDs were kept is
-// no object's: its certificate is compared with every request (its own
-// request names the same SANs), only a new approval replaces it (and
-// records the UID), and no denial clears it.
+// Is reports whether the serving certificate was approved for this CSR object (name and UID).
+// A record without a UID is no object's: its certificate is compared with every request, only a
+// new approval replaces it, and no denial clears it.
 func (s *Serving) Is(csr string, uid string) bool {
 	return s != nil && s.UID != "" && s.CSR == csr && s.UID == uid
 }
@@ -208,8 +177,7 @@ func (s *Spec) holdings(node string) []Holding {
 	return out
 }
 
-// Equal reports whether two specs say the same (times to the second, as
-// they round-trip through the API).
+// Equal reports whether two specs say the same, times to the second as the API keeps them.
 func (s Spec) Equal(o Spec) bool {
 	a, _ := json.Marshal(s.normal())
 	b, _ := json.Marshal(o.normal())
@@ -277,33 +245,25 @@ func FromUnstructured(u *unstructured.Unstructured) (*Record, error) {
 	return r, nil
 }
 
-// Survives is what a record keeps when its Node object is deleted or
-// re-created under the same name: what belongs to the machine and the
-// name, not to one object. The enrolled agent key (a re-registration is
-// no first use), and the serving certificate last approved (invariant:
-// while a certificate the coordinator approved for a name is valid, one
-// with other names is held, whatever happened to the Node object). Claims
-// and grants belong to the object and go with it.
+// Survives is what a record keeps when its Node object is deleted or re-created: what belongs
+// to the machine and the name, not to one object. The agent key stays (a re-registration is no
+// first use), and so does the last approved serving certificate (while it is valid, one with
+// other names is held); claims and grants go with the object.
 func Survives(s Spec) Spec {
 	return Spec{AgentKey: s.AgentKey, AgentKeyEnrolled: s.AgentKeyEnrolled, Serving: s.Serving, EnrolUID: s.EnrolUID, PendingAgentKey: s.PendingAgentKey}
 }
 
-// Released is what a record keeps once the Node object it describes is
-// gone: what Survives, and the UID of that object (so a later object of the
-// name is known to be another one).
+// Released is what a record keeps once its Node object is gone: what Survives, and that
+// object's UID, so a later object of the name is known to be another.
 func Released(s Spec) Spec {
 	kept := Survives(s)
 	kept.NodeUID = s.NodeUID
 	return kept
 }
 
-// Orphaned returns the records whose Node object is gone, which must be
-// reduced to Released: no Node of the name exists (nodes maps each Node's
-// name to its UID), or the Node that exists is another object than the one
-// recorded. A record without a NodeUID describes whichever Node has the
-// name. Records that already hold nothing more than Released are left out:
-// no write without a diff. It is how a leader catches up with deletions no
-// coordinator saw.
+// Orphaned returns the records to reduce to Released: no Node of the name exists (nodes maps
+// name to UID), or it is another object than recorded (a record without NodeUID matches any).
+// Records already Released are left out. It catches a leader up with deletions nobody saw.
 func Orphaned(recs []*Record, nodes map[string]string) []*Record {
 	var out []*Record
 	for _, r := range recs {
@@ -318,14 +278,10 @@ func Orphaned(recs []*Record, nodes map[string]string) []*Record {
 	return out
 }
 
-// MayEnrolOnFirstUse is the enrolment invariant: only the first Node object
-// ever seen under a name enrols an agent key without an admin, and only if
-// the coordinator saw it join (uninitialized) or adopts it now on the
-// admin's adoptExisting. rec is the name's record before this sync (nil:
-// the name was never seen). A record outlives its Node (records.Survives),
-// so a Node deleted and registered again under the name, by its machine or
-// by a stolen credential, never counts as a first use; nor does one the
-// coordinator saw and left alone (NotAdopted).
+// MayEnrolOnFirstUse is the enrolment invariant: only the first Node object ever seen under a
+// name enrols an agent key without an admin, and only if seen joining (uninitialized) or adopted
+// now (adoptExisting). rec is the name's record before this sync, nil if never seen. Records
+// outlive Nodes, so a re-registration, by the machine or a stolen credential, is no first use.
 func MayEnrolOnFirstUse(rec *Record, nodeUID string, uninitialized, adopting bool) bool {
 	switch {
 	case rec == nil:
@@ -335,7 +291,6 @@ func MayEnrolOnFirstUse(rec *Record, nodeUID string, uninitialized, adopting boo
 	case rec.Spec.NotAdopted:
 		return adopting && rec.Spec.NodeUID == nodeUID
 	}
-	// A record without EnrolUID (written before it existed, or after the
-	// first use was spent) enrols nothing more without an admin.
+	// Without EnrolUID (an older record, or the first use spent), only an admin enrols a key.
 	return false
 }

@@ -23,43 +23,33 @@ import (
 const (
 	byName  = "byName" // the record's own name: Get reads through it
 	byClaim = "byClaim"
-	// byServingName: the lower-cased DNS names of the serving certificate
-	// a record names, for ServingHolders.
+	// byServingName: the lower-cased DNS names of a record's serving certificate.
 	byServingName = "byServingName"
 	by64          = "by64" // the /64 of every IPv6 claim and carved prefix
 )
 
 func key64(a netip.Addr) string { p, _ := a.Prefix(64); return p.String() }
 
-// Store reads NodeRecords from an informer and writes them with the
-// coordinator's ServiceAccount. Its own writes are visible to the next read
-// at once, before the informer delivers them: each record has one writer,
-// its Node's sync, which reads its own last write.
+// Store reads NodeRecords from an informer and writes them as the coordinator's ServiceAccount;
+// its writes show at once, for each record's one writer, its Node's sync, reads its last write.
 type Store struct {
 	client   dynamic.NamespaceableResourceInterface
 	informer cache.SharedIndexInformer
-	// own overlays the informer's cache and indexes with this replica's
-	// writes until the informer delivers them (or a deletion buries them).
+	// own overlays the informer's cache with this replica's writes until the informer has them.
 	own cache.MutationCache
 }
 
-// ownWritesTTL bounds how long an own write the informer never delivers
-// is kept: the informer's handlers drop each as it catches up.
+// ownWritesTTL bounds an own write the informer never delivers; its handlers drop the rest.
 const ownWritesTTL = 24 * time.Hour
 
-// Cached is a NodeRecord as the informer keeps it: decoded once, as it
-// arrives (the informer's transform), instead of the generic map the
-// dynamic client reads, which every lookup would decode again. A cluster
-// has one record per Node, so this is most of what the store holds.
+// Cached is a NodeRecord as the informer keeps it, decoded once on arrival (the transform)
+// rather than as the generic map, which every lookup would decode again.
 type Cached struct {
 	metav1.ObjectMeta // name, resourceVersion and UID only
 	Record            *Record
 	Err               error // the object is not a record this version reads (Record is nil)
-	// Holds, when Err, is what the object still says it holds, read
-	// leniently: its claimed addresses (holds says how they are dated)
-	// and its node prefix. A record the coordinator cannot read (an admin's edit the
-	// API server accepted) keeps holding them until it is fixed: it
-	// never frees them for another Node.
+	// Holds, when Err, is what the object still claims (addresses, node prefix), read leniently:
+	// a record the coordinator cannot read (an admin's edit) never frees them for another Node.
 	Holds *Spec
 	// keys are its keys in each index, taken once (withKeys).
 	keys map[string][]string
@@ -105,10 +95,9 @@ func withKeys(c *Cached) *Cached {
 	return c
 }
 
-// holds reads what an unreadable record holds: every string spec.addresses[].ip
-// and spec.prefix. A claim keeps its date when it reads in upper case (the
-// API server's date-time check lower-cases before it checks; Go's RFC 3339
-// parser does not), else it dates from the zero time, earlier than any.
+// holds reads what an unreadable record holds: every string spec.addresses[].ip and spec.prefix.
+// A date is parsed upper-cased (the API server accepts "t" and "z"; Go's parser does not); one
+// that still fails dates from the zero time, earlier than any.
 func holds(u *unstructured.Unstructured) *Spec {
 	h := &Spec{}
 	h.Prefix, _, _ = unstructured.NestedString(u.Object, "spec", "prefix")
@@ -125,8 +114,7 @@ func holds(u *unstructured.Unstructured) *Spec {
 	return h
 }
 
-// Claimed is the addresses an informer object (or its tombstone) holds:
-// its record's claims, or what an unreadable one still names (Holds).
+// Claimed is the addresses an informer object or tombstone holds (see held).
 func Claimed(obj any) []string {
 	spec := held(obj)
 	if spec == nil {
@@ -139,9 +127,8 @@ func Claimed(obj any) []string {
 	return out
 }
 
-// claimKey is a claim's address in the one spelling lookups use
-// (netip.Addr.String): a record edited by hand may spell it otherwise
-// ("2001:DB8::5"), and must hold it all the same.
+// claimKey is a claim's address in the one spelling lookups use: a record edited by hand may
+// spell it otherwise ("2001:DB8::5") and must hold it all the same.
 func claimKey(ip string) string {
 	if a, err := netip.ParseAddr(ip); err == nil {
 		return a.Unmap().String()
@@ -178,16 +165,14 @@ func Decoded(obj any) (*Record, error) {
 	return nil, fmt.Errorf("not a NodeRecord: %T", obj)
 }
 
-// overlay is the cache of own writes over the informer's indexer idx:
-// it shows records created since too (IncludeAdds), and a deletion's
-// tombstone keeps a late response of a write of the deleted object out.
+// overlay is the cache of own writes over idx: it shows created records too (IncludeAdds), and a
+// deletion's tombstone keeps out a late write response for the deleted object.
 func overlay(idx cache.Indexer) cache.MutationCache {
 	return cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), idx,
 		cache.MutationCacheOptions{Indexer: idx, TTL: ownWritesTTL, MaxCacheSize: 10000, IncludeAdds: true})
 }
 
-// NewStore builds the store; its informer starts with the caller's factory
-// lifecycle (Informer().Run).
+// NewStore builds the store; the caller runs its informer (Informer).
 func NewStore(client dynamic.Interface) *Store {
 	s := &Store{client: client.Resource(GVR)}
 	s.informer = dynamicinformer.NewFilteredDynamicInformer(client, GVR, "", 0, s.indexers(), nil).Informer()
@@ -213,9 +198,7 @@ func NewStore(client dynamic.Interface) *Store {
 	return s
 }
 
-// indexOf computes a record's keys in each index from what it holds:
-// its claimed addresses, its serving certificate's DNS names (servingDNS),
-// the /64s of its IPv6 claims and carved prefix.
+// indexOf computes a record's keys in each index from what it holds.
 var indexOf = map[string]func(*Spec) []string{
 	byClaim: func(sp *Spec) []string {
 		out := make([]string, 0, len(sp.Addresses))
@@ -250,8 +233,7 @@ var indexOf = map[string]func(*Spec) []string{
 	},
 }
 
-// indexers are the record informer's indexes, each reading the keys an
-// object took once (withKeys), or computing them for one that took none.
+// indexers read the keys an object took once (withKeys), computing them if it took none.
 func (s *Store) indexers() cache.Indexers {
 	out := cache.Indexers{}
 	for _, name := range []string{byName, byClaim, byServingName, by64} {
@@ -275,12 +257,10 @@ func (s *Store) indexers() cache.Indexers {
 // Informer is the NodeRecord informer (start it, and wait for its sync).
 func (s *Store) Informer() cache.SharedIndexInformer { return s.informer }
 
-// Get returns the Node's record, or nil when there is none (or it cannot be
-// read, which a sync reports as an error).
+// Get returns the Node's record: nil when there is none, an error when it cannot be read.
 func (s *Store) Get(name string) (*Record, error) {
-	// By the name's index, not GetByKey: client-go's GetByKey drops a
-	// record created here from its cache on the first read, before the
-	// informer has it.
+	// The name's index, not GetByKey: client-go's GetByKey drops a record created here from its
+	// cache on the first read, before the informer has it.
 	var obj any
 	s.each(byName, name, func(c *Cached) { obj = c })
 	if obj == nil {
@@ -293,9 +273,8 @@ func (s *Store) Get(name string) (*Record, error) {
 	return clone(r), nil
 }
 
-// Owner returns the Node whose record holds ip, "" when none does. Should
-// two records hold it (written by two leaders at once), the earliest claim
-// wins, then the name: every reader agrees.
+// Owner returns the Node whose record holds ip, "" when none. Should two hold it (two leaders at
+// once), the earliest claim wins, then the name, so every reader agrees.
 func (s *Store) Owner(ip netip.Addr) string {
 	key := ip.String()
 	best, bestAt := "", time.Time{}
@@ -310,9 +289,8 @@ func (s *Store) Owner(ip netip.Addr) string {
 	return best
 }
 
-// ServingHolders returns the records (by name, sorted) whose serving
-// certificate names the DNS name dns, whatever its case; valid or not,
-// approved or not: the caller decides.
+// ServingHolders returns the records (names, sorted) whose serving certificate names dns in any
+// case, valid or not, approved or not: the caller decides.
 func (s *Store) ServingHolders(dns string) []string {
 	var out []string
 	s.eachHeld(byServingName, strings.ToLower(dns), func(name string, spec *Spec) {
@@ -324,8 +302,7 @@ func (s *Store) ServingHolders(dns string) []string {
 	return out
 }
 
-// each calls f with every record the index holds under key, this
-// replica's own writes the informer has not delivered yet included.
+// each calls f with every record under key in index, own writes not yet delivered included.
 func (s *Store) each(index, key string, f func(c *Cached)) {
 	objs, _ := s.own.ByIndex(index, key)
 	for _, o := range objs {
@@ -333,8 +310,7 @@ func (s *Store) each(index, key string, f func(c *Cached)) {
 		if !ok {
 			continue
 		}
-		// An own write shown under its keys may be older than the
-		// informer's version, which is not (an admin's, whose handler has
+		// An own write may be older than the informer's version (an admin's, whose handler has
 		// not run yet): the newest counts, and the caller checks it.
 		if cur, ok, _ := s.informer.GetIndexer().GetByKey(c.Name); ok {
 			if cc, ok := cur.(*Cached); ok && cc != c && !newer(c.ResourceVersion, cc.ResourceVersion) {
@@ -345,8 +321,7 @@ func (s *Store) each(index, key string, f func(c *Cached)) {
 	}
 }
 
-// newer reports whether resource version a is newer than b (etcd's are
-// integers; when either is not, a's write wins).
+// newer reports whether resource version a is newer than b; a wins unless both are integers.
 func newer(a, b string) bool {
 	x, errA := strconv.ParseUint(a, 10, 64)
 	y, errB := strconv.ParseUint(b, 10, 64)
@@ -362,9 +337,8 @@ func (s *Store) eachHeld(index, key string, f func(name string, spec *Spec)) {
 	})
 }
 
-// Near returns what every record holds in the /64s around p (a node prefix
-// of /64 or longer, or an address as a /128): carved prefixes and IPv6
-// claims, for PrefixHolder and InPrefix.
+// Near returns the carved prefixes and IPv6 claims every record holds in the /64 of p (a node
+// prefix of /64 or longer, or an address as a /128), for PrefixHolder and InPrefix.
 func (s *Store) Near(p netip.Prefix) []Holding {
 	key := key64(p.Addr())
 	var out []Holding
@@ -414,8 +388,7 @@ func (s *Store) Put(ctx context.Context, r *Record) (*Record, error) {
 	}
 	if err != nil {
 		if r.ResourceVersion != "" && apierrors.IsNotFound(err) {
-			// Deleted since: the version written from is buried, and the
-			// next write creates the record.
+			// Deleted since: bury the version written from, so the next write creates it.
 			s.own.OnDelete(&Cached{ObjectMeta: metav1.ObjectMeta{Name: r.Name, ResourceVersion: r.ResourceVersion, UID: r.UID}})
 		}
 		return nil, fmt.Errorf("writing NodeRecord %s: %w", r.Name, err)
@@ -428,10 +401,9 @@ func (s *Store) Put(ctx context.Context, r *Record) (*Record, error) {
 	return clone(rec), nil
 }
 
-// List reads every record from the API server, in pages: a fresh list, not
-// this replica's cache (a new leader decides from what the previous one
-// last wrote). A record it cannot read is not in it but in unreadable,
-// with the reason: one bad record must not stop a leader from starting.
+// List reads every record from the API server, not this replica's cache: a new leader decides
+// from what the last one wrote. Unreadable records come back in unreadable, with the reason:
+// one bad record must not stop a leader from starting.
 func (s *Store) List(ctx context.Context) (recs []*Record, unreadable []error, err error) {
 	opts := metav1.ListOptions{Limit: 500}
 	for {
