@@ -305,11 +305,14 @@ func ReadNodes(data []byte) ([]Node, error) {
 // systeminformation -o yaml`, by talosctl's node address ("" for a bare spec).
 func ReadSystemInformationNodes(data []byte) (map[string]facts.System, error) {
 	docs, err := readDocs[hardware.SystemInformationSpec](data, "system information")
+	if err != nil {
+		return nil, err
+	}
 	out := map[string]facts.System{}
 	for _, d := range docs {
 		out[d.node] = facts.System(d.spec)
 	}
-	return out, err
+	return out, nil
 }
 
 // doc is one document of talosctl's output: the node it names, where it
