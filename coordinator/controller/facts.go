@@ -133,11 +133,7 @@ func (c *Coordinator) reservedFor(node *corev1.Node) []csrcheck.Reserved {
 
 // controlPlane reports whether node has the control-plane label (the coordinator never grants it).
 func (c *Coordinator) controlPlane(node *corev1.Node) bool {
-	return hasLabel(node, LabelControlPlane)
-}
-
-func hasLabel(node *corev1.Node, key string) bool {
-	_, ok := node.Labels[key]
+	_, ok := node.Labels[LabelControlPlane]
 	return ok
 }
 

@@ -116,15 +116,10 @@ func holds(u *unstructured.Unstructured) *Spec {
 
 // Claimed is the addresses an informer object or tombstone holds (see held).
 func Claimed(obj any) []string {
-	spec := held(obj)
-	if spec == nil {
-		return nil
+	if spec := held(obj); spec != nil {
+		return indexOf[byClaim](spec)
 	}
-	out := make([]string, 0, len(spec.Addresses))
-	for _, a := range spec.Addresses {
-		out = append(out, claimKey(a.IP))
-	}
-	return out
+	return nil
 }
 
 // claimKey is a claim's address in the one spelling lookups use: a record edited by hand may
