@@ -125,9 +125,8 @@ func neverGranted(pattern string, taints bool) string {
 	if !wild {
 		return grants.NeverGrantedLabel(pattern)
 	}
-	// A prefix whose every match is in the node-restriction domain.
-	domain, _, hasSlash := strings.Cut(prefix, "/")
-	if hasSlash && grants.NeverGrantedLabel(domain+"/x") != "" && strings.Contains(domain, "node-restriction.kubernetes.io") {
+	// A prefix whose every match is refused for its domain (node-restriction.kubernetes.io).
+	if domain, _, ok := strings.Cut(prefix, "/"); ok {
 		return grants.NeverGrantedLabel(domain + "/x")
 	}
 	return ""

@@ -596,7 +596,7 @@ func (c *Config) checkOverlaps(cfg ipam.Config) error {
 	return errors.Join(errs...)
 }
 
-// CSRPolicy is the static-check policy.
+// CSRPolicy is the static-check policy; it refuses only what the policy itself could not use.
 func (c *Config) CSRPolicy() (csrcheck.Policy, error) {
 	p := csrcheck.Policy{MaxDuration: c.CSR.MaxDuration.Duration, ClusterDomain: strings.ToLower(c.ClusterDomain), MinStable: c.CSR.MinAddressAge.Duration}
 	var errs []error
@@ -607,16 +607,6 @@ func (c *Config) CSRPolicy() (csrcheck.Policy, error) {
 	p.NodeNetworks = nets
 	if bad := validationIsDNS(p.ClusterDomain); bad != nil {
 		errs = append(errs, fmt.Errorf("clusterDomain %q is not a DNS name", c.ClusterDomain))
-	}
-	for _, a := range c.CSR.ReservedAddresses {
-		if _, err := parsePrefixOrAddr(a); err != nil {
-			errs = append(errs, fmt.Errorf("reservedAddresses: %q is not an address or a prefix", a))
-		}
-	}
-	for _, n := range c.CSR.ReservedNames {
-		if bad := validationIsDNS(strings.ToLower(n)); bad != nil {
-			errs = append(errs, fmt.Errorf("reservedNames: %q is not a DNS name", n))
-		}
 	}
 	for _, pat := range c.CSR.AllowedDNSNames {
 		if err := csrcheck.CheckPattern(pat, p.ClusterDomain); err != nil {

@@ -50,6 +50,8 @@ type fromList struct {
 	list uint32
 }
 
+// NewListOrder wraps inner; listed and dropped are told of each list's objects and of lists never
+// completed (the Observer's Pend and DropList).
 func NewListOrder(inner cache.ListerWatcherWithContext, listed func(runtime.Object, uint32), dropped func(uint32)) *ListOrder {
 	return &ListOrder{inner: inner, listed: listed, dropped: dropped, items: map[string][]fromList{}, watched: map[string]seenVersion{}}
 }

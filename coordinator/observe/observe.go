@@ -93,6 +93,7 @@ type lister struct {
 // the watch delivered before that list, so later than all but its list's.
 const pendingFrom = math.MaxInt64
 
+// New keeps at most max addresses per Node, timed by clk.
 func New(max int, clk clock.PassiveClock) *Observer {
 	return &Observer{max: max, clock: clk, epoch: clk.Now(), nodes: map[string]observed{}, byIP: map[netip.Addr][]lister{},
 		pending: map[netip.Addr][]pendingLister{}, pendingBy: map[string][]pendingVersion{}}
