@@ -111,14 +111,9 @@ type Coordinator struct {
 	cidrs          *podcidrs.Allocator    // the allocator and what it decides from
 	nodeStatus     *nodeStatus            // the Node reconciler's gauges: Nodes waiting, Nodes left alone
 	said           *said                  // the last message of each Event reason per object
-	requests       *requests              // each CSR's request, parsed once
 	apiSANsRead    bool                   // the API server's certificate SANs are in cfg (read or given)
 	claimLocks     addrLocks              // claims are decided and recorded under their addresses' locks
 	refusedIDs     refusedIDs             // providerIDs the API server refused, per Node object
-
-	pendingMu             sync.Mutex // the flood guard's count, reused for pendingTTL
-	pending, pendingLimit int
-	pendingAt             time.Time
 
 	blockedMu sync.Mutex // blockedChanged: one computes and applies at a time
 
@@ -202,7 +197,7 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	c := &Coordinator{
-		desired: desired, notes: newCSRNotes(), cidrs: podcidrs.New(cfg.Metrics.PoolSegments, pools), nodeStatus: newNodeStatus(cfg.Metrics, cfg.Log), said: &said{last: map[string]string{}}, requests: &requests{parsed: map[types.UID]csrcheck.Request{}}, inventory: desired.Inventory,
+		desired: desired, notes: newCSRNotes(), cidrs: podcidrs.New(cfg.Metrics.PoolSegments, pools), nodeStatus: newNodeStatus(cfg.Metrics, cfg.Log), said: &said{last: map[string]string{}}, inventory: desired.Inventory,
 		cfg: cfg, client: cfg.Client, settings: cfg.Settings, log: cfg.Log, m: cfg.Metrics, policy: policy,
 		records: records.NewStore(cfg.Dynamic), facts: newClusterFacts(cfg.Client), observer: observe.New(cfg.Settings.MaxNodeAddresses, cfg.Clock), clock: cfg.Clock,
 		configReserved: cfg.Settings.Reserved(), apiSANsRead: cfg.APIServerNames != nil || cfg.APIServerIPs != nil,
@@ -306,7 +301,6 @@ func New(cfg Config) (*Coordinator, error) {
 				return
 			}
 			c.forget("csr", csr.Name)
-			c.requests.gone(csr.UID)
 			c.notes.gone(csr.Name, csr.UID)
 			if node := csrcheck.NodeName(csr.Spec.Username); node != "" {
 				if !lastSeen && !approved(csr) && c.recordNames(node, csr) {

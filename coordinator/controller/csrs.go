@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -143,12 +142,11 @@ func (c *Coordinator) decideCSR(ctx context.Context, csr *certificatesv1.Certifi
 }
 
 // approvalInput gathers approval.Decide's input from what nodes cannot write (records, cluster
-// objects, observations) and, as requests and attestations only, the Node. It writes nothing but
-// memos of what it reads (the parsed request, the pending count).
+// objects, observations) and, as requests and attestations only, the Node. It writes nothing.
 func (c *Coordinator) approvalInput(csr *certificatesv1.CertificateSigningRequest, self *corev1.Node, now time.Time) approval.Input {
 	nodeName := csrcheck.NodeName(csr.Spec.Username)
 	in := approval.Input{
-		CSR: c.requests.of(csr), Created: csr.CreationTimestamp.Time, ReviewRequested: c.notes.askedAt(csr.Name, csr.UID), Policy: c.policy,
+		CSR: csrcheck.FromCSR(csr), Created: csr.CreationTimestamp.Time, ReviewRequested: c.notes.askedAt(csr.Name, csr.UID), Policy: c.policy,
 		AttestationRequired: c.settings.AttestationRequired(), Timeout: c.settings.CSR.AttestationTimeout.Duration,
 		OnTimeout: c.settings.CSR.OnTimeout, Renewals: c.settings.CSR.Renewals, Now: now,
 	}
@@ -239,17 +237,10 @@ func approved(csr *certificatesv1.CertificateSigningRequest) bool {
 // pendingCount counts pending serving CSRs as approval.FloodCount does (only requesters with a
 // Node, each at most twice), with the flood guard's limit.
 func (c *Coordinator) pendingCount() (count, limit int) {
-	c.pendingMu.Lock()
-	defer c.pendingMu.Unlock()
-	if c.clock.Since(c.pendingAt) < pendingTTL {
-		return c.pending, c.pendingLimit
-	}
-	defer func() { c.pending, c.pendingLimit, c.pendingAt = count, limit, c.clock.Now() }()
 	byRequester := map[string]int{}
-	for _, node := range c.csrIndex.ListIndexFuncValues(byNode) {
-		objs, _ := c.csrIndex.ByIndex(byNode, node)
-		for _, o := range objs {
-			if csr, ok := o.(*certificatesv1.CertificateSigningRequest); ok && pending(csr) {
+	for _, o := range c.csrIndex.List() {
+		if csr, ok := o.(*certificatesv1.CertificateSigningRequest); ok && pending(csr) {
+			if node := csrcheck.NodeName(csr.Spec.Username); node != "" {
 				byRequester[node]++
 			}
 		}
@@ -265,40 +256,6 @@ func (c *Coordinator) pendingCount() (count, limit int) {
 	return count, limit
 }
 
-// pendingTTL is how long a pending count is reused: a join storm needs no finer count.
-const pendingTTL = 500 * time.Millisecond
-
-// requests keeps each CSR object's request parsed and its signature checked once: a CSR's spec
-// never changes, and it is decided again on every event of its Node.
-type requests struct {
-	mu     sync.Mutex
-	parsed map[types.UID]csrcheck.Request
-}
-
-// of is csr's request, parsed the first time it is asked for.
-func (r *requests) of(csr *certificatesv1.CertificateSigningRequest) csrcheck.Request {
-	r.mu.Lock()
-	req, ok := r.parsed[csr.UID]
-	r.mu.Unlock()
-	if ok && csr.UID != "" {
-		return req
-	}
-	req = csrcheck.FromCSR(csr)
-	if csr.UID != "" {
-		r.mu.Lock()
-		r.parsed[csr.UID] = req
-		r.mu.Unlock()
-	}
-	return req
-}
-
-// gone forgets a deleted CSR's request.
-func (r *requests) gone(uid types.UID) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.parsed, uid)
-}
-
 // servingUnderReview is the record of the certificate the initializing
 // patch asks the agent to attest: approved, it needs no further write.
 func (c *Coordinator) servingUnderReview(node, name string) *records.Serving {
@@ -307,7 +264,7 @@ func (c *Coordinator) servingUnderReview(node, name string) *records.Serving {
 		// Made again under the name by another identity: not this Node's kubelet's.
 		return nil
 	}
-	parsed, err := c.requests.of(csr).Parse()
+	parsed, err := csrcheck.FromCSR(csr).Parse()
 	if err != nil {
 		return nil
 	}
@@ -438,7 +395,7 @@ func (c *Coordinator) servingChanges(csr *certificatesv1.CertificateSigningReque
 func (c *Coordinator) followDecision(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) error {
 	d := approval.Decision{Action: approval.Deny}
 	if approved(csr) {
-		parsed, err := c.requests.of(csr).Parse()
+		parsed, err := csrcheck.FromCSR(csr).Parse()
 		if err != nil {
 			return nil // approved by hand, unparsable: nothing to compare with
 		}

@@ -15,7 +15,6 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/approval"
 	"github.com/talos-nodeinit/talos-nodeinit/coordinator/config"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/contract"
-	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck/csrtest"
 )
 
@@ -29,7 +28,7 @@ func reviewCoordinator(t *testing.T) (*Coordinator, cache.Indexer) {
 	}
 	store := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	c := &Coordinator{
-		notes: newCSRNotes(), settings: settings, clock: clock.RealClock{}, requests: &requests{parsed: map[types.UID]csrcheck.Request{}},
+		notes: newCSRNotes(), settings: settings, clock: clock.RealClock{},
 		ownCSRs: cache.NewIntegerResourceVersionMutationCacheWithOptions(klog.Background(), store, cache.MutationCacheOptions{TTL: time.Minute}),
 	}
 	return c, store
