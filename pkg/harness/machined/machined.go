@@ -30,7 +30,9 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/harness/testcluster"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/talos/talostest"
@@ -289,11 +291,28 @@ func (n *Node) republish(ctx context.Context, saved []resource.Resource) error {
 	for _, r := range saved {
 		r = r.DeepCopy()
 		r.Metadata().SetVersion(resource.VersionUndefined)
-		if err := n.State.Create(ctx, r); err != nil {
+		if err := n.create(ctx, r); err != nil {
 			return fmt.Errorf("republishing %s of %s: %w", r.Metadata().Type(), n.Name, err)
 		}
 	}
 	return nil
+}
+
+// create writes r, again while the call fails Unavailable: the stand-in cut the control
+// connection under the client, which may notice only as a call on it fails. That call reached
+// the old node's state, which went with it, so a retry writes nothing twice.
+func (n *Node) create(ctx context.Context, r resource.Resource) error {
+	for {
+		err := n.State.Create(ctx, r)
+		if status.Code(err) != codes.Unavailable {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // Stop is this node's machined going away: its sockets close, cutting its

@@ -225,3 +225,24 @@ func TestProcessRestart(t *testing.T) {
 		t.Fatalf("after the restart: %+v", r.TypedSpec())
 	}
 }
+
+// TestNodeRestartKeepsItsWriters: a node's machined stopped and served
+// again, over and over, republishes its facts and takes new writes at once,
+// though its control connection was cut under the writer's gRPC client.
+func TestNodeRestartKeepsItsWriters(t *testing.T) {
+	ctx := t.Context()
+	p := start(t)
+	n, err := p.Node(ctx, "again-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 500 {
+		md := runtime.PlatformMetadataSpec{Platform: "metal", Hostname: "again-1", Zone: fmt.Sprint("zone-", i)}
+		if err := n.SetPlatformMetadata(ctx, md); err != nil {
+			t.Fatalf("write %d, after %d restarts: %v", i, i, err)
+		}
+		if err := n.Restart(); err != nil {
+			t.Fatalf("restart %d: %v", i+1, err)
+		}
+	}
+}
