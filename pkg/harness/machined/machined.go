@@ -299,8 +299,8 @@ func (n *Node) republish(ctx context.Context, saved []resource.Resource) error {
 }
 
 // create writes r, again while the call fails Unavailable: the stand-in cut the control
-// connection under the client, which may notice only as a call on it fails. That call reached
-// the old node's state, which went with it, so a retry writes nothing twice.
+// connection under the client, which may notice only as a call on it fails. That call reached,
+// if anything, the old node's state, which went with it, so a retry writes nothing twice.
 func (n *Node) create(ctx context.Context, r resource.Resource) error {
 	for {
 		err := n.State.Create(ctx, r)

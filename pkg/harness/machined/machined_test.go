@@ -245,4 +245,11 @@ func TestNodeRestartKeepsItsWriters(t *testing.T) {
 			t.Fatalf("restart %d: %v", i+1, err)
 		}
 	}
+	r, err := safe.StateGet[*runtime.PlatformMetadata](ctx, n.State, platformMetadata)
+	if err != nil {
+		t.Fatalf("after the last restart: %v", err)
+	}
+	if got := r.TypedSpec().Zone; got != "zone-499" {
+		t.Fatalf("after the last restart: zone %q, want the last write republished (zone-499)", got)
+	}
 }
