@@ -97,8 +97,8 @@ func readDocument(data []byte) (*document, error) {
 		if m == nil {
 			continue
 		}
-		if v := lookup(m, "kind"); v != nil && v.Value == "ConfigMap" {
-			if cfg := lookup(lookup(m, "data"), configMapKey); cfg != nil {
+		if v := yamlstrict.Value(m, "kind"); v != nil && v.Value == "ConfigMap" {
+			if cfg := yamlstrict.Value(yamlstrict.Value(m, "data"), configMapKey); cfg != nil {
 				doc, err := embedded(cfg, data)
 				if err != nil {
 					return nil, err
@@ -109,11 +109,11 @@ func readDocument(data []byte) (*document, error) {
 			}
 			continue
 		}
-		if v := lookup(m, "kind"); v != nil {
+		if v := yamlstrict.Value(m, "kind"); v != nil {
 			continue // another object in `helm template` output
 		}
 		// The chart's values.yaml: the configuration is the string "config".
-		if v := lookup(m, "config"); v != nil && v.Kind == yaml.ScalarNode && v.Tag == "!!str" {
+		if v := yamlstrict.Value(m, "config"); v != nil && v.Kind == yaml.ScalarNode && v.Tag == "!!str" {
 			doc, err := embedded(v, data)
 			if err != nil {
 				return nil, err
@@ -178,18 +178,6 @@ func mapping(d *yaml.Node) *yaml.Node {
 		return nil
 	}
 	return d
-}
-
-func lookup(m *yaml.Node, key string) *yaml.Node {
-	if m == nil || m.Kind != yaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == key {
-			return m.Content[i+1]
-		}
-	}
-	return nil
 }
 
 // syntaxError turns a yamlstrict error into an Error, moved by an embedded configuration's offset.

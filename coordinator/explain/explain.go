@@ -338,7 +338,7 @@ func readDocs[T any](data []byte, what string) ([]doc[T], error) {
 		}
 		root := d.Content[0]
 		one := doc[T]{where: fmt.Sprintf("document %d", i)}
-		if v := value(root, "node"); v != nil {
+		if v := yamlstrict.Value(root, "node"); v != nil {
 			one.node = v.Value
 			one.where += " (node " + one.node + ")"
 		}
@@ -352,8 +352,8 @@ func readDocs[T any](data []byte, what string) ([]doc[T], error) {
 
 // decodeSpec decodes a resource's spec (or a bare spec) strictly.
 func decodeSpec(spec *yaml.Node, into any) error {
-	if value(spec, "metadata") != nil {
-		if s := value(spec, "spec"); s != nil {
+	if yamlstrict.Value(spec, "metadata") != nil {
+		if s := yamlstrict.Value(spec, "spec"); s != nil {
 			spec = s
 		}
 	}
@@ -361,19 +361,6 @@ func decodeSpec(spec *yaml.Node, into any) error {
 		return err
 	}
 	return yamlstrict.Decode(spec, into)
-}
-
-// value returns the value under key in a YAML mapping, or nil.
-func value(m *yaml.Node, key string) *yaml.Node {
-	if m.Kind != yaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == key {
-			return m.Content[i+1]
-		}
-	}
-	return nil
 }
 
 // unknownKeys refuses keys of a mapping that are not YAML field names of

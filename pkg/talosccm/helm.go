@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v4"
+
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/yamlstrict"
 )
 
 // ipamFragment is the coordinator's ipam section derived from Talos CCM's
@@ -51,7 +53,7 @@ var chartDefaultControllers = []string{"cloud-node", "node-csr-approval"}
 // ipam) and the flags they took.
 func (m *migration) helmValues(values *yaml.Node) *ipamFragment {
 	controllers := chartDefaultControllers
-	ck, cv := entry(values, "enabledControllers")
+	ck, cv := yamlstrict.Entry(values, "enabledControllers")
 	if cv != nil && cv.Kind == yaml.SequenceNode {
 		controllers = nil
 		for _, c := range cv.Content {
@@ -70,7 +72,7 @@ func (m *migration) helmValues(values *yaml.Node) *ipamFragment {
 		m.note(ck, "enabledControllers has no node-ipam-controller: the coordinator's ipam is off too (ipam.enabled: false); kube-controller-manager keeps allocating pod CIDRs")
 	}
 	cloudAllocator := false
-	_, args := entry(values, "extraArgs")
+	_, args := yamlstrict.Entry(values, "extraArgs")
 	if args != nil && args.Kind == yaml.SequenceNode {
 		for _, a := range args.Content {
 			flag, val, _ := strings.Cut(strings.TrimLeft(a.Value, "-"), "=")

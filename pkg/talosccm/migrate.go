@@ -20,6 +20,7 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/grants"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rulesource"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/yamlstrict"
 )
 
 // Note is one difference between the Talos CCM configuration and the result.
@@ -141,7 +142,7 @@ func (m *migration) note(n *yaml.Node, format string, args ...any) {
 
 // global rewrites the global section and returns Talos CCM's cluster name.
 func (m *migration) global(root *yaml.Node) string {
-	k, g := entry(root, "global")
+	k, g := yamlstrict.Entry(root, "global")
 	if g == nil || g.Kind != yaml.MappingNode {
 		g = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
 		if k == nil {
@@ -152,7 +153,7 @@ func (m *migration) global(root *yaml.Node) string {
 		}
 	}
 	var clusterName string
-	if ck, cv := entry(g, "clusterName"); ck != nil {
+	if ck, cv := yamlstrict.Entry(g, "clusterName"); ck != nil {
 		clusterName = cv.Value
 		m.note(ck, "global.clusterName %q moved to the coordinator's configuration (clusterName), which sets %s", clusterName, contract.LabelClusterName)
 		remove(g, "clusterName")
@@ -161,10 +162,10 @@ func (m *migration) global(root *yaml.Node) string {
 	}
 	m.drop(g, "PreferIPv6", "global.PreferIPv6 dropped: Talos CCM's keys are case-sensitive, so it ignored this spelling (from its docs) and never preferred IPv6; write preferIPv6: true if you want that")
 	m.drop(g, "endpoints", "global.endpoints dropped: the agent reads its own node's machined socket, no Talos API endpoints")
-	if pk, pv := entry(g, "preferIPv6"); pk != nil {
+	if pk, pv := yamlstrict.Entry(g, "preferIPv6"); pk != nil {
 		m.note(pk, "global.preferIPv6: %s kept: the agent orders InternalIP and ExternalIP addresses by family as Talos CCM did (it lists every address, where Talos CCM kept one per family)", pv.Value)
 	}
-	if bk, _ := entry(g, "betaTopologyLabels"); bk == nil {
+	if bk, _ := yamlstrict.Entry(g, "betaTopologyLabels"); bk == nil {
 		g.Content = append(g.Content,
 			&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: "betaTopologyLabels", HeadComment: "# Talos CCM set the beta topology labels too; keep selectors on them matching."},
 			&yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: "true"})
@@ -176,7 +177,7 @@ func (m *migration) global(root *yaml.Node) string {
 // transformations drops per-rule options that did nothing in Talos CCM or
 // whose job the agent does anyway.
 func (m *migration) transformations(root *yaml.Node) {
-	_, ts := entry(root, "transformations")
+	_, ts := yamlstrict.Entry(root, "transformations")
 	if ts == nil || ts.Kind != yaml.SequenceNode {
 		return
 	}
@@ -184,14 +185,14 @@ func (m *migration) transformations(root *yaml.Node) {
 		if t.Kind != yaml.MappingNode {
 			continue
 		}
-		if fk, fv := entry(t, "features"); fk != nil && fv.Kind == yaml.MappingNode {
+		if fk, fv := yamlstrict.Entry(t, "features"); fk != nil && fv.Kind == yaml.MappingNode {
 			m.drop(fv, "publicIPDiscovery", "features.publicIPDiscovery dropped: the agent reports the public addresses on the node's interfaces and Talos's external addresses as ExternalIP on every platform")
 			m.drop(fv, "publicIPPredict", "features.publicIPPredict dropped: Talos CCM has no such feature (its code ignores the key)")
 			if len(fv.Content) == 0 {
 				remove(t, "features")
 			}
 		}
-		if _, pm := entry(t, "platformMetadata"); pm != nil && pm.Kind == yaml.MappingNode {
+		if _, pm := yamlstrict.Entry(t, "platformMetadata"); pm != nil && pm.Kind == yaml.MappingNode {
 			for i := 0; i+1 < len(pm.Content); {
 				k := pm.Content[i]
 				if lk := strings.ToLower(k.Value); lk == "hostname" || lk == "platform" {
@@ -202,8 +203,8 @@ func (m *migration) transformations(root *yaml.Node) {
 				i += 2
 			}
 		}
-		if _, pm := entry(t, "platformMetadata"); pm != nil && len(pm.Content) > 0 {
-			k, _ := entry(t, "platformMetadata")
+		if _, pm := yamlstrict.Entry(t, "platformMetadata"); pm != nil && len(pm.Content) > 0 {
+			k, _ := yamlstrict.Entry(t, "platformMetadata")
 			m.note(k, "platformMetadata overrides are now also seen by later rules' selectors and templates, and reported in the agent's metadata (Talos CCM applied them to its own labels and providerID only)")
 		}
 	}
@@ -319,18 +320,6 @@ func shift(err error, src rulesource.Source) error {
 	return out
 }
 
-func entry(m *yaml.Node, key string) (k, v *yaml.Node) {
-	if m == nil || m.Kind != yaml.MappingNode {
-		return nil, nil
-	}
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == key {
-			return m.Content[i], m.Content[i+1]
-		}
-	}
-	return nil, nil
-}
-
 func setValue(m *yaml.Node, key string, v *yaml.Node) {
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		if m.Content[i].Value == key {
@@ -342,7 +331,7 @@ func setValue(m *yaml.Node, key string, v *yaml.Node) {
 // drop removes key from the mapping n, when it is there, with a note at
 // the key saying why.
 func (m *migration) drop(n *yaml.Node, key, why string) {
-	if k, _ := entry(n, key); k != nil {
+	if k, _ := yamlstrict.Entry(n, key); k != nil {
 		m.note(k, "%s", why)
 		remove(n, key)
 	}

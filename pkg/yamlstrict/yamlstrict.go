@@ -43,6 +43,26 @@ func (es Errors) Error() string {
 	return strings.Join(s, "; ")
 }
 
+// Entry is the key and value nodes of key in the mapping m; both nil when m is no mapping or has
+// no such key.
+func Entry(m *yaml.Node, key string) (k, v *yaml.Node) {
+	if m == nil || m.Kind != yaml.MappingNode {
+		return nil, nil
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return m.Content[i], m.Content[i+1]
+		}
+	}
+	return nil, nil
+}
+
+// Value is the value node of key in the mapping m (Entry), or nil.
+func Value(m *yaml.Node, key string) *yaml.Node {
+	_, v := Entry(m, key)
+	return v
+}
+
 // Documents yields the YAML documents of data one at a time. A syntax
 // error is yielded as an *Error at the line and column where the parser
 // stopped, and ends the sequence.

@@ -188,3 +188,22 @@ func TestScalarsDecodeIntoStringsAsWritten(t *testing.T) {
 		t.Errorf("the caller's node was changed: name's tag is %s", tag)
 	}
 }
+
+// Entry finds a key of a mapping only: not in a sequence or scalar, nor a value spelled like it.
+func TestEntry(t *testing.T) {
+	m := node(t, "kind: ConfigMap\ndata: {kind: inner}\nlist: [kind, x]\n")
+	if k, v := Entry(m, "kind"); k == nil || k.Line != 1 || v.Value != "ConfigMap" {
+		t.Errorf("Entry(kind) = %v, %v", k, v)
+	}
+	if v := Value(Value(m, "data"), "kind"); v == nil || v.Value != "inner" {
+		t.Errorf("data.kind = %v", v)
+	}
+	for _, miss := range []*yaml.Node{nil, Value(m, "list"), Value(Value(m, "data"), "kind")} {
+		if k, v := Entry(miss, "kind"); k != nil || v != nil {
+			t.Errorf("Entry(%v, kind) = %v, %v; want nil", miss, k, v)
+		}
+	}
+	if v := Value(m, "ConfigMap"); v != nil {
+		t.Errorf("a value was found as a key: %v", v)
+	}
+}
