@@ -31,7 +31,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
-	certlisters "k8s.io/client-go/listers/certificates/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -111,7 +110,6 @@ type Coordinator struct {
 	cidrs          *podcidrs.Allocator    // the allocator and what it decides from
 	nodeStatus     *nodeStatus            // the Node reconciler's gauges: Nodes waiting, Nodes left alone
 	said           *said                  // the last message of each Event reason per object
-	apiSANsRead    bool                   // the API server's certificate SANs are in cfg (read or given)
 	claimLocks     addrLocks              // claims are decided and recorded under their addresses' locks
 	refusedIDs     refusedIDs             // providerIDs the API server refused, per Node object
 
@@ -120,7 +118,6 @@ type Coordinator struct {
 	factory    informers.SharedInformerFactory
 	csrFactory informers.SharedInformerFactory
 	nodes      corelisters.NodeLister
-	csrs       certlisters.CertificateSigningRequestLister
 	csrIndex   cache.Indexer
 	nodeIndex  cache.Indexer
 	// ownNodes overlays the Node cache with this replica's patch answers until the informer has
@@ -200,12 +197,12 @@ func New(cfg Config) (*Coordinator, error) {
 		desired: desired, notes: newCSRNotes(), cidrs: podcidrs.New(cfg.Metrics.PoolSegments, pools), nodeStatus: newNodeStatus(cfg.Metrics, cfg.Log), said: &said{last: map[string]string{}}, inventory: desired.Inventory,
 		cfg: cfg, client: cfg.Client, settings: cfg.Settings, log: cfg.Log, m: cfg.Metrics, policy: policy,
 		records: records.NewStore(cfg.Dynamic), facts: newClusterFacts(cfg.Client), observer: observe.New(cfg.Settings.MaxNodeAddresses, cfg.Clock), clock: cfg.Clock,
-		configReserved: cfg.Settings.Reserved(), apiSANsRead: cfg.APIServerNames != nil || cfg.APIServerIPs != nil,
-		ready: errors.New("starting"),
+		configReserved: cfg.Settings.Reserved(),
+		ready:          errors.New("starting"),
 	}
 	c.csrQueue = leaderQueue{workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: "csrs", MetricsProvider: cfg.Metrics.queues()}), &c.leading}
-	c.nodeQueue = leaderQueue{newNodeQueue("nodes", c.joining, cfg.Metrics.queues()), &c.leading}
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "csrs", MetricsProvider: cfg.Metrics.Queues}), &c.leading}
+	c.nodeQueue = leaderQueue{newNodeQueue("nodes", c.joining, cfg.Metrics.Queues), &c.leading}
 	c.factory = informers.NewSharedInformerFactory(cfg.Client, 0)
 	c.csrFactory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.signerName", certificatesv1.KubeletServingSignerName).String()
@@ -227,7 +224,7 @@ func New(cfg Config) (*Coordinator, error) {
 	})
 	c.listOrder.StoreOf(nodeInf.GetStore())
 	csrInf := c.csrFactory.Certificates().V1().CertificateSigningRequests()
-	c.nodes, c.csrs = corelisters.NewNodeLister(nodeInf.GetIndexer()), csrInf.Lister()
+	c.nodes = corelisters.NewNodeLister(nodeInf.GetIndexer())
 	if err := csrInf.Informer().AddIndexers(cache.Indexers{byNode: func(obj any) ([]string, error) {
 		if csr, ok := obj.(*certificatesv1.CertificateSigningRequest); ok {
 			if n := csrcheck.NodeName(csr.Spec.Username); n != "" {
@@ -509,12 +506,7 @@ func (c *Coordinator) enqueueCSR(obj any) {
 }
 
 func pending(csr *certificatesv1.CertificateSigningRequest) bool {
-	for _, cond := range csr.Status.Conditions {
-		if cond.Type == certificatesv1.CertificateApproved || cond.Type == certificatesv1.CertificateDenied || cond.Type == certificatesv1.CertificateFailed {
-			return false
-		}
-	}
-	return true
+	return !approved(csr) && !denied(csr)
 }
 
 // Ready is nil for a synced standby, and for a leader once rebuilt and its workers run.
@@ -555,15 +547,6 @@ func (c *Coordinator) retry(ctx context.Context, what string, try func() error) 
 	return err == nil
 }
 
-// waitForAPI returns once the API server answers, or ctx's error: informers started during an
-// outage sit in the reflector's backoff (up to 30 s) long after the API server is back.
-func (c *Coordinator) waitForAPI(ctx context.Context) error {
-	if !c.retry(ctx, "waiting for the API server", func() error { return c.probeAPI(ctx) }) {
-		return ctx.Err()
-	}
-	return nil
-}
-
 // probeAPI lists a Node and a serving CSR, checks the records are served, and reads the API
 // server's certificate SANs once.
 func (c *Coordinator) probeAPI(ctx context.Context) error {
@@ -584,12 +567,12 @@ func (c *Coordinator) probeAPI(ctx context.Context) error {
 	if err := c.records.Installed(ctx); err != nil {
 		return err
 	}
-	if c.cfg.REST != nil && !c.apiSANsRead {
+	if c.cfg.REST != nil && c.cfg.APIServerNames == nil && c.cfg.APIServerIPs == nil {
 		names, ips, err := APIServerSANs(ctx, c.cfg.REST)
 		if err != nil {
 			return err
 		}
-		c.cfg.APIServerNames, c.cfg.APIServerIPs, c.apiSANsRead = names, ips, true
+		c.cfg.APIServerNames, c.cfg.APIServerIPs = names, ips
 		c.log.Info("the API server's certificate names and addresses are never certified for a node", "names", names, "ips", ips)
 	}
 	return nil
@@ -605,7 +588,9 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	c.recorder = broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: FieldManager, Host: c.cfg.Identity})
 	defer c.nodeQueue.ShutDown()
 	defer c.csrQueue.ShutDown()
-	if err := c.waitForAPI(ctx); err != nil {
+	// Informers started during an outage sit in the reflector's backoff (up to 30 s) long after
+	// the API server is back.
+	if !c.retry(ctx, "waiting for the API server", func() error { return c.probeAPI(ctx) }) {
 		return nil // ctx ended
 	}
 	// The informers run on their own context, cancelled before the Shutdowns below wait: ctx is
@@ -749,8 +734,7 @@ func (c *Coordinator) lead(ctx context.Context) {
 	for _, n := range c.listNodes() {
 		c.nodeQueue.Add(n.Name)
 	}
-	csrs, _ := c.csrs.List(labels.Everything())
-	for _, csr := range csrs {
+	for _, csr := range c.csrIndex.List() {
 		c.enqueueCSR(csr) // a requester without a Node too
 	}
 	c.setReady(nil)
@@ -870,17 +854,26 @@ type said struct {
 	last map[string]string // kind/name/reason → message
 }
 
+// news records msg under key and reports whether it differs from the last; "" forgets key.
+func (s *said) news(key, msg string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if msg == "" {
+		delete(s.last, key)
+		return false
+	}
+	same := s.last[key] == msg
+	s.last[key] = msg
+	return !same
+}
+
 // say records an Event unless this reason and message were the last said of the object.
 func (c *Coordinator) say(obj runtime.Object, kind, name, typ, reason, msg string) (said bool) {
-	key := kind + "/" + name + "/" + reason
-	c.said.mu.Lock()
-	same := c.said.last[key] == msg
-	c.said.last[key] = msg
-	c.said.mu.Unlock()
-	if !same {
+	said = c.said.news(kind+"/"+name+"/"+reason, msg)
+	if said {
 		c.recorder.Event(obj, typ, reason, msg)
 	}
-	return !same
+	return said
 }
 
 // forget drops what was said of an object that is gone.

@@ -273,12 +273,8 @@ func (c *Coordinator) servingUnderReview(node, name string) *records.Serving {
 
 // serving is what the record keeps of csr's certificate, whose request names sans.
 func (c *Coordinator) serving(csr *certificatesv1.CertificateSigningRequest, sans []string) *records.Serving {
-	return &records.Serving{CSR: csr.Name, UID: string(csr.UID), SANs: sans, ValidUntil: c.clock.Now().Add(c.certDuration(csr)).UTC().Truncate(time.Second)}
-}
-
-// certDuration is how long the certificate csr asks for will be valid at most.
-func (c *Coordinator) certDuration(csr *certificatesv1.CertificateSigningRequest) time.Duration {
-	return c.settings.CertificateDuration(csr.Spec.ExpirationSeconds)
+	valid := c.settings.CertificateDuration(csr.Spec.ExpirationSeconds) // at most
+	return &records.Serving{CSR: csr.Name, UID: string(csr.UID), SANs: sans, ValidUntil: c.clock.Now().Add(valid).UTC().Truncate(time.Second)}
 }
 
 // review is the serving CSR the agent should attest now (approval.Handoff), with what the record
@@ -452,12 +448,8 @@ func (c *Coordinator) recordServing(ctx context.Context, csr *certificatesv1.Cer
 	default:
 		return nil
 	}
-	if _, err := c.records.Put(ctx, &records.Record{Name: nodeName, ResourceVersion: rec.ResourceVersion, Spec: next}); err != nil {
-		c.m.NodeWrites.WithLabelValues("record", "error").Inc()
-		return err
-	}
-	c.m.NodeWrites.WithLabelValues("record", "ok").Inc()
-	return nil
+	_, err = c.putRecord(ctx, nodeName, rec, &next)
+	return err
 }
 
 func (c *Coordinator) decide(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, d approval.Decision) error {

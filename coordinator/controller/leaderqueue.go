@@ -26,9 +26,3 @@ func (q leaderQueue) AddAfter(key string, d time.Duration) {
 		q.TypedRateLimitingInterface.AddAfter(key, d)
 	}
 }
-
-func (q leaderQueue) AddRateLimited(key string) {
-	if q.open.Load() {
-		q.TypedRateLimitingInterface.AddRateLimited(key)
-	}
-}

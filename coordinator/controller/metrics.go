@@ -2,7 +2,6 @@ package controller
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/util/workqueue"
 )
 
 // Metrics are the coordinator's Prometheus series.
@@ -105,12 +104,4 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.Queues.collectors()...)
 	}
 	return m
-}
-
-// queues is the work queues' metrics provider; nil (a no-op) for a Metrics not from NewMetrics.
-func (m *Metrics) queues() workqueue.MetricsProvider {
-	if m.Queues == nil {
-		return nil
-	}
-	return m.Queues
 }

@@ -383,9 +383,7 @@ func (c *Coordinator) reconcileCIDRs(node *corev1.Node, existing []netip.Prefix)
 // nodeGone releases a deleted Node's pod CIDRs, claims and grants; its record keeps what survives
 // (records.Survives), so a re-created Node gets no fresh enrolment nor renewal memory.
 func (c *Coordinator) nodeGone(ctx context.Context, name string) error {
-	c.setWaiting(name, "", false)
-	c.nodeStatus.synced(name, "")
-	c.nodeStatus.say(name, "")
+	c.nodeStatus.gone(name)
 	c.refusedIDs.forget(name)
 	if c.cidrs.Release(name) {
 		c.log.Info("released pod CIDRs of a deleted node", "node", name)
@@ -410,14 +408,12 @@ func (c *Coordinator) releaseRecord(ctx context.Context, rec *records.Record) (r
 	if kept.Equal(rec.Spec) {
 		return false, nil
 	}
-	if _, err := c.records.Put(ctx, &records.Record{Name: rec.Name, ResourceVersion: rec.ResourceVersion, Spec: kept}); err != nil {
-		c.m.NodeWrites.WithLabelValues("record", "error").Inc()
+	if _, err := c.putRecord(ctx, rec.Name, rec, &kept); err != nil {
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
 		return false, err
 	}
-	c.m.NodeWrites.WithLabelValues("record", "ok").Inc()
 	return true, nil
 }
 
@@ -543,14 +539,12 @@ type nodeStatus struct {
 
 	mu        sync.Mutex
 	waiting   map[string]string
-	done      map[string]string // the resourceVersion each Node's last sync succeeded at
 	syncs     map[string]*syncs
 	unadopted map[string]bool
-	said      map[string]string // what sayWaiting last said a Node waits for
 }
 
 func newNodeStatus(m *Metrics, log *slog.Logger) *nodeStatus {
-	return &nodeStatus{m: m, log: log, waiting: map[string]string{}, done: map[string]string{}, syncs: map[string]*syncs{}, unadopted: map[string]bool{}, said: map[string]string{}}
+	return &nodeStatus{m: m, log: log, waiting: map[string]string{}, syncs: map[string]*syncs{}, unadopted: map[string]bool{}}
 }
 
 // notAdopted counts the initialized Nodes without a record left alone (adoptExisting off): one log
@@ -588,29 +582,15 @@ func (c *Coordinator) sayWaiting(node *corev1.Node, waiting []string, now time.T
 		after = 30 * time.Second
 	}
 	age := now.Sub(node.CreationTimestamp.Time)
+	key := "node/" + node.Name + "/waiting"
 	switch {
 	case what == "":
-		c.nodeStatus.say(node.Name, "")
+		c.said.news(key, "")
 	case age < after:
 		c.nodeQueue.AddAfter(node.Name, after-age)
-	case c.nodeStatus.say(node.Name, what):
+	case c.said.news(key, what):
 		c.log.Info("Node still waits: nothing is written to it until then", "node", node.Name, "for", what, "registered", age.Round(time.Second).String()+" ago")
 	}
-}
-
-// say records what Node name waits for; it reports whether that is news ("" forgets it).
-func (s *nodeStatus) say(name, what string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if what == "" {
-		delete(s.said, name)
-		return false
-	}
-	if s.said[name] == what {
-		return false
-	}
-	s.said[name] = what
-	return true
 }
 
 // setWaiting keeps nodeinit_coordinator_nodes_waiting: Nodes synced and found waiting.
@@ -637,17 +617,26 @@ func (c *Coordinator) WaitingAt(name string) string {
 	return c.nodeStatus.waiting[name]
 }
 
-// synced records that Node name's sync succeeded at resourceVersion ("": the Node is gone).
+// synced records that Node name's sync succeeded at resourceVersion.
 func (s *nodeStatus) synced(name, resourceVersion string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if resourceVersion == "" {
-		delete(s.done, name)
-		if n := s.syncs[name]; n != nil {
-			n.gone = true
-		}
-	} else {
-		s.done[name] = resourceVersion
+	if n := s.syncs[name]; n != nil {
+		n.at = resourceVersion
+	}
+}
+
+// gone forgets a deleted Node: it no longer waits nor counts as left alone, and its sync counts go
+// as the sync that found it gone finishes.
+func (s *nodeStatus) gone(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.waiting, name)
+	delete(s.unadopted, name)
+	s.m.NodesWaiting.Set(float64(len(s.waiting)))
+	s.m.NotAdopted.Set(float64(len(s.unadopted)))
+	if n := s.syncs[name]; n != nil {
+		n.at, n.gone = "", true
 	}
 }
 
@@ -655,7 +644,8 @@ func (s *nodeStatus) synced(name, resourceVersion string) {
 // in turn, so a sync begun after a count of begun ones has finished once finished exceeds it.
 type syncs struct {
 	begun, finished int
-	gone            bool // the Node is gone: forgotten as its sync finishes
+	at              string // the resourceVersion the last error-free sync was at
+	gone            bool   // the Node is gone: forgotten as its sync finishes
 }
 
 // count counts a sync of Node name as begun; the func it returns, as finished.
@@ -693,5 +683,8 @@ func (c *Coordinator) Syncs(name string) (begun, finished int) {
 func (c *Coordinator) SyncedAt(name string) string {
 	c.nodeStatus.mu.Lock()
 	defer c.nodeStatus.mu.Unlock()
-	return c.nodeStatus.done[name]
+	if n := c.nodeStatus.syncs[name]; n != nil {
+		return n.at
+	}
+	return ""
 }

@@ -10,6 +10,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/talos-nodeinit/talos-nodeinit/coordinator/controller"
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/csrcheck/csrtest"
 )
 
@@ -43,5 +46,29 @@ func TestNotAdoptedNodeCSRSaysWhy(t *testing.T) {
 	}
 	if c, decided := condition(t, name+"-serving"); decided {
 		t.Errorf("decided: %+v", c)
+	}
+}
+
+// nodeinit_coordinator_nodes_not_adopted counts the Nodes left alone that still exist: a deleted
+// one is no longer counted.
+func TestADeletedNodeIsNoLongerCountedNotAdopted(t *testing.T) {
+	const name = "legacy-deleted"
+	if _, err := admin().CoreV1().Nodes().Create(t.Context(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.27.2"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	c := startCoordinatorAs(t, "legacy-deleted", ipamSettings, coordinatorIdentity(t), func(c *controller.Config) { c.Metrics = controller.NewMetrics(reg) })
+	waitFor(t, 15*time.Second, name+" synced", func() bool { return c.SyncedAt(name) != "" })
+	counted := gauge(t, reg, "nodeinit_coordinator_nodes_not_adopted")
+	if counted < 1 {
+		t.Fatalf("nodes_not_adopted = %v with %s left alone", counted, name)
+	}
+	if err := admin().CoreV1().Nodes().Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, name+"'s deletion synced", func() bool { return c.SyncedAt(name) == "" })
+	if got := gauge(t, reg, "nodeinit_coordinator_nodes_not_adopted"); got != counted-1 {
+		t.Errorf("nodes_not_adopted = %v after %s was deleted, want %v", got, name, counted-1)
 	}
 }
