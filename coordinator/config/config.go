@@ -21,7 +21,8 @@ import (
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/yamlstrict"
 )
 
-// Config is the whole file. Every field has a default; an empty file is valid.
+// Config is the whole file. Every field has a default; an empty file is valid. Parse (or Load)
+// makes one, defaulted and validated: what reads it need not check it again.
 type Config struct {
 	// ClusterName fills node.cloudprovider.kubernetes.io/clustername (Talos CCM compatibility); empty: not set.
 	ClusterName string `yaml:"clusterName,omitempty"`
@@ -256,7 +257,7 @@ func Parse(data []byte) (*Config, error) {
 	raw := *c // as written, before defaults replace zeros
 	c.defaults()
 	if errs := sorted(append(doc.unknownKeys(), c.validate(doc, &raw)...)); len(errs) > 0 {
-		return c, errs
+		return nil, errs // no Config but a valid one exists: what reads one need not check it again
 	}
 	return c, nil
 }
@@ -375,7 +376,7 @@ func (c *Config) validate(doc *document, raw *Config) Errors {
 	ps = append(ps, checkClusterName(c.ClusterName)...)
 	ps = append(ps, checkPrefixes("nodeNetworks", c.NodeNetworks)...)
 	ps = append(ps, checkInt("maxNodeAddresses", raw.MaxNodeAddresses, set("maxNodeAddresses"), 1, 64)...)
-	if errs := validationIsDNS(strings.ToLower(c.ClusterDomain)); errs != nil {
+	if errs := validation.IsDNS1123Subdomain(strings.ToLower(c.ClusterDomain)); errs != nil {
 		ps = append(ps, problem{"clusterDomain", fmt.Sprintf("%q is not a DNS name: %s", c.ClusterDomain, strings.Join(errs, "; ")), "the cluster's DNS domain, e.g. cluster.local"})
 	}
 
@@ -485,13 +486,10 @@ func ipamPath(msg string) string {
 }
 
 // IPAMEnabled reports whether the coordinator allocates pod CIDRs.
-func (c *Config) IPAMEnabled() bool { return c.IPAM.Enabled == nil || *c.IPAM.Enabled }
+func (c *Config) IPAMEnabled() bool { return *c.IPAM.Enabled }
 
 // Families reports the families pod CIDRs are given in; none in another, whatever a Node reports.
 func (c *Config) Families() (ipv4, ipv6 bool) {
-	if c.IPAM.Families == nil {
-		return c.IPAM.IPv4Pool != "" || c.IPAM.IPv6Pool == "", c.IPAM.IPv6Pool != ""
-	}
 	return slices.Contains(c.IPAM.Families, string(ipam.IPv4)), slices.Contains(c.IPAM.Families, string(ipam.IPv6))
 }
 
@@ -507,32 +505,11 @@ func (c *Config) Allocator() (*ipam.Allocator, error) {
 	if _, v6 := c.Families(); v6 {
 		cfg.Families = append(cfg.Families, ipam.IPv6)
 	}
-	var err error
-	parse := func(field, s string) netip.Prefix {
-		if s == "" {
-			return netip.Prefix{}
-		}
-		p, e := netip.ParsePrefix(s)
-		if e != nil && err == nil {
-			err = fmt.Errorf("%s: %w", field, e)
-		}
-		return p
-	}
-	cfg.IPv4Pool = parse("ipv4Pool", c.IPAM.IPv4Pool)
-	cfg.IPv6Pool = parse("ipv6Pool", c.IPAM.IPv6Pool)
+	// validate checked the pools and ranges before it asked for the allocator.
+	cfg.IPv4Pool, _ = netip.ParsePrefix(c.IPAM.IPv4Pool)
+	cfg.IPv6Pool, _ = netip.ParsePrefix(c.IPAM.IPv6Pool)
 	cfg.IPv4MaskSize, cfg.IPv6MaskSize = c.IPAM.IPv4MaskSize, c.IPAM.IPv6MaskSize
-	for _, s := range c.IPAM.ServiceCIDRs {
-		cfg.ServiceCIDRs = append(cfg.ServiceCIDRs, parse("serviceCIDRs", s))
-	}
-	if err != nil {
-		return nil, err
-	}
-	if cfg.IPv4Pool.IsValid() && !cfg.IPv4Pool.Addr().Is4() {
-		return nil, fmt.Errorf("ipv4Pool %s is not IPv4", cfg.IPv4Pool)
-	}
-	if cfg.IPv6Pool.IsValid() && !cfg.IPv6Pool.Addr().Is6() {
-		return nil, fmt.Errorf("ipv6Pool %s is not IPv6", cfg.IPv6Pool)
-	}
+	cfg.ServiceCIDRs = parsedPrefixes(c.IPAM.ServiceCIDRs)
 	if err := c.checkOverlaps(cfg); err != nil {
 		return nil, err
 	}
@@ -596,25 +573,14 @@ func (c *Config) checkOverlaps(cfg ipam.Config) error {
 	return errors.Join(errs...)
 }
 
-// CSRPolicy is the static-check policy; it refuses only what the policy itself could not use.
-func (c *Config) CSRPolicy() (csrcheck.Policy, error) {
-	p := csrcheck.Policy{MaxDuration: c.CSR.MaxDuration.Duration, ClusterDomain: strings.ToLower(c.ClusterDomain), MinStable: c.CSR.MinAddressAge.Duration}
-	var errs []error
-	nets, err := c.Networks()
-	if err != nil {
-		errs = append(errs, err)
-	}
-	p.NodeNetworks = nets
-	if bad := validationIsDNS(p.ClusterDomain); bad != nil {
-		errs = append(errs, fmt.Errorf("clusterDomain %q is not a DNS name", c.ClusterDomain))
-	}
+// CSRPolicy is the static-check policy.
+func (c *Config) CSRPolicy() csrcheck.Policy {
+	p := csrcheck.Policy{MaxDuration: c.CSR.MaxDuration.Duration, ClusterDomain: strings.ToLower(c.ClusterDomain), MinStable: c.CSR.MinAddressAge.Duration,
+		NodeNetworks: c.Networks()}
 	for _, pat := range c.CSR.AllowedDNSNames {
-		if err := csrcheck.CheckPattern(pat, p.ClusterDomain); err != nil {
-			errs = append(errs, fmt.Errorf("allowedDNSNames: %w", err))
-		}
 		p.DNSPatterns = append(p.DNSPatterns, strings.ToLower(pat))
 	}
-	return p, errors.Join(errs...)
+	return p
 }
 
 // SharedPrefixesParsed parses ipam.sharedPrefixes (validated at load).
@@ -638,35 +604,23 @@ func parsedPrefixes(list []string) []netip.Prefix {
 	return out
 }
 
-// Networks parses nodeNetworks.
-func (c *Config) Networks() ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, s := range c.NodeNetworks {
-		r, err := netip.ParsePrefix(s)
-		if err != nil {
-			return nil, fmt.Errorf("nodeNetworks: %w", err)
-		}
-		if r != r.Masked() {
-			return nil, fmt.Errorf("nodeNetworks: %s has host bits set (want %s)", r, r.Masked())
-		}
-		out = append(out, r)
-	}
-	return out, nil
+// Pools are the pod pools that are set (validated at load).
+func (c *Config) Pools() []netip.Prefix {
+	return parsedPrefixes([]string{c.IPAM.IPv4Pool, c.IPAM.IPv6Pool})
 }
+
+// Networks parses nodeNetworks (validated at load).
+func (c *Config) Networks() []netip.Prefix { return parsedPrefixes(c.NodeNetworks) }
 
 // Reserved are the configured ranges no Node address may be recorded in or certified for; the
 // coordinator adds what it learns (ServiceCIDRs, the API server's endpoints, pod CIDRs).
 func (c *Config) Reserved() []csrcheck.Reserved {
 	var out []csrcheck.Reserved
-	for _, s := range c.IPAM.ServiceCIDRs {
-		if p, err := netip.ParsePrefix(s); err == nil {
-			out = append(out, csrcheck.Reserved{Prefix: p.Masked(), Why: "a service CIDR"})
-		}
+	for _, p := range parsedPrefixes(c.IPAM.ServiceCIDRs) {
+		out = append(out, csrcheck.Reserved{Prefix: p, Why: "a service CIDR"})
 	}
-	for _, s := range []string{c.IPAM.IPv4Pool, c.IPAM.IPv6Pool} {
-		if p, err := netip.ParsePrefix(s); err == nil {
-			out = append(out, csrcheck.Reserved{Prefix: p.Masked(), Why: "a pod pool"})
-		}
+	for _, p := range c.Pools() {
+		out = append(out, csrcheck.Reserved{Prefix: p, Why: "a pod pool"})
 	}
 	for _, p := range c.ReservedAddresses() {
 		out = append(out, csrcheck.Reserved{Prefix: p, Why: "reserved by csr.reservedAddresses"})
@@ -694,13 +648,6 @@ func parsePrefixOrAddr(s string) (netip.Prefix, error) {
 	return p.Masked(), err
 }
 
-func validationIsDNS(s string) []string {
-	if s == "" {
-		return nil
-	}
-	return validation.IsDNS1123Subdomain(s)
-}
-
 // DefaultCSRInitWait is csr.initWait's default: a kubelet asks for its
 // serving certificate within about a second of registering (its
 // certificate manager looks every second once its Node watch has the Node).
@@ -721,14 +668,7 @@ func (c *Config) CertificateDuration(expirationSeconds *int32) time.Duration {
 }
 
 // CSRInitWait is how long a Node's initialization may wait for its serving CSR; 0 never.
-func (c *Config) CSRInitWait() time.Duration {
-	if c.CSR.InitWait == nil {
-		return DefaultCSRInitWait
-	}
-	return c.CSR.InitWait.Duration
-}
+func (c *Config) CSRInitWait() time.Duration { return c.CSR.InitWait.Duration }
 
 // AttestationRequired reports the CSR policy's main switch.
-func (c *Config) AttestationRequired() bool {
-	return c.CSR.AttestationRequired == nil || *c.CSR.AttestationRequired
-}
+func (c *Config) AttestationRequired() bool { return *c.CSR.AttestationRequired }

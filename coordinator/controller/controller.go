@@ -179,23 +179,10 @@ func New(cfg Config) (*Coordinator, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	policy, err := cfg.Settings.CSRPolicy()
-	if err != nil {
-		return nil, err
-	}
-	var pools []netip.Prefix
-	for _, p := range []string{cfg.Settings.IPAM.IPv4Pool, cfg.Settings.IPAM.IPv6Pool} {
-		if pp, err := netip.ParsePrefix(p); err == nil {
-			pools = append(pools, pp.Masked())
-		}
-	}
-	desired, err := nodestate.NewSettings(cfg.Settings)
-	if err != nil {
-		return nil, err
-	}
+	desired := nodestate.NewSettings(cfg.Settings)
 	c := &Coordinator{
-		desired: desired, notes: newCSRNotes(), cidrs: podcidrs.New(cfg.Metrics.PoolSegments, pools), nodeStatus: newNodeStatus(cfg.Metrics, cfg.Log), said: &said{last: map[string]string{}}, inventory: desired.Inventory,
-		cfg: cfg, client: cfg.Client, settings: cfg.Settings, log: cfg.Log, m: cfg.Metrics, policy: policy,
+		desired: desired, notes: newCSRNotes(), cidrs: podcidrs.New(cfg.Metrics.PoolSegments, cfg.Settings.Pools()), nodeStatus: newNodeStatus(cfg.Metrics, cfg.Log), said: &said{last: map[string]string{}}, inventory: desired.Inventory,
+		cfg: cfg, client: cfg.Client, settings: cfg.Settings, log: cfg.Log, m: cfg.Metrics, policy: cfg.Settings.CSRPolicy(),
 		records: records.NewStore(cfg.Dynamic), facts: newClusterFacts(cfg.Client), observer: observe.New(cfg.Settings.MaxNodeAddresses, cfg.Clock), clock: cfg.Clock,
 		configReserved: cfg.Settings.Reserved(),
 		ready:          errors.New("starting"),

@@ -169,10 +169,7 @@ func coordinatorView(cc *config.Config, name string, want desired.State) *Coordi
 		v.Refused = append(v.Refused, err.Error())
 		return v
 	}
-	settings, err := nodestate.NewSettings(cc)
-	if err != nil {
-		return fail(err)
-	}
+	settings := nodestate.NewSettings(cc)
 	node := &corev1.Node{}
 	node.Name, node.UID = name, "explain"
 	node.Labels, node.Annotations = want.Labels, want.Annotations

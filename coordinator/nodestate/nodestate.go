@@ -32,17 +32,13 @@ type Settings struct {
 }
 
 // NewSettings parses what Decide needs from the configuration.
-func NewSettings(cfg *config.Config) (Settings, error) {
-	networks, err := cfg.Networks()
-	if err != nil {
-		return Settings{}, err
-	}
-	s := Settings{Config: cfg, Networks: networks}
+func NewSettings(cfg *config.Config) Settings {
+	s := Settings{Config: cfg, Networks: cfg.Networks()}
 	for _, b := range cfg.Inventory {
 		s.Inventory = append(s.Inventory, records.Binding{Names: b.Nodes, Networks: b.InventoryNetworks()})
 	}
 	s.Prefixes = records.PrefixRules{Inventory: s.Inventory, FirstClaim: cfg.FirstClaimPrefixesParsed(), Shared: cfg.SharedPrefixesParsed()}
-	return s, nil
+	return s
 }
 
 // Review is the serving CSR handed to this Node's agent (approval.Handoff); empty when none.

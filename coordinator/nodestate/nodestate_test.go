@@ -33,11 +33,7 @@ func settings(t *testing.T, extra string) nodestate.Settings {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := nodestate.NewSettings(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return nodestate.NewSettings(cfg)
 }
 
 func agentKey(seed byte) string {
