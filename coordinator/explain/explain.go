@@ -393,25 +393,7 @@ func (os Outputs) Write(w io.Writer, format string) error {
 	if len(os) == 1 {
 		return os[0].Write(w, format)
 	}
-	switch format {
-	case "json", "yaml":
-		b, err := json.MarshalIndent(os, "", "  ")
-		if err != nil {
-			return err
-		}
-		if format == "yaml" {
-			if b, err = sigsyaml.JSONToYAML(b); err != nil {
-				return err
-			}
-		}
-		if _, err = w.Write(b); err != nil {
-			return err
-		}
-		if format == "json" {
-			_, err = io.WriteString(w, "\n")
-		}
-		return err
-	case "table":
+	return write(w, format, os, func() error {
 		for i, o := range os {
 			if i > 0 {
 				fmt.Fprintln(w)
@@ -422,29 +404,29 @@ func (os Outputs) Write(w io.Writer, format string) error {
 			}
 		}
 		return nil
-	}
-	return fmt.Errorf("output format %q: want json, yaml or table", format)
+	})
 }
 
 // Write prints the output as json, yaml or table.
 func (o Output) Write(w io.Writer, format string) error {
+	return write(w, format, o, func() error { return o.table(w) })
+}
+
+// write prints v as indented JSON or as YAML, or has table print it.
+func write(w io.Writer, format string, v any, table func() error) error {
 	switch format {
 	case "json":
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(o)
+		return enc.Encode(v)
 	case "yaml":
-		b, err := json.Marshal(o)
-		if err != nil {
-			return err
+		b, err := sigsyaml.Marshal(v)
+		if err == nil {
+			_, err = w.Write(b)
 		}
-		if b, err = sigsyaml.JSONToYAML(b); err != nil {
-			return err
-		}
-		_, err = w.Write(b)
 		return err
 	case "table":
-		return o.table(w)
+		return table()
 	}
 	return fmt.Errorf("output format %q: want json, yaml or table", format)
 }

@@ -15,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v4"
 
 	"github.com/talos-nodeinit/talos-nodeinit/pkg/rules"
+	"github.com/talos-nodeinit/talos-nodeinit/pkg/yamlstrict"
 )
 
 // MountPath is where the ExtensionServiceConfig mounts the rules: the
@@ -121,9 +122,9 @@ func Find(data []byte) (Source, error) {
 		if root.Kind != yaml.MappingNode {
 			continue
 		}
-		kind, name := str(value(root, "kind")), str(value(root, "name"))
+		kind, name := str(yamlstrict.Value(root, "kind")), str(yamlstrict.Value(root, "name"))
 		switch {
-		case value(root, "machine") != nil || value(root, "cluster") != nil:
+		case yamlstrict.Value(root, "machine") != nil || yamlstrict.Value(root, "cluster") != nil:
 			machineConfig = true // the v1alpha1 document; other documents hold ours
 		case kind == "ExtensionServiceConfig" && name == ServiceName:
 			s, p := fromExtensionServiceConfig(data, root)
@@ -139,7 +140,7 @@ func Find(data []byte) (Source, error) {
 			// EtcFileConfig.
 			containerEnv = environmentOf(root)
 		case kind == "EtcFileConfig" && name == EtcFileName:
-			c := value(root, "contents")
+			c := yamlstrict.Value(root, "contents")
 			if c == nil || c.Kind != yaml.ScalarNode {
 				problems = append(problems, rules.Problem{Pos: pos(root), Rule: "EtcFileConfig " + EtcFileName,
 					Msg: "has no contents", Fix: "write the rules under contents: |"})
@@ -149,16 +150,16 @@ func Find(data []byte) (Source, error) {
 			s.Kind, s.Doc = KindEtcFileConfig, i+1
 			found = append(found, s)
 		case kind == "ConfigMap":
-			d := value(root, "data")
-			if c := value(d, TalosCCMConfigKey); c != nil {
+			d := yamlstrict.Value(root, "data")
+			if c := yamlstrict.Value(d, TalosCCMConfigKey); c != nil {
 				s := embedded(data, c)
 				s.Kind, s.Doc = KindTalosCCMConfigMap, i+1
 				found = append(found, s)
-			} else if value(d, "coordinator.yaml") != nil {
+			} else if yamlstrict.Value(d, "coordinator.yaml") != nil {
 				problems = append(problems, rules.Problem{Pos: pos(root), Msg: "this is the coordinator's ConfigMap, not rules",
 					Fix: "check it with `nodeinit-coordinator validate --config FILE`"})
 			}
-		case kind == "" && value(root, "transformations") != nil && slices.ContainsFunc(chartKeys, func(k string) bool { return value(root, k) != nil }):
+		case kind == "" && yamlstrict.Value(root, "transformations") != nil && slices.ContainsFunc(chartKeys, func(k string) bool { return yamlstrict.Value(root, k) != nil }):
 			rulesRoot := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: root.Line, Column: root.Column}
 			for i := 0; i+1 < len(root.Content); i += 2 {
 				if root.Content[i].Value == "transformations" {
@@ -168,7 +169,7 @@ func Find(data []byte) (Source, error) {
 			found = append(found, Source{Kind: KindTalosCCMHelmValues, Content: data, Doc: i + 1, Root: rulesRoot, Values: root})
 		case kind == "" && len(docs) == 1:
 			found = append(found, Source{Kind: KindRules, Content: data, Doc: 1})
-		case kind == "" && (value(root, "transformations") != nil || value(root, "global") != nil):
+		case kind == "" && (yamlstrict.Value(root, "transformations") != nil || yamlstrict.Value(root, "global") != nil):
 			found = append(found, Source{Kind: KindRules, Content: data, Doc: i + 1})
 		}
 	}
@@ -206,7 +207,7 @@ func Find(data []byte) (Source, error) {
 
 // environmentOf is a document's environment entries, each where it is.
 func environmentOf(root *yaml.Node) []Env {
-	env := value(root, "environment")
+	env := yamlstrict.Value(root, "environment")
 	if env != nil && env.Kind == yaml.AliasNode {
 		env = env.Alias
 	}
@@ -225,19 +226,19 @@ func environmentOf(root *yaml.Node) []Env {
 
 // fromExtensionServiceConfig finds the configFiles entry mounted at MountPath.
 func fromExtensionServiceConfig(data []byte, root *yaml.Node) (Source, *rules.Problem) {
-	files := value(root, "configFiles")
+	files := yamlstrict.Value(root, "configFiles")
 	if files == nil || files.Kind != yaml.SequenceNode {
 		return Source{}, &rules.Problem{Pos: pos(root), Rule: "ExtensionServiceConfig " + ServiceName,
 			Msg: "has no configFiles", Fix: fmt.Sprintf("add configFiles: [{mountPath: %s, content: |…}]", MountPath)}
 	}
 	var mounts []string
 	for _, f := range files.Content {
-		mp := str(value(f, "mountPath"))
+		mp := str(yamlstrict.Value(f, "mountPath"))
 		mounts = append(mounts, mp)
 		if mp != MountPath {
 			continue
 		}
-		c := value(f, "content")
+		c := yamlstrict.Value(f, "content")
 		if c == nil || c.Kind != yaml.ScalarNode {
 			return Source{}, &rules.Problem{Pos: pos(f), Rule: "ExtensionServiceConfig " + ServiceName,
 				Msg: "the configFiles entry at " + MountPath + " has no content", Fix: "write the rules under content: |"}
@@ -305,18 +306,6 @@ func LoadFile(path string) (*rules.Rules, Source, error) {
 		return nil, s, ps.InFile(path)
 	}
 	return r, s, err
-}
-
-func value(m *yaml.Node, key string) *yaml.Node {
-	if m == nil || m.Kind != yaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == key {
-			return m.Content[i+1]
-		}
-	}
-	return nil
 }
 
 func str(n *yaml.Node) string {
