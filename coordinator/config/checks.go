@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -221,10 +222,8 @@ func checkInt(path string, v int, set bool, lo, hi int) []problem {
 
 // checkEnum refuses a value not among the allowed ones.
 func checkEnum[T ~string](path string, v T, allowed ...T) []problem {
-	for _, a := range allowed {
-		if v == a {
-			return nil
-		}
+	if slices.Contains(allowed, v) {
+		return nil
 	}
 	s := make([]string, len(allowed))
 	for i, a := range allowed {
