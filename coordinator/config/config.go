@@ -257,7 +257,7 @@ func Parse(data []byte) (*Config, error) {
 	raw := *c // as written, before defaults replace zeros
 	c.defaults()
 	if errs := sorted(append(doc.unknownKeys(), c.validate(doc, &raw)...)); len(errs) > 0 {
-		return nil, errs // no Config but a valid one exists: what reads one need not check it again
+		return nil, errs // only a valid Config is ever returned: its readers need not check it again
 	}
 	return c, nil
 }
